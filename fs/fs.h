@@ -1,0 +1,90 @@
+/*
+ * fs.h - the filesystem's shared state, for the files of fs/ only.
+ *
+ * struct fs holds the metadata store, the block store and the in-memory
+ * inode table. An in-memory inode exists while the kernel holds lookups on
+ * it or an operation is using it; its attributes are authoritative while it
+ * exists and are written to the store when they change.
+ */
+#ifndef TENSORFS_FS_H
+#define TENSORFS_FS_H
+
+#define FUSE_USE_VERSION 314
+#include <fuse_lowlevel.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "meta.h"
+#include "opts.h"
+#include "tb.h"
+
+/* The hidden control folder and its files live above every real inode. */
+#define FS_CTL_DIR_INO (1ULL << 62)
+#define FS_CTL_STATS_INO (FS_CTL_DIR_INO + 1)
+#define FS_CTL_CONFIG_INO (FS_CTL_DIR_INO + 2)
+#define FS_CTL_NAME ".tensorfs"
+
+struct fs_inode {
+	uint64_t ino;
+	uint64_t nlookup; /* kernel lookups; itab lock */
+	unsigned refs;	  /* operations and opens; itab lock */
+	pthread_rwlock_t io; /* shared: reads and writes; exclusive: size and map changes */
+	pthread_mutex_t lock; /* guards rec and attr_dirty */
+	struct meta_inode rec;
+	bool attr_dirty;
+	struct fs_inode *next;
+};
+
+struct fs_counters {
+	uint64_t lookups, getattrs, setattrs, opens, creates, reads, writes, read_bytes,
+		write_bytes, fsyncs, unlinks, renames, copies, copy_shared_bytes, fallocates,
+		errors;
+};
+
+struct fs {
+	struct fs_config *cfg;
+	struct fs_meta *meta;
+	struct tb_store *tb;
+	size_t bs;
+	double attr_timeout, entry_timeout;
+	pthread_mutex_t itab_lock;
+	struct fs_inode **itab;
+	size_t itab_mask;
+	struct fs_counters cnt; /* atomic adds */
+};
+
+#define FS_COUNT(fs, field, n) __atomic_fetch_add(&(fs)->cnt.field, (n), __ATOMIC_RELAXED)
+
+/* inode.c */
+int fs_itab_init(struct fs *fs);
+void fs_itab_fini(struct fs *fs);
+/* Take a reference on ino, loading it from the store; -ENOENT if it has gone. */
+int fs_iget(struct fs *fs, uint64_t ino, struct fs_inode **out);
+void fs_iput(struct fs *fs, struct fs_inode *in);
+void fs_ilookup_add(struct fs *fs, struct fs_inode *in, uint64_t n);
+void fs_iforget(struct fs *fs, uint64_t ino, uint64_t n);
+/* Write dirty attributes (size, times) of one inode, or of all. */
+int fs_iflush_attr(struct fs *fs, struct fs_inode *in);
+int fs_iflush_all(struct fs *fs);
+void fs_inode_stat(const struct fs *fs, uint64_t ino, const struct meta_inode *rec,
+		   struct stat *st);
+void fs_now(int64_t *sec, uint32_t *nsec);
+/* Make committed changes durable; returns -errno. */
+int fs_release_locs(struct fs *fs, struct locvec *freed);
+
+/* ctl.c: the /.tensorfs control files */
+bool fs_ctl_ino(uint64_t ino);
+void fs_ctl_lookup(struct fs *fs, fuse_req_t req, uint64_t parent, const char *name);
+void fs_ctl_getattr(struct fs *fs, fuse_req_t req, uint64_t ino);
+void fs_ctl_open(struct fs *fs, fuse_req_t req, uint64_t ino, struct fuse_file_info *fi);
+void fs_ctl_read(fuse_req_t req, size_t size, off_t off, struct fuse_file_info *fi);
+void fs_ctl_release(fuse_req_t req, struct fuse_file_info *fi);
+void fs_ctl_readdir(struct fs *fs, fuse_req_t req, uint64_t ino, size_t size, off_t off,
+		    bool plus);
+void fs_ctl_root_stat(struct stat *st, uint64_t ino);
+
+/* ops.c */
+extern const struct fuse_lowlevel_ops fs_ops;
+
+#endif

@@ -1,0 +1,473 @@
+/*
+ * main.c - the tensorfs daemon: options, start-up, the FUSE loop, shutdown.
+ *
+ * Start-up checks everything that can be checked before the mount exists
+ * (options, mount point, folders, the metadata store, the DRAM arena), so
+ * that a bad start leaves nothing mounted. Without -f the process forks
+ * first; the child reports success or failure through a pipe and the
+ * parent exits with that status, so `tensorfs ... && use-the-mount` works.
+ * On unmount or a signal the loop ends, every dirty block is written back
+ * and synced, and the daemon exits 0.
+ */
+#include "fs.h"
+#include "log.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define ATTR_TIMEOUT 1.0
+#define ENTRY_TIMEOUT 1.0
+#define READS_PINNED_PER_THREAD 2 /* a 1 MiB read may straddle two blocks */
+
+#define OPT(t, p) {t, offsetof(struct fs_config, p), 1}
+
+enum { KEY_HELP, KEY_VERSION };
+
+static const struct fuse_opt tfs_opts[] = {
+	OPT("dram=%s", dram_s),
+	OPT("nvme=%s", nvme_s),
+	OPT("block=%s", block_s),
+	OPT("meta=%s", meta_s),
+	OPT("threads=%s", threads_s),
+	OPT("config=%s", config_file),
+	OPT("nvme_engine=%s", engine_s),
+	OPT("dirty=%s", dirty_s),
+	OPT("queue_depth=%s", qd_s),
+	OPT("flush_delay_ms=%s", flush_delay_s),
+	OPT("sync_interval_ms=%s", sync_interval_s),
+	OPT("logfile=%s", logfile),
+	OPT("log_level=%s", log_level_s),
+	{"no_default_permissions", offsetof(struct fs_config, no_default_permissions), 1},
+	FUSE_OPT_KEY("-h", KEY_HELP),
+	FUSE_OPT_KEY("--help", KEY_HELP),
+	FUSE_OPT_KEY("-V", KEY_VERSION),
+	FUSE_OPT_KEY("--version", KEY_VERSION),
+	FUSE_OPT_END,
+};
+
+static void usage(const char *prog)
+{
+	printf("usage: %s [SOURCE] MOUNTPOINT [options]\n\n"
+	       "tensorfs keeps the files that training offloaders swap out of GPU memory in\n"
+	       "a DRAM cache and on NVMe folders, with metadata in LMDB.\n\n"
+	       "tensorfs options (-o name=value, or the same keys in [tensorfs] of a config "
+	       "file):\n"
+	       "    -o dram=SIZE           DRAM cache size (default: a quarter of available "
+	       "memory)\n"
+	       "    -o nvme=DIR[:DIR...]   nvme tier folders; blocks are striped across them\n"
+	       "                           (default: $XDG_DATA_HOME/tensorfs, /var/lib/tensorfs "
+	       "for root,\n"
+	       "                           else ~/.local/share/tensorfs)\n"
+	       "    -o block=SIZE          block size, a power of two from 4K to 64M (default "
+	       "1M);\n"
+	       "                           fixed when the store is created\n"
+	       "    -o meta=DIR            metadata folder (default: FIRST_NVME_DIR/meta)\n"
+	       "    -o threads=N           FUSE worker threads (default 32)\n"
+	       "    -o config=FILE         INI file with a [tensorfs] section; -o wins over it\n"
+	       "    -o nvme_engine=E       auto, io_uring or libaio (default auto: io_uring, "
+	       "else libaio)\n"
+	       "    -o dirty=SIZE          dirty data high-water mark; writers wait above it\n"
+	       "                           (default: half of dram)\n"
+	       "    -o queue_depth=N       I/Os in flight per nvme folder (default 32)\n"
+	       "    -o flush_delay_ms=N    how long a partly written block waits before "
+	       "write-back (100)\n"
+	       "    -o sync_interval_ms=N  how often write-backs are made durable (1000)\n"
+	       "    -o logfile=FILE        log here when running in the background\n"
+	       "    -o log_level=L         error, warning, info (default) or debug\n"
+	       "    -o no_default_permissions  do not let the kernel check permissions\n"
+	       "\n"
+	       "SIZE is a number with an optional K, M, G or T suffix (powers of 1024).\n"
+	       "Statistics: MOUNTPOINT/.tensorfs/stats (JSON); configuration: "
+	       "MOUNTPOINT/.tensorfs/config.\n\n",
+	       prog);
+}
+
+static int opt_proc(void *data, const char *arg, int key, struct fuse_args *outargs)
+{
+	struct fs_config *c = data;
+
+	(void)outargs;
+	switch (key) {
+	case KEY_HELP:
+		c->show_help = 1;
+		return 0;
+	case KEY_VERSION:
+		c->show_version = 1;
+		return 0;
+	case FUSE_OPT_KEY_NONOPT:
+		/* mount.fuse3 passes SOURCE MOUNTPOINT: the last one is the mount point. */
+		if (c->mountpoint) {
+			if (c->source) {
+				fprintf(stderr, "tensorfs: too many arguments: '%s'\n", arg);
+				return -1;
+			}
+			c->source = c->mountpoint;
+		}
+		c->mountpoint = strdup(arg);
+		return 0;
+	default:
+		return 1;
+	}
+}
+
+static int check_mountpoint(struct fs_config *c, char *err, size_t errlen)
+{
+	char real[PATH_MAX];
+	struct stat st;
+	DIR *d;
+	struct dirent *de;
+
+	if (!c->mountpoint) {
+		snprintf(err, errlen, "no mount point given (see --help)");
+		return -EINVAL;
+	}
+	if (stat(c->mountpoint, &st) < 0) {
+		snprintf(err, errlen, "mount point %s: %s", c->mountpoint, strerror(errno));
+		return -errno;
+	}
+	if (!S_ISDIR(st.st_mode)) {
+		snprintf(err, errlen, "mount point %s is not a directory", c->mountpoint);
+		return -ENOTDIR;
+	}
+	d = opendir(c->mountpoint);
+	if (!d) {
+		snprintf(err, errlen, "mount point %s: %s", c->mountpoint, strerror(errno));
+		return -errno;
+	}
+	while ((de = readdir(d)))
+		if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..")) {
+			closedir(d);
+			snprintf(err, errlen, "mount point %s is not empty", c->mountpoint);
+			return -ENOTEMPTY;
+		}
+	closedir(d);
+	if (realpath(c->mountpoint, real)) {
+		free(c->mountpoint);
+		c->mountpoint = strdup(real);
+	}
+	return 0;
+}
+
+/* Rebuild the allocators from the block records: this reclaims lost space. */
+static int mark_block(void *arg, uint64_t id, const struct meta_block *b)
+{
+	struct tb_store *tb = arg;
+	int ret = tb_mark_used(tb, b->loc);
+
+	if (ret)
+		log_err("block %llu names location %llx, which is %s",
+			(unsigned long long)id, (unsigned long long)b->loc,
+			ret == -ENODEV ? "on a missing nvme folder" : "invalid or used twice");
+	return ret;
+}
+
+static int owner_resolve(void *ctx, uint64_t obj, uint64_t idx, uint64_t *loc)
+{
+	struct fs *fs = ctx;
+	struct meta_block b;
+	MDB_txn *txn;
+	uint64_t id;
+	int ret = meta_begin(fs->meta, false, &txn);
+
+	if (ret)
+		return ret;
+	ret = meta_bmap_get(fs->meta, txn, obj, idx, &id);
+	if (ret == 0)
+		ret = meta_block_get(fs->meta, txn, id, &b);
+	meta_abort(txn);
+	if (ret == 0)
+		*loc = b.loc;
+	return ret;
+}
+
+static int owner_commit(void *ctx, const struct tb_commit *c, size_t n)
+{
+	struct fs *fs = ctx;
+	struct locvec freed = {0};
+	MDB_txn *txn;
+	int ret = meta_begin(fs->meta, true, &txn);
+
+	if (ret)
+		return ret;
+	for (size_t i = 0; i < n && !ret; i++)
+		ret = meta_bmap_store(fs->meta, txn, c[i].obj, c[i].idx, c[i].loc, &freed);
+	if (ret) {
+		meta_abort(txn);
+		locvec_free(&freed);
+		log_err("cannot commit %zu written blocks: %s", n, strerror(-ret));
+		return ret;
+	}
+	ret = meta_commit(txn);
+	if (ret) {
+		locvec_free(&freed);
+		log_err("cannot commit %zu written blocks: %s", n, strerror(-ret));
+		return ret;
+	}
+	return fs_release_locs(fs, &freed);
+}
+
+static int owner_sync(void *ctx)
+{
+	struct fs *fs = ctx;
+
+	return meta_sync(fs->meta);
+}
+
+static int open_stores(struct fs *fs, char *err, size_t errlen)
+{
+	struct fs_config *c = fs->cfg;
+	struct tb_config tc = {0};
+	struct tb_owner owner = {fs, owner_resolve, owner_commit, owner_sync};
+	struct locvec freed = {0};
+	char store_id[40];
+	uint64_t orphans;
+	size_t bs = c->block;
+	int ret;
+
+	ret = meta_open(&fs->meta, c->meta, &bs, c->block_given, getuid(), getgid(), store_id, err,
+			errlen);
+	if (ret)
+		return ret;
+	fs->bs = bs;
+	tc.block_size = bs;
+	tc.dram_bytes = c->dram;
+	tc.dirty_bytes = c->dirty;
+	tc.store_id = store_id;
+	tc.nvme_dirs = c->nvme;
+	tc.n_nvme = c->n_nvme;
+	tc.engine = c->engine;
+	tc.queue_depth = c->queue_depth;
+	tc.flush_delay_ms = c->flush_delay_ms;
+	tc.sync_interval_ms = c->sync_interval_ms;
+	tc.max_pinned = c->threads * READS_PINNED_PER_THREAD *
+			(unsigned)((1U << 20) / bs > 1 ? (1U << 20) / bs : 1);
+	ret = tb_open(&tc, &owner, &fs->tb, err, errlen);
+	if (ret)
+		return ret;
+	ret = meta_foreach_block(fs->meta, mark_block, fs->tb);
+	if (ret) {
+		snprintf(err, errlen,
+			 "the metadata store in %s does not match the nvme folders (see the log "
+			 "above)",
+			 c->meta);
+		return ret;
+	}
+	/* Orphans are purged before the allocators start, so their space is free now. */
+	ret = meta_purge_orphans(fs->meta, &freed, &orphans);
+	if (ret) {
+		snprintf(err, errlen, "cannot purge deleted files in %s: %s", c->meta,
+			 strerror(-ret));
+		return ret;
+	}
+	if (orphans)
+		log_info("purged %llu deleted files left open at the last stop",
+			 (unsigned long long)orphans);
+	ret = tb_start(fs->tb);
+	if (ret) {
+		snprintf(err, errlen, "cannot start the I/O threads: %s", strerror(-ret));
+		return ret;
+	}
+	fs_release_locs(fs, &freed);
+	return meta_sync(fs->meta);
+}
+
+static void close_stores(struct fs *fs)
+{
+	if (fs->tb) {
+		if (fs->meta)
+			fs_iflush_all(fs);
+		if (tb_close(fs->tb))
+			log_err("errors while writing back at unmount; see above");
+		fs->tb = NULL;
+	}
+	meta_close(fs->meta);
+	fs->meta = NULL;
+}
+
+static void report(int fd, char status)
+{
+	if (fd >= 0) {
+		if (write(fd, &status, 1) != 1) {
+			/* the parent is gone; nothing to tell */
+		}
+		close(fd);
+	}
+}
+
+/* Detach from the terminal once the mount is live. */
+static void detach(struct fs_config *c)
+{
+	int null = open("/dev/null", O_RDWR);
+	int logfd = -1;
+
+	if (setsid() < 0)
+		log_warn("setsid: %s", strerror(errno));
+	if (chdir("/") < 0)
+		log_warn("chdir /: %s", strerror(errno));
+	if (c->logfile)
+		logfd = open(c->logfile, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+	if (null >= 0) {
+		dup2(null, STDIN_FILENO);
+		dup2(null, STDOUT_FILENO);
+		dup2(logfd >= 0 ? logfd : null, STDERR_FILENO);
+		if (null > STDERR_FILENO)
+			close(null);
+	}
+	if (logfd > STDERR_FILENO)
+		close(logfd);
+}
+
+static int run(struct fs *fs, struct fuse_session *se, struct fuse_cmdline_opts *fo,
+	       int report_fd)
+{
+	struct fs_config *c = fs->cfg;
+	char err[1024] = "";
+	int ret;
+
+	ret = open_stores(fs, err, sizeof(err));
+	if (ret)
+		goto fail;
+	if (fuse_set_signal_handlers(se) != 0) {
+		snprintf(err, sizeof(err), "cannot install signal handlers");
+		ret = -EIO;
+		goto fail;
+	}
+	if (fuse_session_mount(se, c->mountpoint) != 0) {
+		snprintf(err, sizeof(err), "cannot mount on %s (see the message above)",
+			 c->mountpoint);
+		ret = -EIO;
+		fuse_remove_signal_handlers(se);
+		goto fail;
+	}
+	log_info("mounted %s: dram %zu MiB, block %zu KiB, %u nvme folder(s), meta %s",
+		 c->mountpoint, c->dram >> 20, fs->bs >> 10, c->n_nvme, c->meta);
+	report(report_fd, 0);
+	if (!fo->foreground)
+		detach(c);
+
+	if (fo->singlethread) {
+		ret = fuse_session_loop(se);
+	} else {
+		struct fuse_loop_config *lc = fuse_loop_cfg_create();
+
+		fuse_loop_cfg_set_clone_fd(lc, 1);
+		fuse_loop_cfg_set_max_threads(lc, c->threads);
+		fuse_loop_cfg_set_idle_threads(lc, c->threads);
+		ret = fuse_session_loop_mt(se, lc);
+		fuse_loop_cfg_destroy(lc);
+	}
+	fuse_session_unmount(se);
+	fuse_remove_signal_handlers(se);
+	close_stores(fs);
+	log_info("unmounted %s", c->mountpoint);
+	return ret < 0 ? 1 : 0;
+fail:
+	fprintf(stderr, "tensorfs: %s\n", err[0] ? err : strerror(-ret));
+	close_stores(fs);
+	report(report_fd, 1);
+	return 1;
+}
+
+/* Fork; the parent waits for the child's word on the mount and exits with it. */
+static int daemonize(int *report_fd)
+{
+	int p[2];
+	pid_t pid;
+	char status = 1;
+
+	if (pipe(p) < 0)
+		return -errno;
+	pid = fork();
+	if (pid < 0)
+		return -errno;
+	if (pid > 0) {
+		close(p[1]);
+		if (read(p[0], &status, 1) != 1)
+			status = 1;
+		_exit(status ? 1 : 0);
+	}
+	close(p[0]);
+	*report_fd = p[1];
+	return 0;
+}
+
+int main(int argc, char *argv[])
+{
+	struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
+	struct fs_config cfg = {0};
+	struct fuse_cmdline_opts fo = {0};
+	struct fuse_session *se = NULL;
+	struct fs fs = {0};
+	char err[1024] = "";
+	char fsname[PATH_MAX + 16];
+	int report_fd = -1, ret = 1;
+
+	signal(SIGPIPE, SIG_IGN);
+	if (fuse_opt_parse(&args, &cfg, tfs_opts, opt_proc) == -1)
+		goto out;
+	if (cfg.show_help) {
+		usage(argv[0]);
+		printf("FUSE options:\n");
+		fuse_cmdline_help();
+		fuse_lowlevel_help();
+		ret = 0;
+		goto out;
+	}
+	if (cfg.show_version) {
+		printf("tensorfs %s (libfuse %s)\n", TFS_VERSION, fuse_pkgversion());
+		ret = 0;
+		goto out;
+	}
+	if (fuse_parse_cmdline(&args, &fo) != 0)
+		goto out;
+	if (check_mountpoint(&cfg, err, sizeof(err)) < 0)
+		goto fail;
+	if (cfg.config_file && fs_config_load_file(&cfg, cfg.config_file, err, sizeof(err)) < 0)
+		goto fail;
+	if (fs_config_resolve(&cfg, err, sizeof(err)) < 0)
+		goto fail;
+	log_set_level((enum log_level)cfg.log_level);
+
+	snprintf(fsname, sizeof(fsname), "-ofsname=%s,subtype=tensorfs",
+		 cfg.source ? cfg.source : "tensorfs");
+	if (fuse_opt_add_arg(&args, fsname) != 0 ||
+	    (!cfg.no_default_permissions && fuse_opt_add_arg(&args, "-odefault_permissions")))
+		goto out;
+
+	fs.cfg = &cfg;
+	fs.attr_timeout = ATTR_TIMEOUT;
+	fs.entry_timeout = ENTRY_TIMEOUT;
+	if (fs_itab_init(&fs) < 0)
+		goto out;
+	se = fuse_session_new(&args, &fs_ops, sizeof(fs_ops), &fs);
+	if (!se) {
+		fprintf(stderr, "tensorfs: bad FUSE options (see the message above)\n");
+		goto out;
+	}
+	if (!fo.foreground && daemonize(&report_fd) < 0) {
+		snprintf(err, sizeof(err), "cannot fork: %s", strerror(errno));
+		goto fail;
+	}
+	ret = run(&fs, se, &fo, report_fd);
+	goto out;
+fail:
+	fprintf(stderr, "tensorfs: %s\n", err);
+	ret = 1;
+out:
+	if (se)
+		fuse_session_destroy(se);
+	fs_itab_fini(&fs);
+	free(fo.mountpoint);
+	fuse_opt_free_args(&args);
+	fs_config_free(&cfg);
+	return ret;
+}

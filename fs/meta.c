@@ -1,0 +1,1002 @@
+/*
+ * meta.c - the metadata store on LMDB.
+ *
+ * LMDB gives us atomic, crash-consistent transactions and lock-free
+ * readers; we add the record formats and the reference counting of blocks.
+ * A block record is created by the write-back that wrote it, referenced by
+ * one or more block-map entries (copy_file_range shares them), and removed
+ * when its last reference goes; its location is then handed back to the
+ * caller, who releases it to the block store once the transaction commits.
+ *
+ * The environment runs with MDB_NOSYNC: a kill of the daemon loses nothing
+ * committed (the pages are in the kernel), and meta_sync flushes them for
+ * fsync and at the periodic sync point.
+ */
+#include "meta.h"
+#include "tb.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/xattr.h>
+#include <time.h>
+#include <unistd.h>
+
+#define META_MAP_SIZE (64ULL << 30)
+#define META_MAX_DBS 16
+#define KEY_MAX 520 /* 8 bytes of parent + NAME_MAX and then some */
+
+struct meta_format {
+	uint32_t version;
+	uint32_t pad;
+	uint64_t block_size;
+	char store_id[40];
+};
+
+struct fs_meta {
+	MDB_env *env;
+	MDB_dbi inode, dirent, dircook, bmap, block, xattr, symlink, info;
+	int lock_fd;
+	uint64_t next_ino;   /* atomic */
+	uint64_t next_block; /* atomic */
+};
+
+static void put_be64(unsigned char *p, uint64_t v)
+{
+	for (int i = 7; i >= 0; i--) {
+		p[i] = (unsigned char)v;
+		v >>= 8;
+	}
+}
+
+static uint64_t get_be64(const unsigned char *p)
+{
+	uint64_t v = 0;
+
+	for (int i = 0; i < 8; i++)
+		v = v << 8 | p[i];
+	return v;
+}
+
+static int mdb_err(int rc)
+{
+	switch (rc) {
+	case MDB_SUCCESS:
+		return 0;
+	case MDB_NOTFOUND:
+		return -ENOENT;
+	case MDB_KEYEXIST:
+		return -EEXIST;
+	case MDB_MAP_FULL:
+	case MDB_TXN_FULL:
+		return -ENOSPC;
+	default:
+		return rc > 0 ? -EIO : rc;
+	}
+}
+
+int locvec_push(struct locvec *v, uint64_t loc)
+{
+	if (v->n == v->cap) {
+		size_t cap = v->cap ? v->cap * 2 : 16;
+		uint64_t *p = realloc(v->v, cap * sizeof(*p));
+
+		if (!p)
+			return -ENOMEM;
+		v->v = p;
+		v->cap = cap;
+	}
+	v->v[v->n++] = loc;
+	return 0;
+}
+
+void locvec_free(struct locvec *v)
+{
+	free(v->v);
+	v->v = NULL;
+	v->n = v->cap = 0;
+}
+
+/* ---- open ---- */
+
+static int take_lock(struct fs_meta *m, const char *dir, char *err, size_t errlen)
+{
+	char path[4200], buf[32];
+
+	snprintf(path, sizeof(path), "%s/lock", dir);
+	m->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	if (m->lock_fd < 0) {
+		snprintf(err, errlen, "meta folder %s: cannot create its lock file: %s", dir,
+			 strerror(errno));
+		return -errno;
+	}
+	if (flock(m->lock_fd, LOCK_EX | LOCK_NB) < 0) {
+		ssize_t n = pread(m->lock_fd, buf, sizeof(buf) - 1, 0);
+
+		buf[n > 0 ? n : 0] = 0;
+		buf[strcspn(buf, "\n")] = 0;
+		snprintf(err, errlen, "meta folder %s is in use by another tensorfs (pid %s)", dir,
+			 buf[0] ? buf : "unknown");
+		return -EBUSY;
+	}
+	snprintf(buf, sizeof(buf), "%ld\n", (long)getpid());
+	if (ftruncate(m->lock_fd, 0) < 0 || pwrite(m->lock_fd, buf, strlen(buf), 0) < 0)
+		return -errno;
+	return 0;
+}
+
+static void make_store_id(char id[40])
+{
+	unsigned char r[16];
+	FILE *f = fopen("/dev/urandom", "r");
+
+	if (!f || fread(r, 1, sizeof(r), f) != sizeof(r)) {
+		struct timespec ts;
+
+		clock_gettime(CLOCK_REALTIME, &ts);
+		for (int i = 0; i < 16; i++)
+			r[i] = (unsigned char)((uint64_t)ts.tv_nsec * 2654435761u >> (i % 8) ^
+					       (uint64_t)getpid() >> i);
+	}
+	if (f)
+		fclose(f);
+	snprintf(id, 40, "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
+		 r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10], r[11], r[12],
+		 r[13], r[14], r[15]);
+}
+
+static uint64_t last_key(MDB_txn *txn, MDB_dbi dbi)
+{
+	MDB_cursor *c;
+	MDB_val k, v;
+	uint64_t last = 0;
+
+	if (mdb_cursor_open(txn, dbi, &c) != 0)
+		return 0;
+	if (mdb_cursor_get(c, &k, &v, MDB_LAST) == 0 && k.mv_size >= 8)
+		last = get_be64(k.mv_data);
+	mdb_cursor_close(c);
+	return last;
+}
+
+static int init_root(struct fs_meta *m, MDB_txn *txn, uid_t uid, gid_t gid)
+{
+	struct meta_inode root = {0};
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	root.mode = S_IFDIR | 0755;
+	root.uid = uid;
+	root.gid = gid;
+	root.nlink = 2;
+	root.atime = root.mtime = root.ctime = ts.tv_sec;
+	root.atime_ns = root.mtime_ns = root.ctime_ns = (uint32_t)ts.tv_nsec;
+	return meta_inode_put(m, txn, META_ROOT_INO, &root);
+}
+
+static int open_dbs(struct fs_meta *m, MDB_txn *txn)
+{
+	struct {
+		const char *name;
+		MDB_dbi *dbi;
+	} dbs[] = {{"inode", &m->inode},	 {"dirent", &m->dirent}, {"dircook", &m->dircook},
+		   {"bmap", &m->bmap},		 {"block", &m->block},	 {"xattr", &m->xattr},
+		   {"symlink", &m->symlink}, {"info", &m->info}};
+
+	for (size_t i = 0; i < sizeof(dbs) / sizeof(dbs[0]); i++) {
+		int rc = mdb_dbi_open(txn, dbs[i].name, MDB_CREATE, dbs[i].dbi);
+
+		if (rc)
+			return mdb_err(rc);
+	}
+	return 0;
+}
+
+/* Read the format record, or write it for a new store. */
+static int check_format(struct fs_meta *m, MDB_txn *txn, size_t *block_size, bool block_given,
+			uid_t uid, gid_t gid, char store_id[40], char *err, size_t errlen)
+{
+	MDB_val k = {6, "format"}, v;
+	struct meta_format f;
+	int rc = mdb_get(txn, m->info, &k, &v);
+
+	if (rc == MDB_NOTFOUND) {
+		memset(&f, 0, sizeof(f));
+		f.version = META_FORMAT_VERSION;
+		f.block_size = *block_size;
+		make_store_id(f.store_id);
+		v.mv_size = sizeof(f);
+		v.mv_data = &f;
+		rc = mdb_put(txn, m->info, &k, &v, 0);
+		if (rc == 0)
+			rc = init_root(m, txn, uid, gid);
+		if (rc) {
+			snprintf(err, errlen, "cannot initialise the metadata store: %s",
+				 mdb_strerror(rc));
+			return mdb_err(rc);
+		}
+		memcpy(store_id, f.store_id, 40);
+		return 0;
+	}
+	if (rc || v.mv_size != sizeof(f)) {
+		snprintf(err, errlen, "metadata store has no valid format record");
+		return -EINVAL;
+	}
+	memcpy(&f, v.mv_data, sizeof(f));
+	if (f.version != META_FORMAT_VERSION) {
+		snprintf(err, errlen, "metadata store has format %u; this tensorfs reads %u",
+			 f.version, META_FORMAT_VERSION);
+		return -EINVAL;
+	}
+	if (block_given && f.block_size != *block_size) {
+		snprintf(err, errlen,
+			 "block=%zuK differs from the store's block size %lluK; the block size is "
+			 "fixed when a store is created",
+			 *block_size >> 10, (unsigned long long)f.block_size >> 10);
+		return -EINVAL;
+	}
+	*block_size = f.block_size;
+	f.store_id[39] = 0;
+	memcpy(store_id, f.store_id, 40);
+	return 0;
+}
+
+int meta_open(struct fs_meta **out, const char *dir, size_t *block_size, bool block_given,
+	      uid_t root_uid, gid_t root_gid, char store_id[40], char *err, size_t errlen)
+{
+	struct fs_meta *m = calloc(1, sizeof(*m));
+	MDB_txn *txn = NULL;
+	int rc, ret;
+
+	if (!m)
+		return -ENOMEM;
+	m->lock_fd = -1;
+	if (mkdir(dir, 0700) < 0 && errno != EEXIST) {
+		snprintf(err, errlen, "meta folder %s: %s", dir, strerror(errno));
+		ret = -errno;
+		goto fail;
+	}
+	ret = take_lock(m, dir, err, errlen);
+	if (ret < 0)
+		goto fail;
+	rc = mdb_env_create(&m->env);
+	if (!rc)
+		rc = mdb_env_set_maxdbs(m->env, META_MAX_DBS);
+	if (!rc)
+		rc = mdb_env_set_mapsize(m->env, META_MAP_SIZE);
+	if (!rc)
+		rc = mdb_env_open(m->env, dir, MDB_NOSYNC | MDB_NOTLS, 0600);
+	if (rc) {
+		snprintf(err, errlen, "meta folder %s: cannot open the metadata store: %s", dir,
+			 mdb_strerror(rc));
+		ret = mdb_err(rc);
+		goto fail;
+	}
+	rc = mdb_txn_begin(m->env, NULL, 0, &txn);
+	if (rc) {
+		snprintf(err, errlen, "meta folder %s: %s", dir, mdb_strerror(rc));
+		ret = mdb_err(rc);
+		goto fail;
+	}
+	ret = open_dbs(m, txn);
+	if (ret == 0)
+		ret = check_format(m, txn, block_size, block_given, root_uid, root_gid, store_id,
+				   err, errlen);
+	if (ret < 0) {
+		if (!err[0])
+			snprintf(err, errlen, "meta folder %s: %s", dir, strerror(-ret));
+		mdb_txn_abort(txn);
+		goto fail;
+	}
+	m->next_ino = last_key(txn, m->inode) + 1;
+	m->next_block = last_key(txn, m->block) + 1;
+	rc = mdb_txn_commit(txn);
+	if (rc == 0)
+		rc = mdb_env_sync(m->env, 1);
+	if (rc) {
+		snprintf(err, errlen, "meta folder %s: %s", dir, mdb_strerror(rc));
+		ret = mdb_err(rc);
+		goto fail;
+	}
+	*out = m;
+	return 0;
+fail:
+	meta_close(m);
+	return ret;
+}
+
+void meta_close(struct fs_meta *m)
+{
+	if (!m)
+		return;
+	if (m->env) {
+		mdb_env_sync(m->env, 1);
+		mdb_env_close(m->env);
+	}
+	if (m->lock_fd >= 0) {
+		if (ftruncate(m->lock_fd, 0) < 0) {
+			/* the lock goes with the fd; a stale pid in the file is harmless */
+		}
+		close(m->lock_fd);
+	}
+	free(m);
+}
+
+int meta_sync(struct fs_meta *m)
+{
+	return mdb_err(mdb_env_sync(m->env, 1));
+}
+
+int meta_begin(struct fs_meta *m, bool write, MDB_txn **txn)
+{
+	return mdb_err(mdb_txn_begin(m->env, NULL, write ? 0 : MDB_RDONLY, txn));
+}
+
+int meta_commit(MDB_txn *txn)
+{
+	return mdb_err(mdb_txn_commit(txn));
+}
+
+void meta_abort(MDB_txn *txn)
+{
+	mdb_txn_abort(txn);
+}
+
+uint64_t meta_new_ino(struct fs_meta *m)
+{
+	return __atomic_fetch_add(&m->next_ino, 1, __ATOMIC_RELAXED);
+}
+
+/* ---- inodes ---- */
+
+int meta_inode_get(struct fs_meta *m, MDB_txn *txn, uint64_t ino, struct meta_inode *rec)
+{
+	unsigned char kb[8];
+	MDB_val k = {8, kb}, v;
+	int rc;
+
+	put_be64(kb, ino);
+	rc = mdb_get(txn, m->inode, &k, &v);
+	if (rc)
+		return mdb_err(rc);
+	if (v.mv_size != sizeof(*rec))
+		return -EIO;
+	memcpy(rec, v.mv_data, sizeof(*rec));
+	return 0;
+}
+
+int meta_inode_put(struct fs_meta *m, MDB_txn *txn, uint64_t ino, const struct meta_inode *rec)
+{
+	unsigned char kb[8];
+	MDB_val k = {8, kb}, v = {sizeof(*rec), (void *)rec};
+
+	put_be64(kb, ino);
+	return mdb_err(mdb_put(txn, m->inode, &k, &v, 0));
+}
+
+/* Delete every key of db that starts with the 8-byte prefix ino. */
+static int del_prefix(MDB_txn *txn, MDB_dbi dbi, uint64_t ino)
+{
+	unsigned char kb[8];
+	MDB_cursor *c;
+	MDB_val k = {8, kb}, v;
+	int rc;
+
+	put_be64(kb, ino);
+	rc = mdb_cursor_open(txn, dbi, &c);
+	if (rc)
+		return mdb_err(rc);
+	rc = mdb_cursor_get(c, &k, &v, MDB_SET_RANGE);
+	while (rc == 0 && k.mv_size >= 8 && get_be64(k.mv_data) == ino) {
+		rc = mdb_cursor_del(c, 0);
+		if (rc)
+			break;
+		rc = mdb_cursor_get(c, &k, &v, MDB_GET_CURRENT);
+		if (rc == EINVAL || rc == MDB_NOTFOUND) {
+			k.mv_size = 8;
+			k.mv_data = kb;
+			rc = mdb_cursor_get(c, &k, &v, MDB_SET_RANGE);
+		}
+	}
+	mdb_cursor_close(c);
+	return rc == MDB_NOTFOUND ? 0 : mdb_err(rc);
+}
+
+int meta_inode_purge(struct fs_meta *m, MDB_txn *txn, uint64_t ino, struct locvec *freed)
+{
+	unsigned char kb[8];
+	MDB_val k = {8, kb};
+	int ret;
+
+	ret = meta_bmap_clear(m, txn, ino, 0, UINT64_MAX, freed);
+	if (!ret)
+		ret = del_prefix(txn, m->xattr, ino);
+	if (ret)
+		return ret;
+	put_be64(kb, ino);
+	mdb_del(txn, m->symlink, &k, NULL);
+	ret = mdb_err(mdb_del(txn, m->inode, &k, NULL));
+	return ret == -ENOENT ? 0 : ret;
+}
+
+/* ---- names ---- */
+
+struct dirent_val {
+	uint64_t ino;
+	uint64_t cookie;
+};
+
+static int name_key(unsigned char *kb, uint64_t parent, const char *name, MDB_val *k)
+{
+	size_t len = strlen(name);
+
+	if (len > 255)
+		return -ENAMETOOLONG;
+	put_be64(kb, parent);
+	memcpy(kb + 8, name, len);
+	k->mv_size = 8 + len;
+	k->mv_data = kb;
+	return 0;
+}
+
+int meta_dirent_lookup(struct fs_meta *m, MDB_txn *txn, uint64_t parent, const char *name,
+		       uint64_t *ino)
+{
+	unsigned char kb[KEY_MAX];
+	MDB_val k, v;
+	struct dirent_val dv;
+	int ret = name_key(kb, parent, name, &k);
+
+	if (ret)
+		return ret;
+	ret = mdb_err(mdb_get(txn, m->dirent, &k, &v));
+	if (ret)
+		return ret;
+	memcpy(&dv, v.mv_data, sizeof(dv));
+	*ino = dv.ino;
+	return 0;
+}
+
+/* The next cookie of a folder: one past its highest. */
+static int next_cookie(struct fs_meta *m, MDB_txn *txn, uint64_t parent, uint64_t *cookie)
+{
+	unsigned char kb[16];
+	MDB_cursor *c;
+	MDB_val k = {16, kb}, v;
+	int rc;
+
+	put_be64(kb, parent + 1);
+	put_be64(kb + 8, 0);
+	rc = mdb_cursor_open(txn, m->dircook, &c);
+	if (rc)
+		return mdb_err(rc);
+	rc = mdb_cursor_get(c, &k, &v, MDB_SET_RANGE);
+	if (rc == 0)
+		rc = mdb_cursor_get(c, &k, &v, MDB_PREV);
+	else if (rc == MDB_NOTFOUND)
+		rc = mdb_cursor_get(c, &k, &v, MDB_LAST);
+	*cookie = 1;
+	if (rc == 0 && k.mv_size == 16 && get_be64(k.mv_data) == parent)
+		*cookie = get_be64((unsigned char *)k.mv_data + 8) + 1;
+	mdb_cursor_close(c);
+	return (rc == 0 || rc == MDB_NOTFOUND) ? 0 : mdb_err(rc);
+}
+
+int meta_dirent_add(struct fs_meta *m, MDB_txn *txn, uint64_t parent, const char *name,
+		    uint64_t ino)
+{
+	unsigned char kb[KEY_MAX], ck[16];
+	MDB_val k, v, cv;
+	struct dirent_val dv = {ino, 0};
+	int ret = name_key(kb, parent, name, &k);
+
+	if (ret)
+		return ret;
+	ret = next_cookie(m, txn, parent, &dv.cookie);
+	if (ret)
+		return ret;
+	v.mv_size = sizeof(dv);
+	v.mv_data = &dv;
+	ret = mdb_err(mdb_put(txn, m->dirent, &k, &v, MDB_NOOVERWRITE));
+	if (ret)
+		return ret;
+	put_be64(ck, parent);
+	put_be64(ck + 8, dv.cookie);
+	k.mv_size = 16;
+	k.mv_data = ck;
+	cv.mv_size = strlen(name);
+	cv.mv_data = (void *)name;
+	return mdb_err(mdb_put(txn, m->dircook, &k, &cv, 0));
+}
+
+int meta_dirent_del(struct fs_meta *m, MDB_txn *txn, uint64_t parent, const char *name)
+{
+	unsigned char kb[KEY_MAX], ck[16];
+	MDB_val k, v;
+	struct dirent_val dv;
+	int ret = name_key(kb, parent, name, &k);
+
+	if (ret)
+		return ret;
+	ret = mdb_err(mdb_get(txn, m->dirent, &k, &v));
+	if (ret)
+		return ret;
+	memcpy(&dv, v.mv_data, sizeof(dv));
+	ret = mdb_err(mdb_del(txn, m->dirent, &k, NULL));
+	if (ret)
+		return ret;
+	put_be64(ck, parent);
+	put_be64(ck + 8, dv.cookie);
+	k.mv_size = 16;
+	k.mv_data = ck;
+	ret = mdb_err(mdb_del(txn, m->dircook, &k, NULL));
+	return ret == -ENOENT ? 0 : ret;
+}
+
+int meta_dir_empty(struct fs_meta *m, MDB_txn *txn, uint64_t dir)
+{
+	unsigned char kb[8];
+	MDB_cursor *c;
+	MDB_val k = {8, kb}, v;
+	int rc, ret;
+
+	put_be64(kb, dir);
+	rc = mdb_cursor_open(txn, m->dircook, &c);
+	if (rc)
+		return mdb_err(rc);
+	rc = mdb_cursor_get(c, &k, &v, MDB_SET_RANGE);
+	if (rc == MDB_NOTFOUND)
+		ret = 1;
+	else if (rc)
+		ret = mdb_err(rc);
+	else
+		ret = !(k.mv_size == 16 && get_be64(k.mv_data) == dir);
+	mdb_cursor_close(c);
+	return ret;
+}
+
+int meta_readdir(struct fs_meta *m, MDB_txn *txn, uint64_t dir, uint64_t after,
+		 meta_dirent_fn fn, void *arg)
+{
+	unsigned char kb[16];
+	MDB_cursor *c;
+	MDB_val k = {16, kb}, v;
+	int rc;
+
+	put_be64(kb, dir);
+	put_be64(kb + 8, after + 1);
+	rc = mdb_cursor_open(txn, m->dircook, &c);
+	if (rc)
+		return mdb_err(rc);
+	rc = mdb_cursor_get(c, &k, &v, MDB_SET_RANGE);
+	while (rc == 0 && k.mv_size == 16 && get_be64(k.mv_data) == dir) {
+		char name[256];
+		uint64_t ino, cookie = get_be64((unsigned char *)k.mv_data + 8);
+		size_t len = v.mv_size < 255 ? v.mv_size : 255;
+
+		memcpy(name, v.mv_data, len);
+		name[len] = 0;
+		if (meta_dirent_lookup(m, txn, dir, name, &ino) == 0 &&
+		    fn(arg, name, len, ino, cookie))
+			break;
+		rc = mdb_cursor_get(c, &k, &v, MDB_NEXT);
+	}
+	mdb_cursor_close(c);
+	return (rc == 0 || rc == MDB_NOTFOUND) ? 0 : mdb_err(rc);
+}
+
+/* ---- block maps and blocks ---- */
+
+static void bmap_key(unsigned char *kb, uint64_t ino, uint64_t idx)
+{
+	put_be64(kb, ino);
+	put_be64(kb + 8, idx);
+}
+
+int meta_bmap_get(struct fs_meta *m, MDB_txn *txn, uint64_t ino, uint64_t idx, uint64_t *id)
+{
+	unsigned char kb[16];
+	MDB_val k = {16, kb}, v;
+	int ret;
+
+	bmap_key(kb, ino, idx);
+	ret = mdb_err(mdb_get(txn, m->bmap, &k, &v));
+	if (ret)
+		return ret;
+	memcpy(id, v.mv_data, sizeof(*id));
+	return 0;
+}
+
+int meta_block_get(struct fs_meta *m, MDB_txn *txn, uint64_t id, struct meta_block *b)
+{
+	unsigned char kb[8];
+	MDB_val k = {8, kb}, v;
+	int ret;
+
+	put_be64(kb, id);
+	ret = mdb_err(mdb_get(txn, m->block, &k, &v));
+	if (ret)
+		return ret == -ENOENT ? -EIO : ret;
+	memcpy(b, v.mv_data, sizeof(*b));
+	return 0;
+}
+
+static int block_put(struct fs_meta *m, MDB_txn *txn, uint64_t id, const struct meta_block *b)
+{
+	unsigned char kb[8];
+	MDB_val k = {8, kb}, v = {sizeof(*b), (void *)b};
+
+	put_be64(kb, id);
+	return mdb_err(mdb_put(txn, m->block, &k, &v, 0));
+}
+
+static int block_ref(struct fs_meta *m, MDB_txn *txn, uint64_t id, int delta,
+		     struct locvec *freed)
+{
+	struct meta_block b;
+	unsigned char kb[8];
+	MDB_val k = {8, kb};
+	int ret = meta_block_get(m, txn, id, &b);
+
+	if (ret)
+		return ret;
+	if (delta < 0 && b.refs <= (uint32_t)-delta) {
+		put_be64(kb, id);
+		ret = mdb_err(mdb_del(txn, m->block, &k, NULL));
+		if (!ret)
+			ret = locvec_push(freed, b.loc);
+		return ret;
+	}
+	b.refs = (uint32_t)((int64_t)b.refs + delta);
+	return block_put(m, txn, id, &b);
+}
+
+int meta_bmap_store(struct fs_meta *m, MDB_txn *txn, uint64_t ino, uint64_t idx, uint64_t loc,
+		    struct locvec *freed)
+{
+	unsigned char kb[16];
+	MDB_val k = {16, kb}, v;
+	uint64_t old, id;
+	int ret;
+
+	ret = meta_bmap_get(m, txn, ino, idx, &old);
+	if (ret == 0)
+		ret = block_ref(m, txn, old, -1, freed);
+	else if (ret == -ENOENT)
+		ret = 0;
+	if (ret)
+		return ret;
+	bmap_key(kb, ino, idx);
+	if (loc == TB_LOC_NONE) {
+		ret = mdb_err(mdb_del(txn, m->bmap, &k, NULL));
+		return ret == -ENOENT ? 0 : ret;
+	}
+	id = __atomic_fetch_add(&m->next_block, 1, __ATOMIC_RELAXED);
+	struct meta_block b = {.loc = loc, .refs = 1};
+	ret = block_put(m, txn, id, &b);
+	if (ret)
+		return ret;
+	v.mv_size = sizeof(id);
+	v.mv_data = &id;
+	return mdb_err(mdb_put(txn, m->bmap, &k, &v, 0));
+}
+
+int meta_bmap_clear(struct fs_meta *m, MDB_txn *txn, uint64_t ino, uint64_t from, uint64_t to,
+		    struct locvec *freed)
+{
+	unsigned char kb[16];
+	MDB_cursor *c;
+	MDB_val k = {16, kb}, v;
+	int rc, ret = 0;
+
+	bmap_key(kb, ino, from);
+	rc = mdb_cursor_open(txn, m->bmap, &c);
+	if (rc)
+		return mdb_err(rc);
+	rc = mdb_cursor_get(c, &k, &v, MDB_SET_RANGE);
+	while (rc == 0 && get_be64(k.mv_data) == ino &&
+	       get_be64((unsigned char *)k.mv_data + 8) < to) {
+		uint64_t id;
+
+		memcpy(&id, v.mv_data, sizeof(id));
+		ret = block_ref(m, txn, id, -1, freed);
+		if (ret)
+			break;
+		rc = mdb_cursor_del(c, 0);
+		if (rc)
+			break;
+		rc = mdb_cursor_get(c, &k, &v, MDB_GET_CURRENT);
+		if (rc == EINVAL || rc == MDB_NOTFOUND) {
+			/* deleting the last item leaves the cursor past the end */
+			bmap_key(kb, ino, from);
+			k.mv_size = 16;
+			k.mv_data = kb;
+			rc = mdb_cursor_get(c, &k, &v, MDB_SET_RANGE);
+		}
+	}
+	mdb_cursor_close(c);
+	if (ret)
+		return ret;
+	return (rc == 0 || rc == MDB_NOTFOUND) ? 0 : mdb_err(rc);
+}
+
+int meta_bmap_share(struct fs_meta *m, MDB_txn *txn, uint64_t src, uint64_t sidx, uint64_t dst,
+		    uint64_t didx, uint64_t n, struct locvec *freed)
+{
+	unsigned char kb[16];
+	MDB_val k = {16, kb}, v;
+	int ret;
+
+	for (uint64_t i = 0; i < n; i++) {
+		uint64_t id, old;
+
+		ret = meta_bmap_get(m, txn, src, sidx + i, &id);
+		if (ret && ret != -ENOENT)
+			return ret;
+		bool hole = ret == -ENOENT;
+		if (!hole) {
+			ret = block_ref(m, txn, id, 1, freed);
+			if (ret)
+				return ret;
+		}
+		ret = meta_bmap_get(m, txn, dst, didx + i, &old);
+		if (ret == 0)
+			ret = block_ref(m, txn, old, -1, freed);
+		else if (ret == -ENOENT)
+			ret = 0;
+		if (ret)
+			return ret;
+		bmap_key(kb, dst, didx + i);
+		if (hole) {
+			ret = mdb_err(mdb_del(txn, m->bmap, &k, NULL));
+			if (ret && ret != -ENOENT)
+				return ret;
+			continue;
+		}
+		v.mv_size = sizeof(id);
+		v.mv_data = &id;
+		ret = mdb_err(mdb_put(txn, m->bmap, &k, &v, 0));
+		if (ret)
+			return ret;
+	}
+	return 0;
+}
+
+int meta_bmap_count(struct fs_meta *m, MDB_txn *txn, uint64_t ino, uint64_t from, uint64_t to,
+		    uint64_t *count)
+{
+	unsigned char kb[16];
+	MDB_cursor *c;
+	MDB_val k = {16, kb}, v;
+	int rc;
+
+	*count = 0;
+	bmap_key(kb, ino, from);
+	rc = mdb_cursor_open(txn, m->bmap, &c);
+	if (rc)
+		return mdb_err(rc);
+	rc = mdb_cursor_get(c, &k, &v, MDB_SET_RANGE);
+	while (rc == 0 && get_be64(k.mv_data) == ino &&
+	       get_be64((unsigned char *)k.mv_data + 8) < to) {
+		(*count)++;
+		rc = mdb_cursor_get(c, &k, &v, MDB_NEXT);
+	}
+	mdb_cursor_close(c);
+	return (rc == 0 || rc == MDB_NOTFOUND) ? 0 : mdb_err(rc);
+}
+
+/* ---- xattrs and symlinks ---- */
+
+int meta_xattr_get(struct fs_meta *m, MDB_txn *txn, uint64_t ino, const char *name, void *buf,
+		   size_t size, size_t *len)
+{
+	unsigned char kb[KEY_MAX];
+	MDB_val k, v;
+	int ret = name_key(kb, ino, name, &k);
+
+	if (ret)
+		return ret == -ENAMETOOLONG ? -ERANGE : ret;
+	ret = mdb_err(mdb_get(txn, m->xattr, &k, &v));
+	if (ret)
+		return ret == -ENOENT ? -ENODATA : ret;
+	*len = v.mv_size;
+	if (size == 0)
+		return 0;
+	if (size < v.mv_size)
+		return -ERANGE;
+	memcpy(buf, v.mv_data, v.mv_size);
+	return 0;
+}
+
+int meta_xattr_set(struct fs_meta *m, MDB_txn *txn, uint64_t ino, const char *name,
+		   const void *val, size_t len, int flags)
+{
+	unsigned char kb[KEY_MAX];
+	MDB_val k, v = {len, (void *)val}, old;
+	int ret = name_key(kb, ino, name, &k);
+
+	if (ret)
+		return ret == -ENAMETOOLONG ? -ERANGE : ret;
+	ret = mdb_get(txn, m->xattr, &k, &old);
+	if ((flags & XATTR_CREATE) && ret == 0)
+		return -EEXIST;
+	if ((flags & XATTR_REPLACE) && ret == MDB_NOTFOUND)
+		return -ENODATA;
+	return mdb_err(mdb_put(txn, m->xattr, &k, &v, 0));
+}
+
+int meta_xattr_list(struct fs_meta *m, MDB_txn *txn, uint64_t ino, char *buf, size_t size,
+		    size_t *len)
+{
+	unsigned char kb[8];
+	MDB_cursor *c;
+	MDB_val k = {8, kb}, v;
+	size_t total = 0;
+	int rc, ret = 0;
+
+	put_be64(kb, ino);
+	rc = mdb_cursor_open(txn, m->xattr, &c);
+	if (rc)
+		return mdb_err(rc);
+	rc = mdb_cursor_get(c, &k, &v, MDB_SET_RANGE);
+	while (rc == 0 && k.mv_size > 8 && get_be64(k.mv_data) == ino) {
+		size_t n = k.mv_size - 8;
+
+		if (size) {
+			if (total + n + 1 > size) {
+				ret = -ERANGE;
+				break;
+			}
+			memcpy(buf + total, (char *)k.mv_data + 8, n);
+			buf[total + n] = 0;
+		}
+		total += n + 1;
+		rc = mdb_cursor_get(c, &k, &v, MDB_NEXT);
+	}
+	mdb_cursor_close(c);
+	*len = total;
+	if (ret)
+		return ret;
+	return (rc == 0 || rc == MDB_NOTFOUND) ? 0 : mdb_err(rc);
+}
+
+int meta_xattr_del(struct fs_meta *m, MDB_txn *txn, uint64_t ino, const char *name)
+{
+	unsigned char kb[KEY_MAX];
+	MDB_val k;
+	int ret = name_key(kb, ino, name, &k);
+
+	if (ret)
+		return ret == -ENAMETOOLONG ? -ERANGE : ret;
+	ret = mdb_err(mdb_del(txn, m->xattr, &k, NULL));
+	return ret == -ENOENT ? -ENODATA : ret;
+}
+
+int meta_symlink_get(struct fs_meta *m, MDB_txn *txn, uint64_t ino, char *buf, size_t size)
+{
+	unsigned char kb[8];
+	MDB_val k = {8, kb}, v;
+	int ret;
+
+	put_be64(kb, ino);
+	ret = mdb_err(mdb_get(txn, m->symlink, &k, &v));
+	if (ret)
+		return ret == -ENOENT ? -EIO : ret;
+	if (v.mv_size >= size)
+		return -ENAMETOOLONG;
+	memcpy(buf, v.mv_data, v.mv_size);
+	buf[v.mv_size] = 0;
+	return 0;
+}
+
+int meta_symlink_put(struct fs_meta *m, MDB_txn *txn, uint64_t ino, const char *target)
+{
+	unsigned char kb[8];
+	MDB_val k = {8, kb}, v = {strlen(target), (void *)target};
+
+	put_be64(kb, ino);
+	return mdb_err(mdb_put(txn, m->symlink, &k, &v, 0));
+}
+
+/* ---- scans at mount ---- */
+
+int meta_foreach_block(struct fs_meta *m,
+		       int (*fn)(void *arg, uint64_t id, const struct meta_block *b), void *arg)
+{
+	MDB_txn *txn;
+	MDB_cursor *c;
+	MDB_val k, v;
+	int rc, ret = 0;
+
+	rc = mdb_txn_begin(m->env, NULL, MDB_RDONLY, &txn);
+	if (rc)
+		return mdb_err(rc);
+	rc = mdb_cursor_open(txn, m->block, &c);
+	if (rc) {
+		mdb_txn_abort(txn);
+		return mdb_err(rc);
+	}
+	rc = mdb_cursor_get(c, &k, &v, MDB_FIRST);
+	while (rc == 0) {
+		struct meta_block b;
+
+		memcpy(&b, v.mv_data, sizeof(b));
+		ret = fn(arg, get_be64(k.mv_data), &b);
+		if (ret)
+			break;
+		rc = mdb_cursor_get(c, &k, &v, MDB_NEXT);
+	}
+	mdb_cursor_close(c);
+	mdb_txn_abort(txn);
+	if (ret)
+		return ret;
+	return rc == MDB_NOTFOUND ? 0 : mdb_err(rc);
+}
+
+int meta_purge_orphans(struct fs_meta *m, struct locvec *freed, uint64_t *count)
+{
+	MDB_txn *txn;
+	MDB_cursor *c;
+	MDB_val k, v;
+	uint64_t *orphans = NULL;
+	size_t n = 0, cap = 0;
+	int rc, ret = 0;
+
+	*count = 0;
+	rc = mdb_txn_begin(m->env, NULL, 0, &txn);
+	if (rc)
+		return mdb_err(rc);
+	rc = mdb_cursor_open(txn, m->inode, &c);
+	if (rc) {
+		mdb_txn_abort(txn);
+		return mdb_err(rc);
+	}
+	rc = mdb_cursor_get(c, &k, &v, MDB_FIRST);
+	while (rc == 0) {
+		struct meta_inode rec;
+
+		memcpy(&rec, v.mv_data, sizeof(rec));
+		if (rec.nlink == 0) {
+			if (n == cap) {
+				cap = cap ? cap * 2 : 16;
+				uint64_t *p = realloc(orphans, cap * sizeof(*p));
+				if (!p) {
+					ret = -ENOMEM;
+					break;
+				}
+				orphans = p;
+			}
+			orphans[n++] = get_be64(k.mv_data);
+		}
+		rc = mdb_cursor_get(c, &k, &v, MDB_NEXT);
+	}
+	mdb_cursor_close(c);
+	for (size_t i = 0; i < n && !ret; i++)
+		ret = meta_inode_purge(m, txn, orphans[i], freed);
+	free(orphans);
+	if (ret) {
+		mdb_txn_abort(txn);
+		return ret;
+	}
+	*count = n;
+	return meta_commit(txn);
+}
+
+void meta_counts(struct fs_meta *m, uint64_t *inodes, uint64_t *blocks)
+{
+	MDB_txn *txn;
+	MDB_stat st;
+
+	*inodes = *blocks = 0;
+	if (mdb_txn_begin(m->env, NULL, MDB_RDONLY, &txn))
+		return;
+	if (mdb_stat(txn, m->inode, &st) == 0)
+		*inodes = st.ms_entries;
+	if (mdb_stat(txn, m->block, &st) == 0)
+		*blocks = st.ms_entries;
+	mdb_txn_abort(txn);
+}

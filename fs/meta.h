@@ -1,0 +1,131 @@
+/*
+ * meta.h - the metadata store: inodes, names, block maps and block records
+ * in LMDB.
+ *
+ * Every change to the namespace or to a block map is one LMDB write
+ * transaction, so the store is consistent after any crash. Transactions
+ * commit without an fsync; meta_sync makes all of them durable and is
+ * called at fsync, periodically by the flusher, and at unmount.
+ *
+ * Sub-databases, keys big-endian so that cursors walk them in order:
+ *   inode   ino                   -> struct meta_inode
+ *   dirent  parent, name          -> struct meta_dirent (child ino, cookie)
+ *   dircook parent, cookie        -> name (readdir order and offsets)
+ *   bmap    ino, block index      -> block id
+ *   block   block id              -> struct meta_block (location, refcount)
+ *   xattr   ino, name             -> value
+ *   symlink ino                   -> target
+ *   info    "format"              -> struct meta_format
+ */
+#ifndef TENSORFS_META_H
+#define TENSORFS_META_H
+
+#include <lmdb.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define META_FORMAT_VERSION 1
+#define META_ROOT_INO 1
+
+struct meta_inode {
+	uint32_t mode, uid, gid, nlink;
+	uint64_t size;
+	uint64_t rdev;
+	int64_t atime, mtime, ctime;
+	uint32_t atime_ns, mtime_ns, ctime_ns;
+	uint32_t flags;
+};
+
+struct meta_block {
+	uint64_t loc;
+	uint32_t refs;
+	uint32_t flags;
+};
+
+/* Locations whose last reference went away in a transaction. */
+struct locvec {
+	uint64_t *v;
+	size_t n, cap;
+};
+
+struct fs_meta;
+
+/*
+ * Open (or create) the store in dir and take its exclusive lock.
+ * *block_size: the requested block size, 0 for the default; on return the
+ * store's own. store_id receives the store's identity (36 chars + NUL).
+ */
+int meta_open(struct fs_meta **out, const char *dir, size_t *block_size, bool block_given,
+	      uid_t root_uid, gid_t root_gid, char store_id[40], char *err, size_t errlen);
+void meta_close(struct fs_meta *m);
+int meta_sync(struct fs_meta *m);
+
+int meta_begin(struct fs_meta *m, bool write, MDB_txn **txn);
+int meta_commit(MDB_txn *txn);
+void meta_abort(MDB_txn *txn);
+
+uint64_t meta_new_ino(struct fs_meta *m);
+
+int meta_inode_get(struct fs_meta *m, MDB_txn *txn, uint64_t ino, struct meta_inode *rec);
+int meta_inode_put(struct fs_meta *m, MDB_txn *txn, uint64_t ino, const struct meta_inode *rec);
+/* Remove an inode and everything it owns: blocks, xattrs, symlink target. */
+int meta_inode_purge(struct fs_meta *m, MDB_txn *txn, uint64_t ino, struct locvec *freed);
+
+int meta_dirent_lookup(struct fs_meta *m, MDB_txn *txn, uint64_t parent, const char *name,
+		       uint64_t *ino);
+int meta_dirent_add(struct fs_meta *m, MDB_txn *txn, uint64_t parent, const char *name,
+		    uint64_t ino);
+int meta_dirent_del(struct fs_meta *m, MDB_txn *txn, uint64_t parent, const char *name);
+/* 1 if the folder has no entries, 0 if it has, -errno. */
+int meta_dir_empty(struct fs_meta *m, MDB_txn *txn, uint64_t dir);
+/*
+ * Entries of dir with cookie > after, in cookie order, until fn returns
+ * non-zero.
+ */
+typedef int (*meta_dirent_fn)(void *arg, const char *name, size_t namelen, uint64_t ino,
+			      uint64_t cookie);
+int meta_readdir(struct fs_meta *m, MDB_txn *txn, uint64_t dir, uint64_t after,
+		 meta_dirent_fn fn, void *arg);
+
+/* Block id of (ino, idx): 0, or -ENOENT for a hole. */
+int meta_bmap_get(struct fs_meta *m, MDB_txn *txn, uint64_t ino, uint64_t idx, uint64_t *id);
+int meta_block_get(struct fs_meta *m, MDB_txn *txn, uint64_t id, struct meta_block *b);
+/* Point (ino, idx) at a new block at loc (or a hole for TB_LOC_NONE). */
+int meta_bmap_store(struct fs_meta *m, MDB_txn *txn, uint64_t ino, uint64_t idx, uint64_t loc,
+		    struct locvec *freed);
+/* Drop the mappings of blocks [from, to) of ino. */
+int meta_bmap_clear(struct fs_meta *m, MDB_txn *txn, uint64_t ino, uint64_t from, uint64_t to,
+		    struct locvec *freed);
+/* Make blocks [didx, didx+n) of dst share the blocks [sidx, sidx+n) of src. */
+int meta_bmap_share(struct fs_meta *m, MDB_txn *txn, uint64_t src, uint64_t sidx, uint64_t dst,
+		    uint64_t didx, uint64_t n, struct locvec *freed);
+/* Number of mapped blocks of ino in [from, to). */
+int meta_bmap_count(struct fs_meta *m, MDB_txn *txn, uint64_t ino, uint64_t from, uint64_t to,
+		    uint64_t *count);
+
+int meta_xattr_get(struct fs_meta *m, MDB_txn *txn, uint64_t ino, const char *name, void *buf,
+		   size_t size, size_t *len);
+int meta_xattr_set(struct fs_meta *m, MDB_txn *txn, uint64_t ino, const char *name,
+		   const void *val, size_t len, int flags);
+int meta_xattr_list(struct fs_meta *m, MDB_txn *txn, uint64_t ino, char *buf, size_t size,
+		    size_t *len);
+int meta_xattr_del(struct fs_meta *m, MDB_txn *txn, uint64_t ino, const char *name);
+
+int meta_symlink_get(struct fs_meta *m, MDB_txn *txn, uint64_t ino, char *buf, size_t size);
+int meta_symlink_put(struct fs_meta *m, MDB_txn *txn, uint64_t ino, const char *target);
+
+/* Every block location in use, for rebuilding the allocators. */
+int meta_foreach_block(struct fs_meta *m, int (*fn)(void *arg, uint64_t id,
+						    const struct meta_block *b),
+		       void *arg);
+/* Inodes with no name left (open-unlinked at a crash): purge them. */
+int meta_purge_orphans(struct fs_meta *m, struct locvec *freed, uint64_t *count);
+/* Totals for statfs and stats. */
+void meta_counts(struct fs_meta *m, uint64_t *inodes, uint64_t *blocks);
+
+int locvec_push(struct locvec *v, uint64_t loc);
+void locvec_free(struct locvec *v);
+
+#endif

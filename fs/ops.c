@@ -1,0 +1,1721 @@
+/*
+ * ops.c - the FUSE low-level operations.
+ *
+ * Names, attributes and block maps go to the metadata store, one write
+ * transaction per namespace change. File data goes through the block
+ * store: a write copies into DRAM slots and is answered at once; a read is
+ * answered straight from the slots with an iovec, and a read that misses
+ * is answered from the I/O completion, so no worker thread waits on a
+ * device. Every op replies exactly once on every path. The table of ops is
+ * at the bottom.
+ */
+#include "fs.h"
+#include "log.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/fs.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#define FS_MAX_WRITE (1U << 20)
+#define FS_MAX_READAHEAD (1U << 20)
+#define FS_MAX_BACKGROUND 256
+#define FS_CONGESTION 192
+
+static struct fs *req_fs(fuse_req_t req)
+{
+	return fuse_req_userdata(req);
+}
+
+static void reply_err(struct fs *fs, fuse_req_t req, int err)
+{
+	if (err < 0)
+		err = -err;
+	if (err && err != ENOENT && err != EEXIST && err != ENODATA && err != ENOTEMPTY)
+		FS_COUNT(fs, errors, 1);
+	fuse_reply_err(req, err);
+}
+
+static void fill_entry(struct fs *fs, struct fs_inode *in, struct fuse_entry_param *e)
+{
+	memset(e, 0, sizeof(*e));
+	e->ino = in->ino;
+	e->attr_timeout = fs->attr_timeout;
+	e->entry_timeout = fs->entry_timeout;
+	pthread_mutex_lock(&in->lock);
+	fs_inode_stat(fs, in->ino, &in->rec, &e->attr);
+	pthread_mutex_unlock(&in->lock);
+}
+
+/* Reply with an entry for in and count the kernel's new lookup. */
+static void reply_entry_of(struct fs *fs, fuse_req_t req, struct fs_inode *in)
+{
+	struct fuse_entry_param e;
+
+	fill_entry(fs, in, &e);
+	fs_ilookup_add(fs, in, 1);
+	if (fuse_reply_entry(req, &e) != 0)
+		fs_iforget(fs, in->ino, 1);
+}
+
+static void touch(struct meta_inode *rec, bool mtime)
+{
+	int64_t s;
+	uint32_t ns;
+
+	fs_now(&s, &ns);
+	rec->ctime = s;
+	rec->ctime_ns = ns;
+	if (mtime) {
+		rec->mtime = s;
+		rec->mtime_ns = ns;
+	}
+}
+
+/* ---- init and life cycle ---- */
+
+static void fs_init(void *userdata, struct fuse_conn_info *conn)
+{
+	(void)userdata;
+	conn->max_write = FS_MAX_WRITE;
+	if (conn->max_readahead > FS_MAX_READAHEAD)
+		conn->max_readahead = FS_MAX_READAHEAD;
+	conn->max_background = FS_MAX_BACKGROUND;
+	conn->congestion_threshold = FS_CONGESTION;
+	if (conn->capable & FUSE_CAP_ASYNC_DIO)
+		conn->want |= FUSE_CAP_ASYNC_DIO;
+	if (conn->capable & FUSE_CAP_ASYNC_READ)
+		conn->want |= FUSE_CAP_ASYNC_READ;
+	if (conn->capable & FUSE_CAP_PARALLEL_DIROPS)
+		conn->want |= FUSE_CAP_PARALLEL_DIROPS;
+	if (conn->capable & FUSE_CAP_READDIRPLUS)
+		conn->want |= FUSE_CAP_READDIRPLUS;
+	/* The kernel would write back its own pages behind our cache: keep it simple. */
+	conn->want &= ~FUSE_CAP_WRITEBACK_CACHE;
+}
+
+/* ---- names ---- */
+
+static void fs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	struct fs *fs = req_fs(req);
+	struct fs_inode *in;
+	MDB_txn *txn;
+	uint64_t ino;
+	int ret;
+
+	FS_COUNT(fs, lookups, 1);
+	if (fs_ctl_ino(parent) || (parent == FUSE_ROOT_ID && strcmp(name, FS_CTL_NAME) == 0)) {
+		fs_ctl_lookup(fs, req, parent, name);
+		return;
+	}
+	ret = meta_begin(fs->meta, false, &txn);
+	if (ret)
+		goto err;
+	ret = meta_dirent_lookup(fs->meta, txn, parent, name, &ino);
+	meta_abort(txn);
+	if (ret)
+		goto err;
+	ret = fs_iget(fs, ino, &in);
+	if (ret)
+		goto err;
+	reply_entry_of(fs, req, in);
+	fs_iput(fs, in);
+	return;
+err:
+	reply_err(fs, req, ret);
+}
+
+static void fs_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
+{
+	struct fs *fs = req_fs(req);
+
+	if (!fs_ctl_ino(ino))
+		fs_iforget(fs, ino, nlookup);
+	fuse_reply_none(req);
+}
+
+static void fs_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_data *forgets)
+{
+	struct fs *fs = req_fs(req);
+
+	for (size_t i = 0; i < count; i++)
+		if (!fs_ctl_ino(forgets[i].ino))
+			fs_iforget(fs, forgets[i].ino, forgets[i].nlookup);
+	fuse_reply_none(req);
+}
+
+static void fs_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct fs *fs = req_fs(req);
+	struct fs_inode *in;
+	struct stat st;
+	int ret;
+
+	(void)fi;
+	FS_COUNT(fs, getattrs, 1);
+	if (fs_ctl_ino(ino)) {
+		fs_ctl_getattr(fs, req, ino);
+		return;
+	}
+	ret = fs_iget(fs, ino, &in);
+	if (ret) {
+		reply_err(fs, req, ret);
+		return;
+	}
+	pthread_mutex_lock(&in->lock);
+	fs_inode_stat(fs, ino, &in->rec, &st);
+	pthread_mutex_unlock(&in->lock);
+	fuse_reply_attr(req, &st, fs->attr_timeout);
+	fs_iput(fs, in);
+}
+
+/*
+ * Create a node under parent in one transaction: a file, folder, symlink
+ * or device. On success *out holds a referenced inode.
+ */
+static int make_node(struct fs *fs, fuse_req_t req, uint64_t parent, const char *name,
+		     mode_t mode, dev_t rdev, const char *target, struct fs_inode **out)
+{
+	const struct fuse_ctx *ctx = fuse_req_ctx(req);
+	struct fs_inode *dir;
+	struct meta_inode rec = {0};
+	MDB_txn *txn;
+	uint64_t ino, existing;
+	int ret;
+
+	if (parent == FUSE_ROOT_ID && strcmp(name, FS_CTL_NAME) == 0)
+		return -EEXIST;
+	if (strlen(name) > 255)
+		return -ENAMETOOLONG;
+	ret = fs_iget(fs, parent, &dir);
+	if (ret)
+		return ret;
+	if (!S_ISDIR(dir->rec.mode)) {
+		fs_iput(fs, dir);
+		return -ENOTDIR;
+	}
+	rec.mode = mode;
+	rec.uid = ctx->uid;
+	rec.gid = ctx->gid;
+	if (dir->rec.mode & S_ISGID) {
+		rec.gid = dir->rec.gid;
+		if (S_ISDIR(mode))
+			rec.mode |= S_ISGID;
+	}
+	rec.nlink = S_ISDIR(mode) ? 2 : 1;
+	rec.rdev = rdev;
+	rec.size = target ? strlen(target) : 0;
+	touch(&rec, true);
+	rec.atime = rec.mtime;
+	rec.atime_ns = rec.mtime_ns;
+
+	ret = meta_begin(fs->meta, true, &txn);
+	if (ret)
+		goto out;
+	ret = meta_dirent_lookup(fs->meta, txn, parent, name, &existing);
+	if (ret == 0) {
+		ret = -EEXIST;
+		goto abort;
+	}
+	if (ret != -ENOENT)
+		goto abort;
+	ino = meta_new_ino(fs->meta);
+	ret = meta_inode_put(fs->meta, txn, ino, &rec);
+	if (!ret)
+		ret = meta_dirent_add(fs->meta, txn, parent, name, ino);
+	if (!ret && target)
+		ret = meta_symlink_put(fs->meta, txn, ino, target);
+	if (ret)
+		goto abort;
+	pthread_mutex_lock(&dir->lock);
+	if (S_ISDIR(mode))
+		dir->rec.nlink++;
+	touch(&dir->rec, true);
+	struct meta_inode drec = dir->rec;
+	dir->attr_dirty = false;
+	pthread_mutex_unlock(&dir->lock);
+	ret = meta_inode_put(fs->meta, txn, parent, &drec);
+	if (ret)
+		goto abort;
+	ret = meta_commit(txn);
+	if (ret)
+		goto out;
+	fs_iput(fs, dir);
+	return fs_iget(fs, ino, out);
+abort:
+	meta_abort(txn);
+out:
+	fs_iput(fs, dir);
+	return ret;
+}
+
+static void reply_new_node(struct fs *fs, fuse_req_t req, int ret, struct fs_inode *in)
+{
+	if (ret) {
+		reply_err(fs, req, ret);
+		return;
+	}
+	reply_entry_of(fs, req, in);
+	fs_iput(fs, in);
+}
+
+static void fs_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
+{
+	struct fs *fs = req_fs(req);
+	struct fs_inode *in = NULL;
+	int ret = make_node(fs, req, parent, name, S_IFDIR | (mode & 07777), 0, NULL, &in);
+
+	reply_new_node(fs, req, ret, in);
+}
+
+static void fs_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
+		     dev_t rdev)
+{
+	struct fs *fs = req_fs(req);
+	struct fs_inode *in = NULL;
+	int ret;
+
+	if (!S_ISREG(mode) && !S_ISFIFO(mode) && !S_ISSOCK(mode) && !S_ISCHR(mode) &&
+	    !S_ISBLK(mode)) {
+		reply_err(fs, req, EINVAL);
+		return;
+	}
+	ret = make_node(fs, req, parent, name, mode, rdev, NULL, &in);
+	reply_new_node(fs, req, ret, in);
+}
+
+static void fs_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const char *name)
+{
+	struct fs *fs = req_fs(req);
+	struct fs_inode *in = NULL;
+	int ret;
+
+	if (strlen(link) >= 4096) {
+		reply_err(fs, req, ENAMETOOLONG);
+		return;
+	}
+	ret = make_node(fs, req, parent, name, S_IFLNK | 0777, 0, link, &in);
+	reply_new_node(fs, req, ret, in);
+}
+
+static void fs_readlink(fuse_req_t req, fuse_ino_t ino)
+{
+	struct fs *fs = req_fs(req);
+	char buf[4097];
+	MDB_txn *txn;
+	int ret = meta_begin(fs->meta, false, &txn);
+
+	if (ret == 0) {
+		ret = meta_symlink_get(fs->meta, txn, ino, buf, sizeof(buf));
+		meta_abort(txn);
+	}
+	if (ret)
+		reply_err(fs, req, ret);
+	else
+		fuse_reply_readlink(req, buf);
+}
+
+static void fs_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
+		      struct fuse_file_info *fi)
+{
+	struct fs *fs = req_fs(req);
+	struct fs_inode *in = NULL;
+	struct fuse_entry_param e;
+	int ret;
+
+	FS_COUNT(fs, creates, 1);
+	ret = make_node(fs, req, parent, name, S_IFREG | (mode & 07777), 0, NULL, &in);
+	if (ret) {
+		reply_err(fs, req, ret);
+		return;
+	}
+	fi->keep_cache = 1;
+	fi->fh = 0;
+	fill_entry(fs, in, &e);
+	fs_ilookup_add(fs, in, 1);
+	/* The open's reference on in is dropped at release. */
+	if (fuse_reply_create(req, &e, fi) != 0) {
+		fs_iforget(fs, in->ino, 1);
+		fs_iput(fs, in);
+	}
+}
+
+static void fs_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char *newname)
+{
+	struct fs *fs = req_fs(req);
+	struct fs_inode *in, *dir;
+	MDB_txn *txn;
+	uint64_t existing;
+	int ret;
+
+	if (fs_ctl_ino(ino)) {
+		reply_err(fs, req, EPERM);
+		return;
+	}
+	ret = fs_iget(fs, ino, &in);
+	if (ret)
+		goto err;
+	ret = fs_iget(fs, newparent, &dir);
+	if (ret)
+		goto put_in;
+	ret = meta_begin(fs->meta, true, &txn);
+	if (ret)
+		goto put_dir;
+	ret = meta_dirent_lookup(fs->meta, txn, newparent, newname, &existing);
+	if (ret == 0)
+		ret = -EEXIST;
+	else if (ret == -ENOENT)
+		ret = meta_dirent_add(fs->meta, txn, newparent, newname, ino);
+	if (ret) {
+		meta_abort(txn);
+		goto put_dir;
+	}
+	pthread_mutex_lock(&in->lock);
+	in->rec.nlink++;
+	touch(&in->rec, false);
+	struct meta_inode rec = in->rec;
+	pthread_mutex_unlock(&in->lock);
+	pthread_mutex_lock(&dir->lock);
+	touch(&dir->rec, true);
+	struct meta_inode drec = dir->rec;
+	pthread_mutex_unlock(&dir->lock);
+	ret = meta_inode_put(fs->meta, txn, ino, &rec);
+	if (!ret)
+		ret = meta_inode_put(fs->meta, txn, newparent, &drec);
+	ret = ret ? (meta_abort(txn), ret) : meta_commit(txn);
+	if (ret) {
+		pthread_mutex_lock(&in->lock);
+		in->rec.nlink--;
+		pthread_mutex_unlock(&in->lock);
+		goto put_dir;
+	}
+	fs_iput(fs, dir);
+	reply_entry_of(fs, req, in);
+	fs_iput(fs, in);
+	return;
+put_dir:
+	fs_iput(fs, dir);
+put_in:
+	fs_iput(fs, in);
+err:
+	reply_err(fs, req, ret);
+}
+
+/*
+ * Remove the name (parent, name) inside txn: drops the child's link count
+ * and returns the child referenced in *child (the caller puts it after the
+ * commit, which may purge it).
+ */
+static int remove_name(struct fs *fs, MDB_txn *txn, struct fs_inode *dir, const char *name,
+		       int want_dir, struct fs_inode **child)
+{
+	struct fs_inode *in;
+	uint64_t ino;
+	int ret;
+
+	ret = meta_dirent_lookup(fs->meta, txn, dir->ino, name, &ino);
+	if (ret)
+		return ret;
+	ret = fs_iget(fs, ino, &in);
+	if (ret)
+		return ret;
+	if (want_dir == 1 && !S_ISDIR(in->rec.mode)) {
+		ret = -ENOTDIR;
+		goto put;
+	}
+	if (want_dir == 0 && S_ISDIR(in->rec.mode)) {
+		ret = -EISDIR;
+		goto put;
+	}
+	if (S_ISDIR(in->rec.mode)) {
+		ret = meta_dir_empty(fs->meta, txn, ino);
+		if (ret == 0)
+			ret = -ENOTEMPTY;
+		if (ret < 0)
+			goto put;
+	}
+	ret = meta_dirent_del(fs->meta, txn, dir->ino, name);
+	if (ret)
+		goto put;
+	pthread_mutex_lock(&in->lock);
+	if (S_ISDIR(in->rec.mode))
+		in->rec.nlink = 0;
+	else if (in->rec.nlink)
+		in->rec.nlink--;
+	touch(&in->rec, false);
+	struct meta_inode rec = in->rec;
+	pthread_mutex_unlock(&in->lock);
+	ret = meta_inode_put(fs->meta, txn, ino, &rec);
+	if (ret)
+		goto put;
+	pthread_mutex_lock(&dir->lock);
+	if (S_ISDIR(rec.mode) && dir->rec.nlink > 2)
+		dir->rec.nlink--;
+	touch(&dir->rec, true);
+	struct meta_inode drec = dir->rec;
+	pthread_mutex_unlock(&dir->lock);
+	ret = meta_inode_put(fs->meta, txn, dir->ino, &drec);
+	if (ret)
+		goto put;
+	*child = in;
+	return 0;
+put:
+	fs_iput(fs, in);
+	return ret;
+}
+
+/* Undo the in-memory half of a removal whose transaction failed. */
+static void reload_attrs(struct fs *fs, struct fs_inode *in)
+{
+	MDB_txn *txn;
+	struct meta_inode rec;
+
+	if (meta_begin(fs->meta, false, &txn))
+		return;
+	if (meta_inode_get(fs->meta, txn, in->ino, &rec) == 0) {
+		pthread_mutex_lock(&in->lock);
+		in->rec = rec;
+		pthread_mutex_unlock(&in->lock);
+	}
+	meta_abort(txn);
+}
+
+static void do_remove(fuse_req_t req, fuse_ino_t parent, const char *name, int want_dir)
+{
+	struct fs *fs = req_fs(req);
+	struct fs_inode *dir, *child = NULL;
+	MDB_txn *txn;
+	int ret;
+
+	FS_COUNT(fs, unlinks, 1);
+	ret = fs_iget(fs, parent, &dir);
+	if (ret)
+		goto err;
+	ret = meta_begin(fs->meta, true, &txn);
+	if (ret)
+		goto put;
+	ret = remove_name(fs, txn, dir, name, want_dir, &child);
+	ret = ret ? (meta_abort(txn), ret) : meta_commit(txn);
+	if (ret && child) {
+		reload_attrs(fs, child);
+		reload_attrs(fs, dir);
+	}
+	if (child)
+		fs_iput(fs, child);
+put:
+	fs_iput(fs, dir);
+err:
+	reply_err(fs, req, ret);
+}
+
+static void fs_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	do_remove(req, parent, name, 0);
+}
+
+static void fs_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	do_remove(req, parent, name, 1);
+}
+
+static int exchange(struct fs *fs, MDB_txn *txn, struct fs_inode *dir, const char *name,
+		    struct fs_inode *ndir, const char *newname, uint64_t a, uint64_t b)
+{
+	struct fs_inode *ia, *ib;
+	int ret = fs_iget(fs, a, &ia);
+
+	if (ret)
+		return ret;
+	ret = fs_iget(fs, b, &ib);
+	if (ret) {
+		fs_iput(fs, ia);
+		return ret;
+	}
+	ret = meta_dirent_del(fs->meta, txn, dir->ino, name);
+	if (!ret)
+		ret = meta_dirent_del(fs->meta, txn, ndir->ino, newname);
+	if (!ret)
+		ret = meta_dirent_add(fs->meta, txn, dir->ino, name, b);
+	if (!ret)
+		ret = meta_dirent_add(fs->meta, txn, ndir->ino, newname, a);
+	if (!ret && dir != ndir && S_ISDIR(ia->rec.mode) != S_ISDIR(ib->rec.mode)) {
+		/* A folder moves to the other parent: link counts follow it. */
+		struct fs_inode *gains = S_ISDIR(ia->rec.mode) ? ndir : dir;
+		struct fs_inode *loses = S_ISDIR(ia->rec.mode) ? dir : ndir;
+
+		pthread_mutex_lock(&gains->lock);
+		gains->rec.nlink++;
+		pthread_mutex_unlock(&gains->lock);
+		pthread_mutex_lock(&loses->lock);
+		loses->rec.nlink--;
+		pthread_mutex_unlock(&loses->lock);
+	}
+	fs_iput(fs, ia);
+	fs_iput(fs, ib);
+	return ret;
+}
+
+static void fs_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent,
+		      const char *newname, unsigned int flags)
+{
+	struct fs *fs = req_fs(req);
+	struct fs_inode *dir = NULL, *ndir = NULL, *src = NULL, *victim = NULL;
+	uint64_t sino, dino;
+	bool have_dst;
+	MDB_txn *txn = NULL;
+	int ret;
+
+	FS_COUNT(fs, renames, 1);
+	if (flags & ~(RENAME_NOREPLACE | RENAME_EXCHANGE) ||
+	    (flags & RENAME_NOREPLACE && flags & RENAME_EXCHANGE)) {
+		reply_err(fs, req, EINVAL);
+		return;
+	}
+	if ((newparent == FUSE_ROOT_ID && strcmp(newname, FS_CTL_NAME) == 0) ||
+	    fs_ctl_ino(parent) || fs_ctl_ino(newparent)) {
+		reply_err(fs, req, EPERM);
+		return;
+	}
+	ret = fs_iget(fs, parent, &dir);
+	if (!ret)
+		ret = fs_iget(fs, newparent, &ndir);
+	if (ret)
+		goto out;
+	ret = meta_begin(fs->meta, true, &txn);
+	if (ret)
+		goto out;
+	ret = meta_dirent_lookup(fs->meta, txn, parent, name, &sino);
+	if (ret)
+		goto abort;
+	ret = meta_dirent_lookup(fs->meta, txn, newparent, newname, &dino);
+	if (ret && ret != -ENOENT)
+		goto abort;
+	have_dst = ret == 0;
+	ret = 0;
+	if (flags & RENAME_EXCHANGE) {
+		ret = have_dst ? exchange(fs, txn, dir, name, ndir, newname, sino, dino) : -ENOENT;
+		goto store_dirs;
+	}
+	if (have_dst && (flags & RENAME_NOREPLACE)) {
+		ret = -EEXIST;
+		goto abort;
+	}
+	if (have_dst && dino == sino)
+		goto abort; /* both names are the same inode: nothing to do */
+	ret = fs_iget(fs, sino, &src);
+	if (ret)
+		goto abort;
+	if (have_dst) {
+		struct fs_inode *d;
+
+		ret = fs_iget(fs, dino, &d);
+		if (ret)
+			goto abort;
+		bool src_dir = S_ISDIR(src->rec.mode), dst_dir = S_ISDIR(d->rec.mode);
+		fs_iput(fs, d);
+		if (src_dir && !dst_dir)
+			ret = -ENOTDIR;
+		else if (!src_dir && dst_dir)
+			ret = -EISDIR;
+		if (!ret)
+			ret = remove_name(fs, txn, ndir, newname, src_dir, &victim);
+		if (ret)
+			goto abort;
+	}
+	ret = meta_dirent_del(fs->meta, txn, parent, name);
+	if (!ret)
+		ret = meta_dirent_add(fs->meta, txn, newparent, newname, sino);
+	if (ret)
+		goto abort;
+	pthread_mutex_lock(&src->lock);
+	touch(&src->rec, false);
+	struct meta_inode srec = src->rec;
+	pthread_mutex_unlock(&src->lock);
+	ret = meta_inode_put(fs->meta, txn, sino, &srec);
+	if (ret)
+		goto abort;
+	if (S_ISDIR(srec.mode) && dir != ndir) {
+		pthread_mutex_lock(&dir->lock);
+		dir->rec.nlink--;
+		pthread_mutex_unlock(&dir->lock);
+		pthread_mutex_lock(&ndir->lock);
+		ndir->rec.nlink++;
+		pthread_mutex_unlock(&ndir->lock);
+	}
+store_dirs:
+	if (ret)
+		goto abort;
+	pthread_mutex_lock(&dir->lock);
+	touch(&dir->rec, true);
+	struct meta_inode drec = dir->rec;
+	pthread_mutex_unlock(&dir->lock);
+	ret = meta_inode_put(fs->meta, txn, dir->ino, &drec);
+	if (!ret && ndir != dir) {
+		pthread_mutex_lock(&ndir->lock);
+		touch(&ndir->rec, true);
+		struct meta_inode nrec = ndir->rec;
+		pthread_mutex_unlock(&ndir->lock);
+		ret = meta_inode_put(fs->meta, txn, ndir->ino, &nrec);
+	}
+	if (ret)
+		goto abort;
+	ret = meta_commit(txn);
+	txn = NULL;
+	if (ret)
+		goto reload;
+	goto out;
+abort:
+	if (txn)
+		meta_abort(txn);
+reload:
+	if (ret) {
+		reload_attrs(fs, dir);
+		if (ndir != dir)
+			reload_attrs(fs, ndir);
+		if (victim)
+			reload_attrs(fs, victim);
+	}
+out:
+	if (victim)
+		fs_iput(fs, victim);
+	if (src)
+		fs_iput(fs, src);
+	if (ndir)
+		fs_iput(fs, ndir);
+	if (dir)
+		fs_iput(fs, dir);
+	reply_err(fs, req, ret);
+}
+
+/* ---- data: helpers shared by write, truncate, punch and copy ---- */
+
+/* Store len bytes of buf (NULL: zeros) at off, extending the size. */
+static int write_data(struct fs *fs, struct fs_inode *in, const char *buf, size_t len, off_t off)
+{
+	size_t done = 0;
+	int ret = 0;
+
+	while (done < len) {
+		uint64_t pos = (uint64_t)off + done;
+		uint64_t idx = pos / fs->bs;
+		size_t bo = pos % fs->bs, n = fs->bs - bo;
+		struct tb_ref ref;
+
+		if (n > len - done)
+			n = len - done;
+		ret = tb_get_write(fs->tb, in->ino, idx, bo, n, &ref);
+		if (ret)
+			break;
+		if (buf)
+			memcpy((char *)ref.data + bo, buf + done, n);
+		else
+			memset((char *)ref.data + bo, 0, n);
+		tb_put_dirty(fs->tb, &ref, bo, n);
+		done += n;
+	}
+	pthread_mutex_lock(&in->lock);
+	if (done && (uint64_t)off + done > in->rec.size)
+		in->rec.size = (uint64_t)off + done;
+	if (done) {
+		touch(&in->rec, true);
+		in->attr_dirty = true;
+	}
+	pthread_mutex_unlock(&in->lock);
+	return ret;
+}
+
+/* Read len bytes at off into buf, synchronously; holes and EOF read as zeros. */
+static int read_data(struct fs *fs, struct fs_inode *in, char *buf, size_t len, off_t off)
+{
+	size_t done = 0;
+
+	while (done < len) {
+		uint64_t pos = (uint64_t)off + done;
+		size_t bo = pos % fs->bs, n = fs->bs - bo;
+		struct tb_ref ref;
+		int ret;
+
+		if (n > len - done)
+			n = len - done;
+		ret = tb_get(fs->tb, in->ino, pos / fs->bs, &ref, NULL);
+		if (ret == -ENOENT) {
+			memset(buf + done, 0, n);
+		} else if (ret == 0) {
+			memcpy(buf + done, (char *)ref.data + bo, n);
+			tb_put(fs->tb, &ref, n);
+		} else {
+			return ret;
+		}
+		done += n;
+	}
+	return 0;
+}
+
+/*
+ * Drop whole blocks [from, to) from the cache and the block map.
+ * Caller holds in->io exclusively.
+ */
+static int drop_blocks(struct fs *fs, struct fs_inode *in, uint64_t from, uint64_t to,
+		       const struct meta_inode *rec)
+{
+	struct locvec freed = {0};
+	MDB_txn *txn;
+	int ret;
+
+	if (from < to)
+		tb_drop(fs->tb, in->ino, from, to);
+	ret = meta_begin(fs->meta, true, &txn);
+	if (ret)
+		return ret;
+	if (from < to)
+		ret = meta_bmap_clear(fs->meta, txn, in->ino, from, to, &freed);
+	if (!ret && rec)
+		ret = meta_inode_put(fs->meta, txn, in->ino, rec);
+	if (ret) {
+		meta_abort(txn);
+		locvec_free(&freed);
+		return ret;
+	}
+	ret = meta_commit(txn);
+	if (ret) {
+		locvec_free(&freed);
+		return ret;
+	}
+	return fs_release_locs(fs, &freed);
+}
+
+/* Zero bytes [off, off+len) that lie in partial blocks; caller holds io. */
+static int zero_partial(struct fs *fs, struct fs_inode *in, uint64_t off, uint64_t len)
+{
+	uint64_t end = off + len;
+	uint64_t head_end = (off / fs->bs + 1) * fs->bs;
+	int ret = 0;
+
+	if (off % fs->bs) {
+		uint64_t n = (end < head_end ? end : head_end) - off;
+
+		ret = write_data(fs, in, NULL, n, (off_t)off);
+		if (ret || end <= head_end)
+			return ret;
+	}
+	if (end % fs->bs && end / fs->bs * fs->bs >= off)
+		ret = write_data(fs, in, NULL, end % fs->bs, (off_t)(end / fs->bs * fs->bs));
+	return ret;
+}
+
+/* Change the size; caller holds in->io exclusively. */
+static int truncate_to(struct fs *fs, struct fs_inode *in, uint64_t size)
+{
+	struct meta_inode rec;
+	uint64_t old;
+	int ret;
+
+	pthread_mutex_lock(&in->lock);
+	old = in->rec.size;
+	pthread_mutex_unlock(&in->lock);
+	if (size < old && size % fs->bs) {
+		/* The tail of the new last block must read as zeros later. */
+		uint64_t blk_end = (size / fs->bs + 1) * fs->bs;
+		uint64_t zero_end = old < blk_end ? old : blk_end;
+
+		ret = write_data(fs, in, NULL, zero_end - size, (off_t)size);
+		if (ret)
+			return ret;
+	}
+	pthread_mutex_lock(&in->lock);
+	in->rec.size = size;
+	touch(&in->rec, true);
+	in->attr_dirty = false;
+	rec = in->rec;
+	pthread_mutex_unlock(&in->lock);
+	if (size >= old)
+		return drop_blocks(fs, in, 0, 0, &rec);
+	return drop_blocks(fs, in, (size + fs->bs - 1) / fs->bs, UINT64_MAX, &rec);
+}
+
+/* ---- attributes ---- */
+
+static void fs_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
+		       struct fuse_file_info *fi)
+{
+	struct fs *fs = req_fs(req);
+	struct fs_inode *in;
+	struct meta_inode rec;
+	MDB_txn *txn;
+	struct stat st;
+	int64_t s;
+	uint32_t ns;
+	int ret;
+
+	(void)fi;
+	FS_COUNT(fs, setattrs, 1);
+	if (fs_ctl_ino(ino)) {
+		reply_err(fs, req, EPERM);
+		return;
+	}
+	ret = fs_iget(fs, ino, &in);
+	if (ret)
+		goto err;
+	if (to_set & FUSE_SET_ATTR_SIZE) {
+		if (S_ISDIR(in->rec.mode)) {
+			ret = -EISDIR;
+			goto put;
+		}
+		pthread_rwlock_wrlock(&in->io);
+		ret = truncate_to(fs, in, (uint64_t)attr->st_size);
+		pthread_rwlock_unlock(&in->io);
+		if (ret)
+			goto put;
+	}
+	fs_now(&s, &ns);
+	pthread_mutex_lock(&in->lock);
+	if (to_set & FUSE_SET_ATTR_MODE)
+		in->rec.mode = (in->rec.mode & S_IFMT) | (attr->st_mode & 07777);
+	if (to_set & FUSE_SET_ATTR_UID)
+		in->rec.uid = attr->st_uid;
+	if (to_set & FUSE_SET_ATTR_GID)
+		in->rec.gid = attr->st_gid;
+	if (to_set & FUSE_SET_ATTR_ATIME_NOW) {
+		in->rec.atime = s;
+		in->rec.atime_ns = ns;
+	} else if (to_set & FUSE_SET_ATTR_ATIME) {
+		in->rec.atime = attr->st_atim.tv_sec;
+		in->rec.atime_ns = (uint32_t)attr->st_atim.tv_nsec;
+	}
+	if (to_set & FUSE_SET_ATTR_MTIME_NOW) {
+		in->rec.mtime = s;
+		in->rec.mtime_ns = ns;
+	} else if (to_set & FUSE_SET_ATTR_MTIME) {
+		in->rec.mtime = attr->st_mtim.tv_sec;
+		in->rec.mtime_ns = (uint32_t)attr->st_mtim.tv_nsec;
+	}
+	if (to_set & FUSE_SET_ATTR_CTIME) {
+		in->rec.ctime = attr->st_ctim.tv_sec;
+		in->rec.ctime_ns = (uint32_t)attr->st_ctim.tv_nsec;
+	} else {
+		in->rec.ctime = s;
+		in->rec.ctime_ns = ns;
+	}
+	in->attr_dirty = false;
+	rec = in->rec;
+	pthread_mutex_unlock(&in->lock);
+	ret = meta_begin(fs->meta, true, &txn);
+	if (ret)
+		goto put;
+	ret = meta_inode_put(fs->meta, txn, ino, &rec);
+	ret = ret ? (meta_abort(txn), ret) : meta_commit(txn);
+	if (ret)
+		goto put;
+	fs_inode_stat(fs, ino, &rec, &st);
+	fuse_reply_attr(req, &st, fs->attr_timeout);
+	fs_iput(fs, in);
+	return;
+put:
+	fs_iput(fs, in);
+err:
+	reply_err(fs, req, ret);
+}
+
+/* ---- open files ---- */
+
+static void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct fs *fs = req_fs(req);
+	struct fs_inode *in;
+	int ret;
+
+	FS_COUNT(fs, opens, 1);
+	if (fs_ctl_ino(ino)) {
+		fs_ctl_open(fs, req, ino, fi);
+		return;
+	}
+	ret = fs_iget(fs, ino, &in);
+	if (ret) {
+		reply_err(fs, req, ret);
+		return;
+	}
+	if (S_ISDIR(in->rec.mode)) {
+		fs_iput(fs, in);
+		reply_err(fs, req, EISDIR);
+		return;
+	}
+	fi->keep_cache = 1;
+	fi->fh = 0;
+	/* The reference is the open's; release drops it. */
+	if (fuse_reply_open(req, fi) != 0)
+		fs_iput(fs, in);
+}
+
+static void fs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct fs *fs = req_fs(req);
+	struct fs_inode *in;
+
+	if (fs_ctl_ino(ino)) {
+		fs_ctl_release(req, fi);
+		return;
+	}
+	/* Drop the open's reference, found again through the table. */
+	if (fs_iget(fs, ino, &in) == 0) {
+		fs_iflush_attr(fs, in);
+		fs_iput(fs, in);
+		fs_iput(fs, in);
+	}
+	fuse_reply_err(req, 0);
+}
+
+static void fs_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	(void)ino;
+	(void)fi;
+	fuse_reply_err(req, 0);
+}
+
+static void fs_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
+{
+	struct fs *fs = req_fs(req);
+	struct fs_inode *in;
+	int ret;
+
+	(void)datasync;
+	(void)fi;
+	FS_COUNT(fs, fsyncs, 1);
+	if (fs_ctl_ino(ino)) {
+		fuse_reply_err(req, 0);
+		return;
+	}
+	ret = fs_iget(fs, ino, &in);
+	if (ret)
+		goto out;
+	ret = tb_flush_obj(fs->tb, ino);
+	int r = fs_iflush_attr(fs, in);
+	if (!ret)
+		ret = r;
+	r = tb_durable(fs->tb);
+	if (!ret)
+		ret = r;
+	fs_iput(fs, in);
+out:
+	reply_err(fs, req, ret);
+}
+
+static void fs_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
+{
+	struct fs *fs = req_fs(req);
+
+	(void)ino;
+	(void)datasync;
+	(void)fi;
+	reply_err(fs, req, tb_durable(fs->tb));
+}
+
+/* ---- read: answered from the slots, or from the load's completion ---- */
+
+struct read_blk {
+	struct tb_waiter w;
+	struct tb_ref ref;
+	struct read_ctx *ctx;
+	bool hole;
+};
+
+struct read_ctx {
+	fuse_req_t req;
+	struct fs *fs;
+	uint64_t off;
+	size_t size;
+	unsigned nblk;
+	int pending; /* atomic */
+	int err;     /* atomic: first error */
+	struct read_blk blk[];
+};
+
+static void read_finish(struct read_ctx *c)
+{
+	struct fs *fs = c->fs;
+	struct iovec *iov = calloc(c->nblk, sizeof(*iov));
+	size_t left = c->size, bo = c->off % fs->bs;
+
+	if (c->err || !iov) {
+		reply_err(fs, c->req, c->err ? c->err : -ENOMEM);
+		goto out;
+	}
+	for (unsigned i = 0; i < c->nblk; i++) {
+		size_t n = fs->bs - bo < left ? fs->bs - bo : left;
+		const char *base = c->blk[i].hole ? tb_zero_block(fs->tb) : c->blk[i].ref.data;
+
+		iov[i].iov_base = (char *)base + bo;
+		iov[i].iov_len = n;
+		left -= n;
+		bo = 0;
+	}
+	fuse_reply_iov(c->req, iov, (int)c->nblk);
+	FS_COUNT(fs, read_bytes, c->size);
+out:
+	left = c->size;
+	bo = c->off % fs->bs;
+	for (unsigned i = 0; i < c->nblk; i++) {
+		size_t n = fs->bs - bo < left ? fs->bs - bo : left;
+
+		if (c->blk[i].ref.e)
+			tb_put(fs->tb, &c->blk[i].ref, c->err ? 0 : n);
+		left -= n;
+		bo = 0;
+	}
+	free(iov);
+	free(c);
+}
+
+static void read_blk_ready(struct tb_waiter *w, int err)
+{
+	struct read_blk *b = (struct read_blk *)w;
+	struct read_ctx *c = b->ctx;
+
+	if (err == 0) {
+		b->ref = w->ref;
+	} else if (err == -ENOENT) {
+		b->hole = true;
+	} else {
+		int zero = 0;
+
+		__atomic_compare_exchange_n(&c->err, &zero, err, false, __ATOMIC_SEQ_CST,
+					    __ATOMIC_SEQ_CST);
+	}
+	if (__atomic_sub_fetch(&c->pending, 1, __ATOMIC_ACQ_REL) == 0)
+		read_finish(c);
+}
+
+static void fs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		    struct fuse_file_info *fi)
+{
+	struct fs *fs = req_fs(req);
+	struct fs_inode *in;
+	struct read_ctx *c;
+	uint64_t fsize;
+	int ret;
+
+	if (fs_ctl_ino(ino)) {
+		fs_ctl_read(req, size, off, fi);
+		return;
+	}
+	FS_COUNT(fs, reads, 1);
+	ret = fs_iget(fs, ino, &in);
+	if (ret) {
+		reply_err(fs, req, ret);
+		return;
+	}
+	pthread_mutex_lock(&in->lock);
+	fsize = in->rec.size;
+	pthread_mutex_unlock(&in->lock);
+	if (off < 0 || (uint64_t)off >= fsize || size == 0) {
+		fs_iput(fs, in);
+		fuse_reply_buf(req, NULL, 0);
+		return;
+	}
+	if ((uint64_t)off + size > fsize)
+		size = (size_t)(fsize - (uint64_t)off);
+
+	uint64_t first = (uint64_t)off / fs->bs, last = ((uint64_t)off + size - 1) / fs->bs;
+	unsigned nblk = (unsigned)(last - first + 1);
+	c = calloc(1, sizeof(*c) + nblk * sizeof(c->blk[0]));
+	if (!c) {
+		fs_iput(fs, in);
+		reply_err(fs, req, ENOMEM);
+		return;
+	}
+	c->req = req;
+	c->fs = fs;
+	c->off = (uint64_t)off;
+	c->size = size;
+	c->nblk = nblk;
+	c->pending = 1; /* ours, dropped after submitting */
+
+	pthread_rwlock_rdlock(&in->io);
+	for (unsigned i = 0; i < nblk; i++) {
+		struct read_blk *b = &c->blk[i];
+
+		b->ctx = c;
+		b->w.fn = read_blk_ready;
+		__atomic_add_fetch(&c->pending, 1, __ATOMIC_ACQ_REL);
+		ret = tb_get(fs->tb, ino, first + i, &b->ref, &b->w);
+		if (ret == 1)
+			continue; /* read_blk_ready runs on completion */
+		if (ret == 0)
+			b->w.ref = b->ref;
+		read_blk_ready(&b->w, ret);
+	}
+	pthread_rwlock_unlock(&in->io);
+	fs_iput(fs, in);
+	if (__atomic_sub_fetch(&c->pending, 1, __ATOMIC_ACQ_REL) == 0)
+		read_finish(c);
+}
+
+/* ---- write ---- */
+
+static void fs_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
+		     struct fuse_file_info *fi)
+{
+	struct fs *fs = req_fs(req);
+	struct fs_inode *in;
+	int ret;
+
+	(void)fi;
+	FS_COUNT(fs, writes, 1);
+	if (fs_ctl_ino(ino)) {
+		reply_err(fs, req, EACCES);
+		return;
+	}
+	if (off < 0) {
+		reply_err(fs, req, EINVAL);
+		return;
+	}
+	ret = fs_iget(fs, ino, &in);
+	if (ret) {
+		reply_err(fs, req, ret);
+		return;
+	}
+	pthread_rwlock_rdlock(&in->io);
+	ret = write_data(fs, in, buf, size, off);
+	pthread_rwlock_unlock(&in->io);
+	fs_iput(fs, in);
+	if (ret) {
+		/* Never a short count: the writer learns the whole request failed. */
+		reply_err(fs, req, ret);
+		return;
+	}
+	FS_COUNT(fs, write_bytes, size);
+	fuse_reply_write(req, size);
+}
+
+/* ---- fallocate and copy_file_range ---- */
+
+static int punch(struct fs *fs, struct fs_inode *in, uint64_t off, uint64_t len)
+{
+	uint64_t size, end, first, last;
+	int ret;
+
+	pthread_mutex_lock(&in->lock);
+	size = in->rec.size;
+	pthread_mutex_unlock(&in->lock);
+	if (off >= size)
+		return 0;
+	end = off + len < size ? off + len : size;
+	first = (off + fs->bs - 1) / fs->bs;
+	last = end / fs->bs; /* whole blocks are [first, last) */
+	if (first < last) {
+		ret = drop_blocks(fs, in, first, last, NULL);
+		if (ret)
+			return ret;
+	}
+	/* write_data must not grow the file: zero only inside it. */
+	ret = zero_partial(fs, in, off, end - off);
+	pthread_mutex_lock(&in->lock);
+	in->rec.size = size;
+	pthread_mutex_unlock(&in->lock);
+	return ret;
+}
+
+static void fs_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, off_t len,
+			 struct fuse_file_info *fi)
+{
+	struct fs *fs = req_fs(req);
+	struct fs_inode *in;
+	int ret;
+
+	(void)fi;
+	FS_COUNT(fs, fallocates, 1);
+	if (off < 0 || len <= 0) {
+		reply_err(fs, req, EINVAL);
+		return;
+	}
+	if (mode & ~(FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE)) {
+		reply_err(fs, req, EOPNOTSUPP);
+		return;
+	}
+	if ((mode & FALLOC_FL_PUNCH_HOLE) && !(mode & FALLOC_FL_KEEP_SIZE)) {
+		reply_err(fs, req, EINVAL);
+		return;
+	}
+	ret = fs_iget(fs, ino, &in);
+	if (ret)
+		goto err;
+	pthread_rwlock_wrlock(&in->io);
+	if (mode & FALLOC_FL_PUNCH_HOLE) {
+		ret = punch(fs, in, (uint64_t)off, (uint64_t)len);
+	} else {
+		/* No preallocation: we check that the space exists now. */
+		ret = tb_space_check(fs->tb, ((uint64_t)len + fs->bs - 1) / fs->bs);
+		pthread_mutex_lock(&in->lock);
+		if (!ret && !(mode & FALLOC_FL_KEEP_SIZE) &&
+		    (uint64_t)off + (uint64_t)len > in->rec.size) {
+			in->rec.size = (uint64_t)off + (uint64_t)len;
+			touch(&in->rec, false);
+			in->attr_dirty = true;
+		}
+		pthread_mutex_unlock(&in->lock);
+		if (!ret)
+			ret = fs_iflush_attr(fs, in);
+	}
+	pthread_rwlock_unlock(&in->io);
+	fs_iput(fs, in);
+err:
+	reply_err(fs, req, ret);
+}
+
+/* Copy n bytes by value, through a bounce buffer. */
+static int copy_bytes(struct fs *fs, struct fs_inode *src, uint64_t soff, struct fs_inode *dst,
+		      uint64_t doff, uint64_t n)
+{
+	char *buf = malloc(fs->bs);
+	int ret = buf ? 0 : -ENOMEM;
+
+	while (!ret && n) {
+		size_t chunk = n < fs->bs ? n : fs->bs;
+
+		ret = read_data(fs, src, buf, chunk, (off_t)soff);
+		if (!ret)
+			ret = write_data(fs, dst, buf, chunk, (off_t)doff);
+		soff += chunk;
+		doff += chunk;
+		n -= chunk;
+	}
+	free(buf);
+	return ret;
+}
+
+/* Let whole blocks of dst share the blocks of src: no data moves. */
+static int share_blocks(struct fs *fs, struct fs_inode *src, uint64_t sidx, struct fs_inode *dst,
+			uint64_t didx, uint64_t n, uint64_t new_end)
+{
+	struct locvec freed = {0};
+	struct meta_inode rec;
+	MDB_txn *txn;
+	int ret;
+
+	ret = tb_flush_obj(fs->tb, src->ino);
+	if (ret)
+		return ret;
+	tb_drop(fs->tb, dst->ino, didx, didx + n);
+	pthread_mutex_lock(&dst->lock);
+	if (new_end > dst->rec.size)
+		dst->rec.size = new_end;
+	touch(&dst->rec, true);
+	dst->attr_dirty = false;
+	rec = dst->rec;
+	pthread_mutex_unlock(&dst->lock);
+	ret = meta_begin(fs->meta, true, &txn);
+	if (ret)
+		return ret;
+	ret = meta_bmap_share(fs->meta, txn, src->ino, sidx, dst->ino, didx, n, &freed);
+	if (!ret)
+		ret = meta_inode_put(fs->meta, txn, dst->ino, &rec);
+	if (ret) {
+		meta_abort(txn);
+		locvec_free(&freed);
+		return ret;
+	}
+	ret = meta_commit(txn);
+	if (ret) {
+		locvec_free(&freed);
+		return ret;
+	}
+	FS_COUNT(fs, copy_shared_bytes, n * fs->bs);
+	return fs_release_locs(fs, &freed);
+}
+
+static void fs_copy_file_range(fuse_req_t req, fuse_ino_t ino_in, off_t off_in,
+			       struct fuse_file_info *fi_in, fuse_ino_t ino_out, off_t off_out,
+			       struct fuse_file_info *fi_out, size_t len, int flags)
+{
+	struct fs *fs = req_fs(req);
+	struct fs_inode *src = NULL, *dst = NULL;
+	uint64_t size_in, so = (uint64_t)off_in, dof = (uint64_t)off_out, n = 0;
+	int ret;
+
+	(void)fi_in;
+	(void)fi_out;
+	FS_COUNT(fs, copies, 1);
+	if (flags || off_in < 0 || off_out < 0) {
+		reply_err(fs, req, EINVAL);
+		return;
+	}
+	if (fs_ctl_ino(ino_in) || fs_ctl_ino(ino_out)) {
+		reply_err(fs, req, EOPNOTSUPP);
+		return;
+	}
+	ret = fs_iget(fs, ino_in, &src);
+	if (!ret)
+		ret = fs_iget(fs, ino_out, &dst);
+	if (ret)
+		goto out;
+	pthread_mutex_lock(&src->lock);
+	size_in = src->rec.size;
+	pthread_mutex_unlock(&src->lock);
+	n = so >= size_in ? 0 : size_in - so;
+	if (n > len)
+		n = len;
+	if (ino_in == ino_out && so < dof + n && dof < so + n) {
+		ret = -EINVAL; /* overlapping ranges of one file */
+		goto out;
+	}
+	if (n == 0)
+		goto out;
+
+	pthread_rwlock_wrlock(&dst->io);
+	if (so % fs->bs == dof % fs->bs) {
+		uint64_t head = so % fs->bs ? fs->bs - so % fs->bs : 0;
+
+		if (head > n)
+			head = n;
+		ret = copy_bytes(fs, src, so, dst, dof, head);
+		uint64_t whole = (n - head) / fs->bs;
+		if (!ret && whole)
+			ret = share_blocks(fs, src, (so + head) / fs->bs, dst, (dof + head) / fs->bs,
+					   whole, dof + head + whole * fs->bs);
+		uint64_t tail = n - head - whole * fs->bs;
+		uint64_t t = head + whole * fs->bs;
+		if (!ret && tail)
+			ret = copy_bytes(fs, src, so + t, dst, dof + t, tail);
+	} else {
+		ret = copy_bytes(fs, src, so, dst, dof, n);
+	}
+	pthread_rwlock_unlock(&dst->io);
+	if (!ret)
+		ret = fs_iflush_attr(fs, dst);
+out:
+	if (dst)
+		fs_iput(fs, dst);
+	if (src)
+		fs_iput(fs, src);
+	if (ret)
+		reply_err(fs, req, ret);
+	else
+		fuse_reply_write(req, n);
+}
+
+/* ---- folders ---- */
+
+static void fs_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct fs *fs = req_fs(req);
+	struct fs_inode *in;
+	int ret;
+
+	fi->fh = 0;
+	if (fs_ctl_ino(ino)) {
+		fuse_reply_open(req, fi);
+		return;
+	}
+	ret = fs_iget(fs, ino, &in);
+	if (ret) {
+		reply_err(fs, req, ret);
+		return;
+	}
+	bool dir = S_ISDIR(in->rec.mode);
+	fs_iput(fs, in);
+	if (!dir)
+		reply_err(fs, req, ENOTDIR);
+	else
+		fuse_reply_open(req, fi);
+}
+
+struct dir_buf {
+	struct fs *fs;
+	fuse_req_t req;
+	char *buf;
+	size_t size, len;
+	bool plus;
+	int err;
+};
+
+/* Offsets: "." is followed by 1, ".." by 2, an entry with cookie c by c + 2. */
+static int add_dirent(void *arg, const char *name, size_t namelen, uint64_t ino, uint64_t cookie)
+{
+	struct dir_buf *d = arg;
+	size_t need;
+
+	(void)namelen;
+	if (d->plus) {
+		struct fs_inode *in;
+		struct fuse_entry_param e;
+
+		if (fs_iget(d->fs, ino, &in) != 0)
+			return 0; /* raced with a removal: skip it */
+		fill_entry(d->fs, in, &e);
+		need = fuse_add_direntry_plus(d->req, d->buf + d->len, d->size - d->len, name, &e,
+					      (off_t)(cookie + 2));
+		if (need <= d->size - d->len)
+			fs_ilookup_add(d->fs, in, 1);
+		fs_iput(d->fs, in);
+	} else {
+		struct stat st = {0};
+		struct fs_inode *in;
+
+		st.st_ino = ino;
+		if (fs_iget(d->fs, ino, &in) == 0) {
+			st.st_mode = in->rec.mode & S_IFMT;
+			fs_iput(d->fs, in);
+		}
+		need = fuse_add_direntry(d->req, d->buf + d->len, d->size - d->len, name, &st,
+					 (off_t)(cookie + 2));
+	}
+	if (need > d->size - d->len)
+		return 1; /* full */
+	d->len += need;
+	return 0;
+}
+
+static bool add_dot(struct dir_buf *d, const char *name, uint64_t ino, off_t next)
+{
+	size_t need;
+	struct stat st = {0};
+
+	st.st_ino = ino;
+	st.st_mode = S_IFDIR;
+	if (d->plus) {
+		struct fuse_entry_param e = {0};
+
+		e.attr = st;
+		need = fuse_add_direntry_plus(d->req, d->buf + d->len, d->size - d->len, name, &e,
+					      next);
+	} else {
+		need = fuse_add_direntry(d->req, d->buf + d->len, d->size - d->len, name, &st,
+					 next);
+	}
+	if (need > d->size - d->len)
+		return false;
+	d->len += need;
+	return true;
+}
+
+static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, bool plus)
+{
+	struct fs *fs = req_fs(req);
+	struct dir_buf d = {fs, req, NULL, size, 0, plus, 0};
+	MDB_txn *txn;
+	int ret;
+
+	if (fs_ctl_ino(ino)) {
+		fs_ctl_readdir(fs, req, ino, size, off, plus);
+		return;
+	}
+	d.buf = malloc(size);
+	if (!d.buf) {
+		reply_err(fs, req, ENOMEM);
+		return;
+	}
+	if (off == 0 && !add_dot(&d, ".", ino, 1))
+		goto reply;
+	if (off <= 1 && !add_dot(&d, "..", ino, 2))
+		goto reply;
+	ret = meta_begin(fs->meta, false, &txn);
+	if (ret) {
+		free(d.buf);
+		reply_err(fs, req, ret);
+		return;
+	}
+	ret = meta_readdir(fs->meta, txn, ino, off >= 2 ? (uint64_t)off - 2 : 0, add_dirent, &d);
+	meta_abort(txn);
+	if (ret && d.len == 0) {
+		free(d.buf);
+		reply_err(fs, req, ret);
+		return;
+	}
+reply:
+	fuse_reply_buf(req, d.buf, d.len);
+	free(d.buf);
+}
+
+static void fs_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		       struct fuse_file_info *fi)
+{
+	(void)fi;
+	do_readdir(req, ino, size, off, false);
+}
+
+static void fs_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+			   struct fuse_file_info *fi)
+{
+	(void)fi;
+	do_readdir(req, ino, size, off, true);
+}
+
+static void fs_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	(void)ino;
+	(void)fi;
+	fuse_reply_err(req, 0);
+}
+
+static void fs_statfs(fuse_req_t req, fuse_ino_t ino)
+{
+	struct fs *fs = req_fs(req);
+	struct statvfs sv = {0};
+	uint64_t total, avail, inodes, blocks;
+	const unsigned long frag = 4096;
+
+	(void)ino;
+	tb_space(fs->tb, &total, &avail);
+	meta_counts(fs->meta, &inodes, &blocks);
+	sv.f_bsize = fs->bs;
+	sv.f_frsize = frag;
+	sv.f_blocks = total / frag;
+	sv.f_bfree = avail / frag;
+	sv.f_bavail = avail / frag;
+	sv.f_files = 1ULL << 40;
+	sv.f_ffree = sv.f_files - inodes;
+	sv.f_favail = sv.f_ffree;
+	sv.f_namemax = 255;
+	fuse_reply_statfs(req, &sv);
+}
+
+/* ---- xattrs ---- */
+
+static bool xattr_refused(const char *name)
+{
+	/* POSIX ACLs are not enforced here, so we refuse to store them. */
+	return strncmp(name, "system.", 7) == 0;
+}
+
+static void fs_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *value,
+			size_t size, int flags)
+{
+	struct fs *fs = req_fs(req);
+	MDB_txn *txn;
+	int ret;
+
+	if (fs_ctl_ino(ino) || xattr_refused(name)) {
+		reply_err(fs, req, EOPNOTSUPP);
+		return;
+	}
+	ret = meta_begin(fs->meta, true, &txn);
+	if (ret)
+		goto out;
+	ret = meta_xattr_set(fs->meta, txn, ino, name, value, size, flags);
+	ret = ret ? (meta_abort(txn), ret) : meta_commit(txn);
+out:
+	reply_err(fs, req, ret);
+}
+
+static void fs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
+{
+	struct fs *fs = req_fs(req);
+	char *buf = NULL;
+	size_t len = 0;
+	MDB_txn *txn;
+	int ret;
+
+	if (fs_ctl_ino(ino)) {
+		reply_err(fs, req, ENODATA);
+		return;
+	}
+	if (size && !(buf = malloc(size))) {
+		reply_err(fs, req, ENOMEM);
+		return;
+	}
+	ret = meta_begin(fs->meta, false, &txn);
+	if (ret == 0) {
+		ret = meta_xattr_get(fs->meta, txn, ino, name, buf, size, &len);
+		meta_abort(txn);
+	}
+	if (ret)
+		reply_err(fs, req, ret);
+	else if (size == 0)
+		fuse_reply_xattr(req, len);
+	else
+		fuse_reply_buf(req, buf, len);
+	free(buf);
+}
+
+static void fs_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
+{
+	struct fs *fs = req_fs(req);
+	char *buf = NULL;
+	size_t len = 0;
+	MDB_txn *txn;
+	int ret;
+
+	if (fs_ctl_ino(ino)) {
+		if (size == 0)
+			fuse_reply_xattr(req, 0);
+		else
+			fuse_reply_buf(req, NULL, 0);
+		return;
+	}
+	if (size && !(buf = malloc(size))) {
+		reply_err(fs, req, ENOMEM);
+		return;
+	}
+	ret = meta_begin(fs->meta, false, &txn);
+	if (ret == 0) {
+		ret = meta_xattr_list(fs->meta, txn, ino, buf, size, &len);
+		meta_abort(txn);
+	}
+	if (ret)
+		reply_err(fs, req, ret);
+	else if (size == 0)
+		fuse_reply_xattr(req, len);
+	else
+		fuse_reply_buf(req, buf, len);
+	free(buf);
+}
+
+static void fs_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
+{
+	struct fs *fs = req_fs(req);
+	MDB_txn *txn;
+	int ret;
+
+	if (fs_ctl_ino(ino)) {
+		reply_err(fs, req, EOPNOTSUPP);
+		return;
+	}
+	ret = meta_begin(fs->meta, true, &txn);
+	if (ret)
+		goto out;
+	ret = meta_xattr_del(fs->meta, txn, ino, name);
+	ret = ret ? (meta_abort(txn), ret) : meta_commit(txn);
+out:
+	reply_err(fs, req, ret);
+}
+
+const struct fuse_lowlevel_ops fs_ops = {
+	.init = fs_init,
+	.lookup = fs_lookup,
+	.forget = fs_forget,
+	.forget_multi = fs_forget_multi,
+	.getattr = fs_getattr,
+	.setattr = fs_setattr,
+	.readlink = fs_readlink,
+	.mknod = fs_mknod,
+	.mkdir = fs_mkdir,
+	.unlink = fs_unlink,
+	.rmdir = fs_rmdir,
+	.symlink = fs_symlink,
+	.rename = fs_rename,
+	.link = fs_link,
+	.open = fs_open,
+	.read = fs_read,
+	.write = fs_write,
+	.flush = fs_flush,
+	.release = fs_release,
+	.fsync = fs_fsync,
+	.opendir = fs_opendir,
+	.readdir = fs_readdir,
+	.readdirplus = fs_readdirplus,
+	.releasedir = fs_releasedir,
+	.fsyncdir = fs_fsyncdir,
+	.statfs = fs_statfs,
+	.setxattr = fs_setxattr,
+	.getxattr = fs_getxattr,
+	.listxattr = fs_listxattr,
+	.removexattr = fs_removexattr,
+	.create = fs_create,
+	.fallocate = fs_fallocate,
+	.copy_file_range = fs_copy_file_range,
+};

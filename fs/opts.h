@@ -1,0 +1,47 @@
+/*
+ * opts.h - the daemon's configuration: mount options, the INI file and
+ * the defaults, in one struct.
+ *
+ * Precedence: -o options, then the config file, then the defaults in
+ * fs_config_defaults. Every value is checked here, so the rest of the
+ * daemon can trust it; an error names the option and the bad value.
+ */
+#ifndef TENSORFS_OPTS_H
+#define TENSORFS_OPTS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "tb.h"
+
+#define FS_MAX_NVME TB_MAX_DEVS
+
+struct fs_config {
+	/* as given: strings from -o and the file, NULL when unset */
+	char *dram_s, *nvme_s, *block_s, *meta_s, *threads_s, *engine_s, *dirty_s, *qd_s;
+	char *flush_delay_s, *sync_interval_s, *config_file, *logfile, *log_level_s;
+	char *source, *mountpoint;
+	int no_default_permissions;
+	int show_help, show_version;
+
+	/* resolved */
+	size_t dram, block, dirty;
+	bool block_given;
+	char *nvme[FS_MAX_NVME];
+	unsigned n_nvme;
+	char *meta;
+	unsigned threads, queue_depth, flush_delay_ms, sync_interval_ms;
+	enum tb_engine engine;
+	int log_level;
+	bool default_nvme; /* the folder is ours to create */
+};
+
+/* Parse a size: digits with an optional K, M, G or T (powers of 1024). */
+int fs_parse_size(const char *s, size_t *out);
+/* Read the INI file into the fields -o left unset. */
+int fs_config_load_file(struct fs_config *c, const char *path, char *err, size_t errlen);
+/* Check every value and fill the rest from the defaults. */
+int fs_config_resolve(struct fs_config *c, char *err, size_t errlen);
+void fs_config_free(struct fs_config *c);
+
+#endif

@@ -1,0 +1,112 @@
+# Shared helpers for mount-level tests. Source it from a test script.
+#
+# Each test gets a fresh work folder ($T) holding the mount point ($MNT),
+# one or more nvme folders and the metadata folder. tfs_mount starts the
+# daemon in the foreground (-f) in the background of the shell, so the test
+# knows its pid and can wait for it or kill it. The EXIT trap unmounts and
+# stops whatever the test left, on every path, failure included.
+#
+# Exit codes follow the liburing convention: 0 pass, 1 fail, 77 skip.
+
+set -u
+
+: "${TENSORFS:?TENSORFS must name the tensorfs binary}"
+TFS_PID=""
+T=$(mktemp -d "${TMPDIR:-/var/tmp}/tfs-test.XXXXXX")
+MNT="$T/mnt"
+NVME="$T/nvme0"
+META="$T/meta"
+LOG="$T/daemon.log"
+mkdir -p "$MNT" "$NVME"
+
+fail() {
+	echo "FAIL: $*" >&2
+	if [ -s "$LOG" ]; then
+		echo "--- daemon log (last 30 lines) ---" >&2
+		tail -n 30 "$LOG" >&2
+	fi
+	exit 1
+}
+
+skip() {
+	echo "SKIP: $*" >&2
+	exit 77
+}
+
+is_mounted() {
+	awk -v m="$1" '$2 == m { found = 1 } END { exit !found }' /proc/mounts
+}
+
+# tfs_mount [extra -o options] : mount $MNT on $NVME/$META, wait until live.
+tfs_mount() {
+	local opts="nvme=$NVME,meta=$META,dram=${TFS_DRAM:-256M},threads=${TFS_THREADS:-16}"
+	[ $# -gt 0 ] && opts="$opts,$1"
+	"$TENSORFS" -f -o "$opts" "$MNT" >>"$LOG" 2>&1 &
+	TFS_PID=$!
+	local i
+	for i in $(seq 1 200); do
+		if is_mounted "$MNT"; then
+			return 0
+		fi
+		if ! kill -0 "$TFS_PID" 2>/dev/null; then
+			wait "$TFS_PID"
+			TFS_PID=""
+			fail "tensorfs exited before mounting (opts $opts)"
+		fi
+		sleep 0.05
+	done
+	fail "tensorfs did not mount within 10 s"
+}
+
+# tfs_umount: clean unmount, then wait for the daemon to write back and exit.
+# Returns the daemon's exit status.
+tfs_umount() {
+	local rc=0
+	if is_mounted "$MNT"; then
+		fusermount3 -u "$MNT" || fail "fusermount3 -u $MNT failed"
+	fi
+	if [ -n "$TFS_PID" ]; then
+		wait "$TFS_PID" || rc=$?
+		TFS_PID=""
+	fi
+	return $rc
+}
+
+# tfs_kill9: crash the daemon, then detach the dead mount.
+tfs_kill9() {
+	[ -n "$TFS_PID" ] || fail "tfs_kill9: no daemon"
+	kill -9 "$TFS_PID"
+	wait "$TFS_PID" 2>/dev/null
+	TFS_PID=""
+	fusermount3 -u -z "$MNT" 2>/dev/null || umount -l "$MNT" 2>/dev/null
+	true
+}
+
+# tfs_stat_json KEY... : print a value from /.tensorfs/stats, e.g.
+#   tfs_stat_json tiers nvme0 used
+tfs_stat_json() {
+	python3 - "$MNT/.tensorfs/stats" "$@" <<'PY'
+import json, sys
+v = json.load(open(sys.argv[1]))
+for k in sys.argv[2:]:
+    v = v[k]
+print(v)
+PY
+}
+
+tfs_cleanup() {
+	local rc=$?
+	if is_mounted "$MNT"; then
+		fusermount3 -u -z "$MNT" 2>/dev/null || umount -l "$MNT" 2>/dev/null
+	fi
+	if [ -n "$TFS_PID" ]; then
+		kill "$TFS_PID" 2>/dev/null
+		wait "$TFS_PID" 2>/dev/null
+	fi
+	if declare -F tfs_extra_cleanup >/dev/null; then
+		tfs_extra_cleanup
+	fi
+	rm -rf "$T"
+	exit $rc
+}
+trap tfs_cleanup EXIT

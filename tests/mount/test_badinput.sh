@@ -1,0 +1,183 @@
+#!/bin/bash
+# Mount test: bad input is refused loudly and leaves nothing behind.
+#
+# Each bad command line runs twice, in the foreground (-f) and as a daemon.
+# Both times tensorfs must exit non-zero, print a message on stderr that
+# names the problem (an option name, a value or a path, matched outside the
+# lines of --help, so that a usage dump alone does not pass), leave no mount
+# on the mount point and no tensorfs process. A second daemon on a metadata
+# folder in use is refused too, and the first mount stays healthy.
+
+. "$(dirname "$0")/lib.sh"
+
+FAILS=0
+CASE_MNTS=()
+RO="$T/ro-nvme"
+
+bad() {
+	echo "FAIL: $*" >&2
+	FAILS=$((FAILS + 1))
+}
+
+# our_daemons: pids of tensorfs processes started by this test (their
+# command line names this test's work folder), except the healthy mount.
+our_daemons() {
+	python3 - "$T" "${TFS_PID:-0}" <<'PY'
+import os, sys
+work, keep = sys.argv[1].encode(), sys.argv[2]
+for p in os.listdir("/proc"):
+    if not p.isdigit() or int(p) == os.getpid() or p == keep:
+        continue
+    try:
+        argv = open(f"/proc/{p}/cmdline", "rb").read().split(b"\0")
+    except OSError:
+        continue
+    if argv and os.path.basename(argv[0]).startswith(b"tensorfs") and \
+            any(work in a for a in argv):
+        print(p)
+PY
+}
+
+# reap_daemons: wait up to 5 s for stray daemons to exit, then stop them.
+# Returns non-zero if there were any.
+reap_daemons() {
+	local i pids
+	for i in $(seq 1 100); do
+		pids=$(our_daemons)
+		[ -z "$pids" ] && return 0
+		sleep 0.05
+	done
+	for p in $pids; do kill "$p" 2>/dev/null; done
+	for i in $(seq 1 100); do
+		[ -z "$(our_daemons)" ] && return 1
+		sleep 0.05
+	done
+	for p in $(our_daemons); do kill -9 "$p" 2>/dev/null; done
+	return 1
+}
+
+tfs_extra_cleanup() {
+	local m
+	for m in "${CASE_MNTS[@]}"; do
+		is_mounted "$m" && { fusermount3 -u -z "$m" 2>/dev/null || umount -l "$m"; }
+	done
+	reap_daemons
+	is_mounted "$RO" && umount "$RO"
+	true
+}
+
+# reject NAME PATTERN MOUNTPOINT ARG... : run tensorfs ARG... in both modes
+# and expect a refusal whose stderr matches PATTERN (extended regex, any
+# case) on a line that --help does not print.
+reject() {
+	local name=$1 pat=$2 mp=$3 mode pid rc i
+	shift 3
+	CASE_MNTS+=("$mp")
+	for mode in foreground daemon; do
+		local err="$T/stderr"
+		if [ "$mode" = foreground ]; then
+			"$TENSORFS" -f "$@" >/dev/null 2>"$err" &
+		else
+			"$TENSORFS" "$@" >/dev/null 2>"$err" &
+		fi
+		pid=$!
+		for i in $(seq 1 200); do
+			kill -0 "$pid" 2>/dev/null || break
+			[ "$mode" = foreground ] && is_mounted "$mp" && break
+			sleep 0.05
+		done
+		if kill -0 "$pid" 2>/dev/null; then
+			bad "$name ($mode): still running after 10 s, input accepted"
+			is_mounted "$mp" && fusermount3 -u "$mp"
+			kill "$pid" 2>/dev/null
+			wait "$pid" 2>/dev/null
+			reap_daemons
+			continue
+		fi
+		wait "$pid"
+		rc=$?
+		[ "$rc" -ne 0 ] || bad "$name ($mode): exit status 0"
+		if ! grep -vxFf "$T/help" "$err" | grep -Eqi -- "$pat"; then
+			bad "$name ($mode): stderr does not name the problem (/$pat/): $(head -c 300 "$err")"
+		fi
+		if is_mounted "$mp"; then
+			bad "$name ($mode): left a mount on $mp"
+			fusermount3 -u -z "$mp" 2>/dev/null || umount -l "$mp"
+		fi
+		reap_daemons || bad "$name ($mode): left a tensorfs process behind"
+	done
+}
+
+# --help and --version.
+"$TENSORFS" --help >"$T/help" 2>&1 || bad "--help: exit status $?"
+for o in dram= nvme= block= meta= threads= config=; do
+	grep -qF -- "$o" "$T/help" || bad "--help does not list $o"
+done
+"$TENSORFS" --version >"$T/version" 2>&1 || bad "--version: exit status $?"
+grep -Eq '[0-9]+\.[0-9]+' "$T/version" || bad "--version prints no version: $(head -c 200 "$T/version")"
+
+# Option values. Each case has its own mount point and metadata folder.
+n=0
+next_case() {
+	n=$((n + 1))
+	CM="$T/m.$n"
+	mkdir -p "$CM"
+	OK_OPTS="nvme=$NVME,meta=$T/meta.$n,dram=64M"
+}
+
+next_case; reject "unknown option" 'frobnicate' "$CM" -o "$OK_OPTS,frobnicate=1" "$CM"
+next_case; reject "dram=12Q" 'dram|12q' "$CM" -o "$OK_OPTS,dram=12Q" "$CM"
+next_case; reject "dram= (empty)" 'dram' "$CM" -o "nvme=$NVME,meta=$T/meta.$n,dram=" "$CM"
+next_case; reject "block=3K" 'block|3k' "$CM" -o "$OK_OPTS,block=3K" "$CM"
+next_case; reject "block=1T" 'block|1t' "$CM" -o "$OK_OPTS,block=1T" "$CM"
+next_case; reject "threads=0" 'thread' "$CM" -o "$OK_OPTS,threads=0" "$CM"
+next_case; reject "nvme_engine=bogus" 'nvme_engine|bogus' "$CM" -o "$OK_OPTS,nvme_engine=bogus" "$CM"
+
+# Folders.
+next_case; reject "missing nvme folder" 'no-such-nvme' "$CM" \
+	-o "nvme=$T/no-such-nvme,meta=$T/meta.$n,dram=64M" "$CM"
+mkdir -p "$RO"
+if mount -t tmpfs -o ro,size=1m tmpfs "$RO" 2>/dev/null; then
+	next_case; reject "read-only nvme folder" 'ro-nvme|read-only' "$CM" \
+		-o "nvme=$RO,meta=$T/meta.$n,dram=64M" "$CM"
+	umount "$RO"
+else
+	echo "note: cannot mount a read-only tmpfs here, read-only nvme case left out" >&2
+fi
+next_case; reject "missing mount point" 'no-such-mnt' "$T/no-such-mnt" \
+	-o "$OK_OPTS" "$T/no-such-mnt"
+next_case; : >"$T/file-mnt"
+reject "mount point is a file" 'file-mnt|not a directory' "$T/file-mnt" -o "$OK_OPTS" "$T/file-mnt"
+next_case; mkdir -p "$T/full-mnt" && echo x >"$T/full-mnt/x"
+reject "mount point not empty" 'full-mnt|not empty' "$T/full-mnt" -o "$OK_OPTS" "$T/full-mnt"
+
+# Config files.
+next_case; reject "missing config file" 'no-such\.ini' "$CM" \
+	-o "$OK_OPTS,config=$T/no-such.ini" "$CM"
+printf '[tensorfs]\ndram = 64M\nthis line is not ini\n' >"$T/badline.ini"
+next_case; reject "config file with a bad line" 'badline\.ini|line 3' "$CM" \
+	-o "$OK_OPTS,config=$T/badline.ini" "$CM"
+printf '[tensorfs]\nfrobnicate = 1\n' >"$T/badkey.ini"
+next_case; reject "config file with an unknown key" 'frobnicate' "$CM" \
+	-o "$OK_OPTS,config=$T/badkey.ini" "$CM"
+
+# A second daemon on a metadata folder in use.
+tfs_mount
+head -c 3000000 /dev/urandom >"$T/before"
+cp "$T/before" "$MNT/before" && sync "$MNT/before" || bad "cannot write to the first mount"
+pid_in_lock=$(tr -d ' \n' <"$META/lock" 2>/dev/null)
+[ "$pid_in_lock" = "$TFS_PID" ] || bad "$META/lock holds '$pid_in_lock', daemon pid is $TFS_PID"
+mkdir -p "$T/nvme1"
+next_case; reject "metadata folder in use" 'lock|in use|busy|running|already' "$CM" \
+	-o "nvme=$T/nvme1,meta=$META,dram=64M" "$CM"
+kill -0 "$TFS_PID" 2>/dev/null || fail "the first daemon died after the second was refused"
+is_mounted "$MNT" || fail "the first mount is gone after the second was refused"
+cmp -s "$T/before" "$MNT/before" || bad "first mount: file written before reads back wrong"
+echo after >"$MNT/after" && [ "$(cat "$MNT/after")" = after ] || bad "first mount: cannot write after"
+tfs_stat_json block_size >/dev/null || bad "first mount: stats unreadable"
+pid_in_lock=$(tr -d ' \n' <"$META/lock" 2>/dev/null)
+[ "$pid_in_lock" = "$TFS_PID" ] || bad "after the refusal, $META/lock holds '$pid_in_lock'"
+tfs_umount || bad "first daemon exited non-zero after unmount"
+
+[ "$FAILS" -eq 0 ] || fail "$FAILS bad-input checks failed"
+exit 0

@@ -1,0 +1,202 @@
+#!/bin/bash
+# Mount test: tensorfs as a daemon, through mount(8), with defaults and with
+# a config file.
+#
+# 1. Without -f the parent exits 0 once the mount is live; the daemon's pid
+#    is in <meta>/lock; data survives fusermount3 -u and a second mount; the
+#    daemon is gone after each unmount.
+# 2. mount -t fuse.tensorfs (through mount.fuse3) and an fstab line
+#    (mount -T FILE) both mount; umount ends the daemon.
+# 3. With only a mount point and XDG_DATA_HOME set, the nvme folder is
+#    $XDG_DATA_HOME/tensorfs, the DRAM tier is about a quarter of
+#    MemAvailable and blocks are 1 MiB.
+# 4. config=FILE sets dram, block, nvme and meta; -o wins over the file.
+
+. "$(dirname "$0")/lib.sh"
+
+command -v python3 >/dev/null 2>&1 || skip "python3 not found"
+BINDIR=$(cd "$(dirname "$TENSORFS")" && pwd)
+
+# our_daemons: pids of tensorfs processes whose command line names $T.
+our_daemons() {
+	python3 - "$T" <<'PY'
+import os, sys
+work = sys.argv[1].encode()
+for p in os.listdir("/proc"):
+    if not p.isdigit() or int(p) == os.getpid():
+        continue
+    try:
+        argv = open(f"/proc/{p}/cmdline", "rb").read().split(b"\0")
+    except OSError:
+        continue
+    if argv and os.path.basename(argv[0]).startswith(b"tensorfs") and \
+            any(work in a for a in argv):
+        print(p)
+PY
+}
+
+tfs_extra_cleanup() {
+	local p i
+	for p in $(our_daemons); do kill "$p" 2>/dev/null; done
+	for i in $(seq 1 100); do
+		[ -z "$(our_daemons)" ] && return 0
+		sleep 0.05
+	done
+	for p in $(our_daemons); do kill -9 "$p" 2>/dev/null; done
+	true
+}
+
+# alive PID: the process exists and is not a zombie.
+alive() {
+	local s
+	s=$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null) || return 1
+	[ -n "$s" ] && [ "$s" != Z ]
+}
+
+# wait_gone PID: bounded wait (30 s) for a daemon to exit after unmount.
+wait_gone() {
+	local i
+	for i in $(seq 1 300); do
+		alive "$1" || return 0
+		sleep 0.1
+	done
+	return 1
+}
+
+# lock_pid METADIR: the daemon pid recorded in METADIR/lock, checked.
+lock_pid() {
+	local pid argv0
+	pid=$(tr -d ' \n' <"$1/lock" 2>/dev/null)
+	[ -n "$pid" ] || fail "$1/lock is missing or empty while mounted"
+	alive "$pid" || fail "$1/lock names pid $pid, which is not running"
+	argv0=$(tr '\0' '\n' <"/proc/$pid/cmdline" | head -n 1)
+	case "$(basename "$argv0")" in
+	tensorfs*) ;;
+	*) fail "$1/lock names pid $pid, which is '$argv0', not tensorfs" ;;
+	esac
+	echo "$pid"
+}
+
+# mount_fg OPTS: like tfs_mount, but with exactly these -o options.
+mount_fg() {
+	"$TENSORFS" -f -o "$1" "$MNT" >>"$LOG" 2>&1 &
+	TFS_PID=$!
+	local i
+	for i in $(seq 1 200); do
+		is_mounted "$MNT" && return 0
+		if ! alive "$TFS_PID"; then
+			wait "$TFS_PID"
+			TFS_PID=""
+			fail "tensorfs exited before mounting (-o $1)"
+		fi
+		sleep 0.05
+	done
+	fail "tensorfs did not mount within 10 s (-o $1)"
+}
+
+fstype() {
+	awk -v m="$1" '$2 == m { t = $3 } END { print t }' /proc/mounts
+}
+
+OPTS="nvme=$NVME,meta=$META,dram=128M"
+head -c 5000000 /dev/urandom >"$T/data"
+
+# 1. Daemon mode. Output goes to a file: a daemon that kept the pipe of a
+# $(...) open would hang the test.
+timeout 60 "$TENSORFS" -o "$OPTS" "$MNT" >"$T/out" 2>&1
+rc=$?
+[ "$rc" -eq 0 ] || fail "daemon mode: exit status $rc: $(head -c 300 "$T/out")"
+is_mounted "$MNT" || fail "daemon mode: parent exited 0 before the mount was live"
+pid=$(lock_pid "$META") || exit 1
+cp "$T/data" "$MNT/data" && sync "$MNT/data" || fail "daemon mode: cannot write"
+cmp -s "$T/data" "$MNT/data" || fail "daemon mode: file reads back wrong"
+fusermount3 -u "$MNT" || fail "daemon mode: fusermount3 -u failed"
+wait_gone "$pid" || fail "daemon $pid still running 30 s after fusermount3 -u"
+
+timeout 60 "$TENSORFS" -o "$OPTS" "$MNT" >"$T/out" 2>&1 ||
+	fail "daemon mode, second mount: exit status $?: $(head -c 300 "$T/out")"
+is_mounted "$MNT" || fail "daemon mode, second mount: not live"
+pid=$(lock_pid "$META") || exit 1
+cmp -s "$T/data" "$MNT/data" || fail "file written before unmount reads back wrong"
+fusermount3 -u "$MNT" || fail "daemon mode: fusermount3 -u failed"
+wait_gone "$pid" || fail "daemon $pid still running 30 s after fusermount3 -u"
+
+# 2. mount(8) through mount.fuse3, then an fstab line.
+PATH="$BINDIR:$PATH" timeout 60 mount -t fuse.tensorfs tensorfs "$MNT" -o "$OPTS" >"$T/out" 2>&1 ||
+	fail "mount -t fuse.tensorfs: exit status $?: $(head -c 300 "$T/out")"
+is_mounted "$MNT" || fail "mount -t fuse.tensorfs: not live"
+[ "$(fstype "$MNT")" = fuse.tensorfs ] || fail "mount -t fuse.tensorfs: type is $(fstype "$MNT")"
+pid=$(lock_pid "$META") || exit 1
+cmp -s "$T/data" "$MNT/data" || fail "mount -t fuse.tensorfs: file reads back wrong"
+umount "$MNT" || fail "umount of a mount.fuse3 mount failed"
+wait_gone "$pid" || fail "daemon $pid still running 30 s after umount"
+
+echo "tensorfs $MNT fuse.tensorfs $OPTS,noauto 0 0" >"$T/fstab"
+PATH="$BINDIR:$PATH" timeout 60 mount -T "$T/fstab" "$MNT" >"$T/out" 2>&1 ||
+	fail "mount from an fstab line: exit status $?: $(head -c 300 "$T/out")"
+is_mounted "$MNT" || fail "mount from an fstab line: not live"
+pid=$(lock_pid "$META") || exit 1
+cmp -s "$T/data" "$MNT/data" || fail "fstab mount: file reads back wrong"
+umount "$MNT" || fail "umount of an fstab mount failed"
+wait_gone "$pid" || fail "daemon $pid still running 30 s after umount"
+
+# 3. Defaults: nothing but the mount point, XDG_DATA_HOME set.
+XDG="$T/xdg"
+mkdir -p "$XDG"
+pre=""
+for d in /var/lib/tensorfs "${HOME:-/nonexistent}/.local/share/tensorfs"; do
+	[ -e "$d" ] && pre="$pre $d"
+done
+avail=$(awk '/^MemAvailable:/ { print $2 * 1024 }' /proc/meminfo)
+XDG_DATA_HOME="$XDG" timeout 120 "$TENSORFS" "$MNT" >"$T/out" 2>&1 ||
+	fail "defaults: exit status $?: $(head -c 300 "$T/out")"
+is_mounted "$MNT" || fail "defaults: not live"
+[ -d "$XDG/tensorfs" ] || fail "defaults: $XDG/tensorfs was not created"
+for d in /var/lib/tensorfs "${HOME:-/nonexistent}/.local/share/tensorfs"; do
+	case " $pre " in *" $d "*) continue ;; esac
+	[ -e "$d" ] && fail "defaults: created $d although XDG_DATA_HOME was set"
+done
+pid=$(lock_pid "$XDG/tensorfs/meta") || exit 1
+bs=$(tfs_stat_json block_size) || fail "defaults: stats unreadable"
+[ "$bs" = 1048576 ] || fail "defaults: block_size $bs, want 1048576"
+cap=$(tfs_stat_json tiers dram capacity) || fail "defaults: no dram capacity in stats"
+[ "$cap" -ge $((avail / 8)) ] && [ "$cap" -le $((avail / 2)) ] ||
+	fail "defaults: dram capacity $cap, MemAvailable was $avail (want about a quarter)"
+path=$(tfs_stat_json tiers nvme0 path) || fail "defaults: no nvme0 path in stats"
+[ "$(realpath "$path")" = "$(realpath "$XDG/tensorfs")" ] ||
+	fail "defaults: nvme0 path is $path, want $XDG/tensorfs"
+echo hello >"$MNT/hello" && [ "$(cat "$MNT/hello")" = hello ] || fail "defaults: cannot write"
+fusermount3 -u "$MNT" || fail "defaults: fusermount3 -u failed"
+wait_gone "$pid" || fail "daemon $pid still running 30 s after fusermount3 -u"
+
+# 4. config=FILE, then -o over it. Fresh stores: a store keeps its block size.
+mkdir -p "$T/nvme-cfg" "$T/nvme-o"
+cat >"$T/tensorfs.ini" <<EOF
+; tensorfs test configuration
+[tensorfs]
+dram = 64M
+block = 256K
+nvme = $T/nvme-cfg
+meta = $T/meta-cfg
+EOF
+mount_fg "config=$T/tensorfs.ini"
+[ "$(tfs_stat_json tiers dram capacity)" = $((64 << 20)) ] ||
+	fail "config: dram capacity $(tfs_stat_json tiers dram capacity), want $((64 << 20))"
+[ "$(tfs_stat_json block_size)" = 262144 ] ||
+	fail "config: block_size $(tfs_stat_json block_size), want 262144"
+[ "$(realpath "$(tfs_stat_json tiers nvme0 path)")" = "$T/nvme-cfg" ] ||
+	fail "config: nvme0 path $(tfs_stat_json tiers nvme0 path), want $T/nvme-cfg"
+[ -e "$T/meta-cfg/lock" ] || fail "config: meta=$T/meta-cfg from the file not used"
+cp "$T/data" "$MNT/data" && cmp -s "$T/data" "$MNT/data" || fail "config: file reads back wrong"
+tfs_umount || fail "config: tensorfs -f exited non-zero after unmount"
+
+mount_fg "config=$T/tensorfs.ini,dram=96M,block=512K,nvme=$T/nvme-o,meta=$T/meta-o"
+[ "$(tfs_stat_json tiers dram capacity)" = $((96 << 20)) ] ||
+	fail "-o over config: dram capacity $(tfs_stat_json tiers dram capacity), want $((96 << 20))"
+[ "$(tfs_stat_json block_size)" = 524288 ] ||
+	fail "-o over config: block_size $(tfs_stat_json block_size), want 524288"
+[ "$(realpath "$(tfs_stat_json tiers nvme0 path)")" = "$T/nvme-o" ] ||
+	fail "-o over config: nvme0 path $(tfs_stat_json tiers nvme0 path), want $T/nvme-o"
+[ -e "$T/meta-o/lock" ] || fail "-o over config: meta=$T/meta-o not used"
+tfs_umount || fail "-o over config: tensorfs -f exited non-zero after unmount"
+exit 0

@@ -1,0 +1,1356 @@
+/*
+ * cache.c - the block cache in the DRAM arena, and the flusher.
+ *
+ * Every slot of the arena has one entry. An entry caches block (obj, idx)
+ * in one of four states:
+ *
+ *   LOADING  a read from the block's home device is in flight
+ *   CLEAN    the slot equals the persisted block (or the block is new and
+ *            was committed as a hole)
+ *   DIRTY    written since the last write-back; holds one block of space
+ *            reservation so that write-back can never find the tiers full
+ *   WB       being written back; writers wait (stable pages), readers don't
+ *
+ * Entries are found through a hash of (obj, idx) and listed per object, so
+ * that fsync and truncate touch only their own blocks. Only CLEAN, unpinned
+ * entries are evicted, by CLOCK; free slots come first.
+ *
+ * The flusher thread takes DIRTY entries oldest first. A block that was
+ * written whole goes at once; a partly written one waits flush_delay_ms for
+ * the rest of its bytes, unless dirty data is above a quarter of the
+ * high-water mark or someone waits on it. All-zero blocks become holes with
+ * no I/O. Others get a fresh slot on the next device round-robin and are
+ * written in the write-back class. Finished write-backs are committed to
+ * the owner in batches, one transaction per batch. Every sync_interval_ms
+ * the flusher makes the commits durable (device flush, then the owner's
+ * sync) and only then returns released locations to the allocators.
+ *
+ * Lock order: store lock, then a device lock. The store lock is never held
+ * while calling the owner.
+ */
+#include "tb.h"
+#include "dram.h"
+#include "log.h"
+#include "nvme.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define WB_RETRY_BASE_MS 100
+#define WB_MAX_RETRIES 6
+#define FLUSH_SCAN_MAX 4096
+#define COMMIT_BATCH_MAX 1024
+
+enum entry_state { ES_FREE, ES_LOADING, ES_CLEAN, ES_DIRTY, ES_WB };
+
+struct tb_obj;
+
+struct tb_entry {
+	uint64_t obj, idx;
+	uint32_t slot;
+	enum entry_state state;
+	bool in_hash, dead, ref_bit, reserved, urgent;
+	int pins, wpins;
+	int err;	   /* last write-back error */
+	unsigned retries;  /* failed write-backs in a row */
+	uint64_t loc;	   /* persisted location while CLEAN */
+	uint64_t new_loc;  /* location being written while WB */
+	uint64_t dirty_seq;
+	uint64_t dirty_ms; /* when it became dirty, or earliest retry */
+	size_t fill;	   /* bytes written since it became dirty */
+	struct tb_waiter *waiters;
+	struct tb_entry *hnext;
+	struct tb_entry *oprev, *onext; /* the object's list */
+	struct tb_entry *lprev, *lnext; /* free or dirty list */
+	struct tb_obj *o;
+	struct tb_store *s;
+	struct nvme_req req;
+};
+
+struct tb_obj {
+	uint64_t obj;
+	struct tb_entry *head;
+	unsigned n;
+	int wb_err; /* reported once by the next tb_flush_obj */
+	struct tb_obj *hnext;
+};
+
+struct elist {
+	struct tb_entry *head, *tail;
+	uint64_t n;
+};
+
+struct tb_store {
+	struct tb_config cfg;
+	struct tb_owner owner;
+	size_t bs;
+	struct dram_arena arena;
+	void *zero;
+	struct nvme_dev *dev[TB_MAX_DEVS];
+	unsigned n_devs;
+
+	pthread_mutex_t lock; /* guards all below, and every entry */
+	pthread_cond_t state_cv; /* an entry left LOADING or WB, or was unpinned */
+	pthread_cond_t space_cv; /* a slot, dirty budget or space was freed */
+	pthread_cond_t flush_cv; /* work for the flusher */
+	struct tb_entry *entries;
+	uint32_t nslots;
+	struct tb_entry **hash;
+	uint64_t hash_mask;
+	struct tb_obj **ohash;
+	uint64_t ohash_mask;
+	struct elist free_list, dirty_list;
+	struct tb_entry *done; /* finished write I/O, for the flusher */
+	uint32_t clock_hand;
+	uint64_t ndirty;       /* DIRTY + WB */
+	uint64_t dirty_max;
+	uint64_t reserved;     /* blocks reserved by DIRTY entries */
+	uint64_t wb_inflight, wb_max;
+	uint64_t dirty_seq;
+	unsigned rr;	       /* next device for placement */
+	uint64_t *pending;     /* released locations awaiting a sync */
+	size_t npending, cap_pending;
+	bool sync_req, stopping, started;
+	uint64_t sync_gen;
+	uint64_t commits_since_sync;
+	unsigned urgent_waiters;
+	pthread_t flusher;
+
+	pthread_mutex_t sync_lock; /* one sync at a time */
+
+	/* statistics, under lock */
+	uint64_t hits, misses, evictions, holes, wb_errors, syncs, bp_waits;
+	uint64_t dram_read_bytes, dram_write_bytes, dram_read_ops, dram_write_ops;
+	uint64_t wb_bytes;
+	long wb_log_sec;
+};
+
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static void deadline_in(struct timespec *ts, uint64_t ms)
+{
+	clock_gettime(CLOCK_MONOTONIC, ts);
+	ts->tv_sec += (time_t)(ms / 1000);
+	ts->tv_nsec += (long)(ms % 1000) * 1000000;
+	if (ts->tv_nsec >= 1000000000) {
+		ts->tv_sec++;
+		ts->tv_nsec -= 1000000000;
+	}
+}
+
+static uint64_t mix(uint64_t a, uint64_t b)
+{
+	uint64_t h = a * 0x9E3779B97F4A7C15ULL ^ (b + 0x632BE59BD9B4E019ULL);
+
+	h ^= h >> 31;
+	h *= 0xBF58476D1CE4E5B9ULL;
+	return h ^ (h >> 29);
+}
+
+/* ---- lists ---- */
+
+static void elist_append(struct elist *l, struct tb_entry *e)
+{
+	e->lnext = NULL;
+	e->lprev = l->tail;
+	if (l->tail)
+		l->tail->lnext = e;
+	else
+		l->head = e;
+	l->tail = e;
+	l->n++;
+}
+
+static void elist_remove(struct elist *l, struct tb_entry *e)
+{
+	if (e->lprev)
+		e->lprev->lnext = e->lnext;
+	else
+		l->head = e->lnext;
+	if (e->lnext)
+		e->lnext->lprev = e->lprev;
+	else
+		l->tail = e->lprev;
+	e->lprev = e->lnext = NULL;
+	l->n--;
+}
+
+/* ---- hash of entries and objects ---- */
+
+static struct tb_entry *hash_find(struct tb_store *s, uint64_t obj, uint64_t idx)
+{
+	struct tb_entry *e = s->hash[mix(obj, idx) & s->hash_mask];
+
+	while (e && (e->obj != obj || e->idx != idx))
+		e = e->hnext;
+	return e;
+}
+
+static struct tb_obj *obj_find(struct tb_store *s, uint64_t obj)
+{
+	struct tb_obj *o = s->ohash[mix(obj, 0) & s->ohash_mask];
+
+	while (o && o->obj != obj)
+		o = o->hnext;
+	return o;
+}
+
+static struct tb_obj *obj_get(struct tb_store *s, uint64_t obj)
+{
+	struct tb_obj *o = obj_find(s, obj);
+	struct tb_obj **b;
+
+	if (o)
+		return o;
+	o = calloc(1, sizeof(*o));
+	if (!o)
+		return NULL;
+	o->obj = obj;
+	b = &s->ohash[mix(obj, 0) & s->ohash_mask];
+	o->hnext = *b;
+	*b = o;
+	return o;
+}
+
+static void obj_maybe_free(struct tb_store *s, struct tb_obj *o)
+{
+	struct tb_obj **p;
+
+	if (o->n || o->wb_err)
+		return;
+	for (p = &s->ohash[mix(o->obj, 0) & s->ohash_mask]; *p != o; p = &(*p)->hnext)
+		;
+	*p = o->hnext;
+	free(o);
+}
+
+static int entry_insert(struct tb_store *s, struct tb_entry *e, uint64_t obj, uint64_t idx)
+{
+	struct tb_obj *o = obj_get(s, obj);
+	struct tb_entry **b;
+
+	if (!o)
+		return -ENOMEM;
+	e->obj = obj;
+	e->idx = idx;
+	e->o = o;
+	b = &s->hash[mix(obj, idx) & s->hash_mask];
+	e->hnext = *b;
+	*b = e;
+	e->in_hash = true;
+	e->oprev = NULL;
+	e->onext = o->head;
+	if (o->head)
+		o->head->oprev = e;
+	o->head = e;
+	o->n++;
+	return 0;
+}
+
+static void entry_unhash(struct tb_store *s, struct tb_entry *e)
+{
+	struct tb_entry **p;
+	struct tb_obj *o = e->o;
+
+	if (!e->in_hash)
+		return;
+	for (p = &s->hash[mix(e->obj, e->idx) & s->hash_mask]; *p != e; p = &(*p)->hnext)
+		;
+	*p = e->hnext;
+	e->in_hash = false;
+	if (e->oprev)
+		e->oprev->onext = e->onext;
+	else
+		o->head = e->onext;
+	if (e->onext)
+		e->onext->oprev = e->oprev;
+	o->n--;
+	e->o = NULL;
+	obj_maybe_free(s, o);
+}
+
+/* ---- slots ---- */
+
+static void entry_free(struct tb_store *s, struct tb_entry *e)
+{
+	e->state = ES_FREE;
+	e->dead = false;
+	e->loc = TB_LOC_NONE;
+	elist_append(&s->free_list, e);
+	pthread_cond_broadcast(&s->space_cv);
+}
+
+/* A free entry: a free slot, else the CLOCK victim among clean unpinned ones. */
+static struct tb_entry *entry_alloc(struct tb_store *s)
+{
+	struct tb_entry *e = s->free_list.head;
+
+	if (e) {
+		elist_remove(&s->free_list, e);
+		goto got;
+	}
+	for (uint64_t step = 0; step < 2ULL * s->nslots; step++) {
+		e = &s->entries[s->clock_hand];
+		s->clock_hand = (s->clock_hand + 1) % s->nslots;
+		if (e->state != ES_CLEAN || e->pins)
+			continue;
+		if (e->ref_bit) {
+			e->ref_bit = false;
+			continue;
+		}
+		entry_unhash(s, e);
+		s->evictions++;
+		goto got;
+	}
+	return NULL;
+got:
+	e->state = ES_FREE;
+	e->pins = e->wpins = 0;
+	e->err = 0;
+	e->retries = 0;
+	e->urgent = e->dead = e->reserved = false;
+	e->ref_bit = true;
+	e->fill = 0;
+	e->waiters = NULL;
+	e->loc = e->new_loc = TB_LOC_NONE;
+	return e;
+}
+
+/* Wait for any slot; re-checks the hash, since the wait drops the lock. */
+static struct tb_entry *entry_alloc_wait(struct tb_store *s, uint64_t obj, uint64_t idx,
+					 struct tb_entry **found)
+{
+	for (;;) {
+		struct tb_entry *e;
+
+		*found = hash_find(s, obj, idx);
+		if (*found)
+			return NULL;
+		e = entry_alloc(s);
+		if (e)
+			return e;
+		pthread_cond_signal(&s->flush_cv);
+		pthread_cond_wait(&s->space_cv, &s->lock);
+	}
+}
+
+static void *slot_data(struct tb_store *s, struct tb_entry *e)
+{
+	return dram_slot(&s->arena, e->slot);
+}
+
+/* ---- space ---- */
+
+static uint64_t space_avail(struct tb_store *s)
+{
+	uint64_t free_slots = 0;
+
+	for (unsigned i = 0; i < s->n_devs; i++)
+		free_slots += nvme_free_slots(s->dev[i]);
+	return free_slots > s->reserved ? free_slots - s->reserved : 0;
+}
+
+/* Reserve n blocks; waits for pending frees to come back through a sync. */
+static int reserve_blocks(struct tb_store *s, uint64_t n)
+{
+	for (int tries = 0; tries < 4; tries++) {
+		uint64_t gen = s->sync_gen;
+		struct timespec ts;
+
+		if (space_avail(s) >= n) {
+			s->reserved += n;
+			return 0;
+		}
+		if (!s->npending && !s->wb_inflight && !s->commits_since_sync)
+			break;
+		s->sync_req = true;
+		pthread_cond_signal(&s->flush_cv);
+		deadline_in(&ts, 2000);
+		while (s->sync_gen == gen)
+			if (pthread_cond_timedwait(&s->space_cv, &s->lock, &ts) == ETIMEDOUT)
+				break;
+	}
+	return -ENOSPC;
+}
+
+static void make_dirty(struct tb_store *s, struct tb_entry *e)
+{
+	e->state = ES_DIRTY;
+	e->dirty_seq = ++s->dirty_seq;
+	e->dirty_ms = now_ms();
+	e->fill = 0;
+	e->reserved = true;
+	s->ndirty++;
+	elist_append(&s->dirty_list, e);
+}
+
+/* ---- I/O completions (device threads) ---- */
+
+static void read_done(struct nvme_req *r, int err)
+{
+	struct tb_entry *e = (struct tb_entry *)((char *)r - offsetof(struct tb_entry, req));
+	struct tb_store *s = e->s;
+	struct tb_waiter *w;
+
+	pthread_mutex_lock(&s->lock);
+	w = e->waiters;
+	e->waiters = NULL;
+	if (err) {
+		entry_unhash(s, e);
+		if (e->pins)
+			e->dead = true;
+		else
+			entry_free(s, e);
+	} else {
+		e->state = ES_CLEAN;
+		for (struct tb_waiter *x = w; x; x = x->next) {
+			e->pins++;
+			x->ref.e = e;
+			x->ref.data = slot_data(s, e);
+		}
+	}
+	pthread_cond_broadcast(&s->state_cv);
+	pthread_mutex_unlock(&s->lock);
+	while (w) {
+		struct tb_waiter *next = w->next;
+
+		w->fn(w, err);
+		w = next;
+	}
+}
+
+static void write_done(struct nvme_req *r, int err)
+{
+	struct tb_entry *e = (struct tb_entry *)((char *)r - offsetof(struct tb_entry, req));
+	struct tb_store *s = e->s;
+
+	pthread_mutex_lock(&s->lock);
+	e->err = err;
+	e->lnext = s->done;
+	s->done = e;
+	pthread_cond_signal(&s->flush_cv);
+	pthread_mutex_unlock(&s->lock);
+}
+
+static void submit_read(struct tb_store *s, struct tb_entry *e, uint64_t loc)
+{
+	e->loc = loc;
+	e->req.op = NVME_READ;
+	e->req.cls = NVME_CLS_DEMAND;
+	e->req.slot = tb_loc_slot(loc);
+	e->req.buf = slot_data(s, e);
+	e->req.len = s->bs;
+	e->req.done = read_done;
+	nvme_submit(s->dev[tb_loc_dev(loc)], &e->req);
+}
+
+/*
+ * Start loading (obj, idx) into a new LOADING entry. Called with the lock
+ * held, returns with it held; drops it around the owner's resolve.
+ * Returns 1 when loading, -ENOENT for a hole, or -errno.
+ */
+static int start_load(struct tb_store *s, struct tb_entry *e, uint64_t obj, uint64_t idx,
+		      struct tb_waiter *w)
+{
+	uint64_t loc;
+	int ret;
+
+	e->state = ES_LOADING;
+	ret = entry_insert(s, e, obj, idx);
+	if (ret < 0) {
+		entry_free(s, e);
+		return ret;
+	}
+	pthread_mutex_unlock(&s->lock);
+	ret = s->owner.resolve(s->owner.ctx, obj, idx, &loc);
+	if (ret == 0 && (tb_loc_dev(loc) >= s->n_devs))
+		ret = -EIO;
+	if (ret == 0) {
+		pthread_mutex_lock(&s->lock);
+		if (w) {
+			w->next = e->waiters;
+			e->waiters = w;
+		}
+		pthread_mutex_unlock(&s->lock);
+		submit_read(s, e, loc);
+		pthread_mutex_lock(&s->lock);
+		return 1;
+	}
+	/* Hole or error: nothing to load. Waiters that joined retry and see it too. */
+	pthread_mutex_lock(&s->lock);
+	w = e->waiters;
+	e->waiters = NULL;
+	entry_unhash(s, e);
+	entry_free(s, e);
+	pthread_cond_broadcast(&s->state_cv);
+	while (w) {
+		struct tb_waiter *next = w->next;
+
+		pthread_mutex_unlock(&s->lock);
+		w->fn(w, ret);
+		pthread_mutex_lock(&s->lock);
+		w = next;
+	}
+	return ret;
+}
+
+/* ---- the read side ---- */
+
+int tb_get(struct tb_store *s, uint64_t obj, uint64_t idx, struct tb_ref *ref,
+	   struct tb_waiter *w)
+{
+	struct tb_entry *e, *found;
+	int ret;
+
+	pthread_mutex_lock(&s->lock);
+	for (;;) {
+		e = hash_find(s, obj, idx);
+		if (e && e->state != ES_LOADING) {
+			e->pins++;
+			e->ref_bit = true;
+			s->hits++;
+			pthread_mutex_unlock(&s->lock);
+			ref->e = e;
+			ref->data = slot_data(s, e);
+			return 0;
+		}
+		if (e) { /* loading for someone else */
+			if (w) {
+				w->next = e->waiters;
+				e->waiters = w;
+				pthread_mutex_unlock(&s->lock);
+				return 1;
+			}
+			pthread_cond_wait(&s->state_cv, &s->lock);
+			continue;
+		}
+		e = entry_alloc_wait(s, obj, idx, &found);
+		if (!e)
+			continue; /* someone else inserted it meanwhile */
+		s->misses++;
+		ret = start_load(s, e, obj, idx, w);
+		if (ret != 1 || w) {
+			pthread_mutex_unlock(&s->lock);
+			return ret;
+		}
+		/* Synchronous caller: loop until the entry is ready. */
+	}
+}
+
+void tb_put(struct tb_store *s, struct tb_ref *ref, size_t bytes_read)
+{
+	struct tb_entry *e = ref->e;
+
+	pthread_mutex_lock(&s->lock);
+	s->dram_read_bytes += bytes_read;
+	s->dram_read_ops++;
+	if (--e->pins == 0) {
+		if (e->dead)
+			entry_free(s, e);
+		pthread_cond_broadcast(&s->space_cv);
+		pthread_cond_broadcast(&s->state_cv);
+	}
+	pthread_mutex_unlock(&s->lock);
+	ref->e = NULL;
+}
+
+/* ---- the write side ---- */
+
+static void wait_dirty_budget(struct tb_store *s)
+{
+	bool counted = false;
+
+	while (s->ndirty >= s->dirty_max && !s->stopping) {
+		if (!counted)
+			s->bp_waits++;
+		counted = true;
+		pthread_cond_signal(&s->flush_cv);
+		pthread_cond_wait(&s->space_cv, &s->lock);
+	}
+}
+
+int tb_get_write(struct tb_store *s, uint64_t obj, uint64_t idx, size_t off, size_t len,
+		 struct tb_ref *ref)
+{
+	bool whole = off == 0 && len == s->bs;
+	struct tb_entry *e, *found;
+	int ret;
+
+	pthread_mutex_lock(&s->lock);
+	for (;;) {
+		e = hash_find(s, obj, idx);
+		if (e && (e->state == ES_LOADING || e->state == ES_WB)) {
+			pthread_cond_wait(&s->state_cv, &s->lock);
+			continue;
+		}
+		if (e && e->state == ES_DIRTY)
+			break;
+		if (e) { /* CLEAN: becomes dirty */
+			wait_dirty_budget(s);
+			if (hash_find(s, obj, idx) != e || e->state != ES_CLEAN)
+				continue;
+			ret = reserve_blocks(s, 1);
+			if (ret < 0)
+				goto out_unlock;
+			if (hash_find(s, obj, idx) != e || e->state != ES_CLEAN) {
+				s->reserved--;
+				continue;
+			}
+			make_dirty(s, e);
+			break;
+		}
+		wait_dirty_budget(s);
+		e = entry_alloc_wait(s, obj, idx, &found);
+		if (!e)
+			continue;
+		if (!whole) {
+			/* Partial write of an uncached block: load it if persisted. */
+			s->misses++;
+			ret = start_load(s, e, obj, idx, NULL);
+			if (ret == 1)
+				continue; /* wait for it in the loop above */
+			if (ret != -ENOENT)
+				goto out_unlock;
+			e = entry_alloc_wait(s, obj, idx, &found);
+			if (!e)
+				continue;
+			memset(slot_data(s, e), 0, s->bs);
+		}
+		ret = reserve_blocks(s, 1);
+		if (ret < 0) {
+			entry_free(s, e);
+			goto out_unlock;
+		}
+		if (hash_find(s, obj, idx)) { /* lost a race while waiting for space */
+			s->reserved--;
+			entry_free(s, e);
+			continue;
+		}
+		ret = entry_insert(s, e, obj, idx);
+		if (ret < 0) {
+			s->reserved--;
+			entry_free(s, e);
+			goto out_unlock;
+		}
+		make_dirty(s, e);
+		break;
+	}
+	e->pins++;
+	e->wpins++;
+	e->ref_bit = true;
+	pthread_mutex_unlock(&s->lock);
+	ref->e = e;
+	ref->data = slot_data(s, e);
+	return 0;
+out_unlock:
+	pthread_mutex_unlock(&s->lock);
+	return ret;
+}
+
+void tb_put_dirty(struct tb_store *s, struct tb_ref *ref, size_t off, size_t len)
+{
+	struct tb_entry *e = ref->e;
+
+	(void)off;
+	pthread_mutex_lock(&s->lock);
+	e->fill += len;
+	s->dram_write_bytes += len;
+	s->dram_write_ops++;
+	e->wpins--;
+	if (--e->pins == 0 && e->dead)
+		entry_free(s, e);
+	if (e->fill >= s->bs)
+		pthread_cond_signal(&s->flush_cv);
+	pthread_cond_broadcast(&s->state_cv);
+	pthread_mutex_unlock(&s->lock);
+	ref->e = NULL;
+}
+
+/* ---- flusher ---- */
+
+static bool eligible(struct tb_store *s, struct tb_entry *e, uint64_t now)
+{
+	if (e->wpins)
+		return false;
+	if (e->retries && now < e->dirty_ms)
+		return false;
+	if (e->urgent || e->fill >= s->bs || s->stopping)
+		return true;
+	if (s->ndirty * 4 >= s->dirty_max)
+		return true;
+	return now - e->dirty_ms >= s->cfg.flush_delay_ms;
+}
+
+static bool all_zero(const void *p, size_t n)
+{
+	const uint64_t *w = p;
+
+	for (size_t i = 0; i < n / sizeof(*w); i++)
+		if (w[i])
+			return false;
+	return true;
+}
+
+/* Place a block: next device round-robin that has a free slot. */
+static int place(struct tb_store *s, uint64_t *loc)
+{
+	for (unsigned n = 0; n < s->n_devs; n++) {
+		unsigned d = (s->rr + n) % s->n_devs;
+		uint64_t slot;
+
+		if (nvme_alloc(s->dev[d], &slot) == 0) {
+			s->rr = (d + 1) % s->n_devs;
+			*loc = tb_loc(d, slot);
+			return 0;
+		}
+	}
+	return -ENOSPC;
+}
+
+/* Put a WB entry back to DIRTY after a failure. Lock held. */
+static void wb_failed(struct tb_store *s, struct tb_entry *e, int err)
+{
+	e->retries++;
+	e->err = err;
+	s->wb_errors++;
+	if (e->retries >= WB_MAX_RETRIES && e->o)
+		e->o->wb_err = err;
+	if (log_ratelimit(&s->wb_log_sec, 10))
+		log_err("write-back of block %llu of object %llu failed: %s (attempt %u)",
+			(unsigned long long)e->idx, (unsigned long long)e->obj, strerror(-err),
+			e->retries);
+	e->state = ES_DIRTY;
+	e->dirty_ms = now_ms() + (WB_RETRY_BASE_MS << (e->retries < 8 ? e->retries : 8));
+	elist_append(&s->dirty_list, e);
+	s->wb_inflight--;
+	pthread_cond_broadcast(&s->state_cv);
+}
+
+/* Take eligible dirty entries into WB. Lock held. */
+static size_t take_dirty(struct tb_store *s, struct tb_entry **out, size_t max, uint64_t now,
+			 uint64_t *next_ms)
+{
+	struct tb_entry *e = s->dirty_list.head;
+	size_t n = 0, scanned = 0;
+
+	while (e && n < max && s->wb_inflight < s->wb_max && scanned++ < FLUSH_SCAN_MAX) {
+		struct tb_entry *next = e->lnext;
+
+		if (eligible(s, e, now)) {
+			elist_remove(&s->dirty_list, e);
+			e->state = ES_WB;
+			e->urgent = false;
+			s->wb_inflight++;
+			out[n++] = e;
+		} else if (!e->wpins) {
+			uint64_t at = e->retries ? e->dirty_ms : e->dirty_ms + s->cfg.flush_delay_ms;
+
+			if (at < *next_ms)
+				*next_ms = at;
+		}
+		e = next;
+	}
+	return n;
+}
+
+/* Outside the lock: holes go straight to commit, the rest to a device. */
+static void start_writes(struct tb_store *s, struct tb_entry **batch, size_t n,
+			 struct tb_entry **holes, size_t *nholes)
+{
+	for (size_t i = 0; i < n; i++) {
+		struct tb_entry *e = batch[i];
+		uint64_t loc;
+
+		if (all_zero(slot_data(s, e), s->bs)) {
+			e->new_loc = TB_LOC_NONE;
+			holes[(*nholes)++] = e;
+			continue;
+		}
+		pthread_mutex_lock(&s->lock);
+		int ret = place(s, &loc);
+		if (ret < 0) {
+			wb_failed(s, e, ret);
+			pthread_mutex_unlock(&s->lock);
+			continue;
+		}
+		pthread_mutex_unlock(&s->lock);
+		e->new_loc = loc;
+		e->req.op = NVME_WRITE;
+		e->req.cls = NVME_CLS_WB;
+		e->req.slot = tb_loc_slot(loc);
+		e->req.buf = slot_data(s, e);
+		e->req.len = s->bs;
+		e->req.done = write_done;
+		nvme_submit(s->dev[tb_loc_dev(loc)], &e->req);
+	}
+}
+
+/* Commit finished write-backs in one owner transaction, then settle them. */
+static void commit_batch(struct tb_store *s, struct tb_entry **v, size_t n)
+{
+	struct tb_commit *c;
+	int ret;
+
+	if (!n)
+		return;
+	c = calloc(n, sizeof(*c));
+	ret = c ? 0 : -ENOMEM;
+	for (size_t i = 0; c && i < n; i++) {
+		c[i].obj = v[i]->obj;
+		c[i].idx = v[i]->idx;
+		c[i].loc = v[i]->new_loc;
+	}
+	if (c)
+		ret = s->owner.commit(s->owner.ctx, c, n);
+	free(c);
+
+	pthread_mutex_lock(&s->lock);
+	for (size_t i = 0; i < n; i++) {
+		struct tb_entry *e = v[i];
+
+		if (ret < 0) {
+			if (e->new_loc != TB_LOC_NONE)
+				nvme_free(s->dev[tb_loc_dev(e->new_loc)], tb_loc_slot(e->new_loc));
+			wb_failed(s, e, ret);
+			continue;
+		}
+		if (e->new_loc == TB_LOC_NONE)
+			s->holes++;
+		else
+			s->wb_bytes += s->bs;
+		e->loc = e->new_loc;
+		e->state = ES_CLEAN;
+		e->retries = 0;
+		e->err = 0;
+		e->reserved = false;
+		s->reserved--;
+		s->ndirty--;
+		s->wb_inflight--;
+	}
+	if (ret == 0)
+		s->commits_since_sync += n;
+	pthread_cond_broadcast(&s->state_cv);
+	pthread_cond_broadcast(&s->space_cv);
+	pthread_mutex_unlock(&s->lock);
+}
+
+/* Device flush, owner sync, then hand released locations back. */
+static int do_sync(struct tb_store *s)
+{
+	uint64_t *frees;
+	size_t nfrees;
+	int ret = 0;
+
+	pthread_mutex_lock(&s->sync_lock);
+	pthread_mutex_lock(&s->lock);
+	frees = s->pending;
+	nfrees = s->npending;
+	s->pending = NULL;
+	s->npending = s->cap_pending = 0;
+	s->commits_since_sync = 0;
+	pthread_mutex_unlock(&s->lock);
+
+	for (unsigned i = 0; i < s->n_devs; i++) {
+		int r = nvme_sync(s->dev[i]);
+
+		if (r < 0 && !ret)
+			ret = r;
+	}
+	if (!ret)
+		ret = s->owner.sync(s->owner.ctx);
+
+	pthread_mutex_lock(&s->lock);
+	if (ret == 0) {
+		for (size_t i = 0; i < nfrees; i++)
+			nvme_free(s->dev[tb_loc_dev(frees[i])], tb_loc_slot(frees[i]));
+		free(frees);
+	} else {
+		/* Not durable: keep them pending for the next try. */
+		for (size_t i = 0; i < nfrees; i++) {
+			if (s->npending == s->cap_pending) {
+				size_t cap = s->cap_pending ? s->cap_pending * 2 : 64;
+				uint64_t *p = realloc(s->pending, cap * sizeof(*p));
+
+				if (!p)
+					break;
+				s->pending = p;
+				s->cap_pending = cap;
+			}
+			s->pending[s->npending++] = frees[i];
+		}
+		free(frees);
+	}
+	s->syncs++;
+	s->sync_gen++;
+	pthread_cond_broadcast(&s->space_cv);
+	pthread_mutex_unlock(&s->lock);
+	pthread_mutex_unlock(&s->sync_lock);
+	return ret;
+}
+
+static void *flusher_main(void *arg)
+{
+	struct tb_store *s = arg;
+	struct tb_entry **batch = calloc(COMMIT_BATCH_MAX, sizeof(*batch));
+	struct tb_entry **ready = calloc(2 * COMMIT_BATCH_MAX + s->wb_max, sizeof(*ready));
+	uint64_t last_sync = now_ms();
+
+	pthread_setname_np(pthread_self(), "tfs-flusher");
+	if (!batch || !ready) {
+		log_err("flusher: out of memory");
+		abort();
+	}
+	pthread_mutex_lock(&s->lock);
+	for (;;) {
+		uint64_t now = now_ms(), next_ms = now + s->cfg.sync_interval_ms;
+		size_t n, nready = 0;
+		struct tb_entry *done;
+		bool want_sync;
+
+		if (s->stopping && !s->ndirty && !s->done && !s->wb_inflight)
+			break;
+		n = take_dirty(s, batch, COMMIT_BATCH_MAX, now, &next_ms);
+		done = s->done;
+		s->done = NULL;
+		pthread_mutex_unlock(&s->lock);
+
+		start_writes(s, batch, n, ready, &nready);
+		while (done) {
+			struct tb_entry *e = done;
+
+			done = e->lnext;
+			if (e->err) {
+				pthread_mutex_lock(&s->lock);
+				nvme_free(s->dev[tb_loc_dev(e->new_loc)], tb_loc_slot(e->new_loc));
+				if (e->err == -ENOSPC)
+					nvme_set_full(s->dev[tb_loc_dev(e->new_loc)]);
+				wb_failed(s, e, e->err);
+				pthread_mutex_unlock(&s->lock);
+				continue;
+			}
+			ready[nready++] = e;
+		}
+		commit_batch(s, ready, nready);
+
+		pthread_mutex_lock(&s->lock);
+		now = now_ms();
+		want_sync = s->sync_req ||
+			    (now - last_sync >= s->cfg.sync_interval_ms &&
+			     (s->commits_since_sync || s->npending));
+		if (want_sync) {
+			s->sync_req = false;
+			pthread_mutex_unlock(&s->lock);
+			do_sync(s);
+			last_sync = now_ms();
+			pthread_mutex_lock(&s->lock);
+			continue;
+		}
+		if (n || nready || s->done)
+			continue;
+		if (next_ms > last_sync + s->cfg.sync_interval_ms)
+			next_ms = last_sync + s->cfg.sync_interval_ms;
+		if (next_ms > now) {
+			struct timespec ts;
+
+			deadline_in(&ts, next_ms - now);
+			pthread_cond_timedwait(&s->flush_cv, &s->lock, &ts);
+		}
+	}
+	pthread_mutex_unlock(&s->lock);
+	free(batch);
+	free(ready);
+	return NULL;
+}
+
+/* ---- flush, sync, drop ---- */
+
+static bool obj_has_dirty(struct tb_obj *o, uint64_t seq, int *err)
+{
+	for (struct tb_entry *e = o->head; e; e = e->onext) {
+		if (e->state != ES_DIRTY && e->state != ES_WB)
+			continue;
+		if (e->dirty_seq > seq)
+			continue;
+		if (e->state == ES_DIRTY && e->retries >= WB_MAX_RETRIES) {
+			*err = e->err ? e->err : -EIO;
+			continue;
+		}
+		return true;
+	}
+	return false;
+}
+
+int tb_flush_obj(struct tb_store *s, uint64_t obj)
+{
+	struct tb_obj *o;
+	uint64_t seq;
+	int err = 0;
+
+	pthread_mutex_lock(&s->lock);
+	seq = s->dirty_seq;
+	o = obj_find(s, obj);
+	if (o)
+		for (struct tb_entry *e = o->head; e; e = e->onext)
+			if (e->state == ES_DIRTY)
+				e->urgent = true;
+	pthread_cond_signal(&s->flush_cv);
+	while ((o = obj_find(s, obj)) && obj_has_dirty(o, seq, &err))
+		pthread_cond_wait(&s->state_cv, &s->lock);
+	if (o && o->wb_err) {
+		if (!err)
+			err = o->wb_err;
+		o->wb_err = 0;
+		obj_maybe_free(s, o);
+	}
+	pthread_mutex_unlock(&s->lock);
+	return err;
+}
+
+static int flush_all(struct tb_store *s)
+{
+	uint64_t seq;
+	int err = 0;
+
+	pthread_mutex_lock(&s->lock);
+	seq = s->dirty_seq;
+	for (struct tb_entry *e = s->dirty_list.head; e; e = e->lnext)
+		e->urgent = true;
+	pthread_cond_signal(&s->flush_cv);
+	for (;;) {
+		bool busy = false;
+
+		err = 0;
+		for (uint32_t i = 0; i < s->nslots && !busy; i++) {
+			struct tb_entry *e = &s->entries[i];
+
+			if ((e->state == ES_DIRTY || e->state == ES_WB) && e->dirty_seq <= seq) {
+				if (e->state == ES_DIRTY && e->retries >= WB_MAX_RETRIES)
+					err = e->err ? e->err : -EIO;
+				else
+					busy = true;
+			}
+		}
+		if (!busy)
+			break;
+		pthread_cond_wait(&s->state_cv, &s->lock);
+	}
+	pthread_mutex_unlock(&s->lock);
+	return err;
+}
+
+int tb_sync(struct tb_store *s)
+{
+	int err = flush_all(s);
+	int ret = do_sync(s);
+
+	return err ? err : ret;
+}
+
+int tb_durable(struct tb_store *s)
+{
+	return do_sync(s);
+}
+
+void tb_drop(struct tb_store *s, uint64_t obj, uint64_t from, uint64_t to)
+{
+	struct tb_obj *o;
+	struct tb_entry *e, *next;
+	bool busy;
+
+	pthread_mutex_lock(&s->lock);
+	do {
+		busy = false;
+		o = obj_find(s, obj);
+		for (e = o ? o->head : NULL; e; e = e->onext) {
+			if (e->idx < from || e->idx >= to)
+				continue;
+			if (e->state == ES_LOADING || e->state == ES_WB || e->wpins) {
+				busy = true;
+				break;
+			}
+		}
+		if (busy)
+			pthread_cond_wait(&s->state_cv, &s->lock);
+	} while (busy);
+
+	o = obj_find(s, obj);
+	for (e = o ? o->head : NULL; e; e = next) {
+		next = e->onext;
+		if (e->idx < from || e->idx >= to)
+			continue;
+		if (e->state == ES_DIRTY) {
+			elist_remove(&s->dirty_list, e);
+			s->ndirty--;
+			if (e->reserved)
+				s->reserved--;
+			e->reserved = false;
+		}
+		entry_unhash(s, e);
+		e->state = ES_FREE;
+		if (e->pins)
+			e->dead = true;
+		else
+			entry_free(s, e);
+	}
+	pthread_cond_broadcast(&s->space_cv);
+	pthread_mutex_unlock(&s->lock);
+}
+
+void tb_release(struct tb_store *s, uint64_t loc)
+{
+	pthread_mutex_lock(&s->lock);
+	if (s->npending == s->cap_pending) {
+		size_t cap = s->cap_pending ? s->cap_pending * 2 : 64;
+		uint64_t *p = realloc(s->pending, cap * sizeof(*p));
+
+		if (!p) {
+			/* Leaking one slot until the next mount beats reusing it early. */
+			log_err("out of memory releasing a block; it is reclaimed at next mount");
+			pthread_mutex_unlock(&s->lock);
+			return;
+		}
+		s->pending = p;
+		s->cap_pending = cap;
+	}
+	s->pending[s->npending++] = loc;
+	pthread_mutex_unlock(&s->lock);
+}
+
+int tb_space_check(struct tb_store *s, uint64_t nblocks)
+{
+	int ret;
+
+	pthread_mutex_lock(&s->lock);
+	ret = reserve_blocks(s, nblocks);
+	if (ret == 0)
+		s->reserved -= nblocks;
+	pthread_mutex_unlock(&s->lock);
+	return ret;
+}
+
+void tb_space(struct tb_store *s, uint64_t *total, uint64_t *avail)
+{
+	struct tb_dev_stats st;
+
+	*total = 0;
+	for (unsigned i = 0; i < s->n_devs; i++) {
+		nvme_get_stats(s->dev[i], &st);
+		*total += st.capacity;
+	}
+	pthread_mutex_lock(&s->lock);
+	*avail = space_avail(s) * s->bs;
+	pthread_mutex_unlock(&s->lock);
+}
+
+void tb_get_stats(struct tb_store *s, struct tb_stats *st)
+{
+	memset(st, 0, sizeof(*st));
+	pthread_mutex_lock(&s->lock);
+	st->block_size = s->bs;
+	st->dram_capacity = (uint64_t)s->nslots * s->bs;
+	st->dram_used = (uint64_t)(s->nslots - s->free_list.n) * s->bs;
+	st->dram_read_bytes = s->dram_read_bytes;
+	st->dram_write_bytes = s->dram_write_bytes;
+	st->dram_read_ops = s->dram_read_ops;
+	st->dram_write_ops = s->dram_write_ops;
+	st->hits = s->hits;
+	st->misses = s->misses;
+	st->evictions = s->evictions;
+	st->dirty_bytes = s->ndirty * s->bs;
+	st->writeback_bytes = s->wb_bytes;
+	st->holes_written = s->holes;
+	st->wb_errors = s->wb_errors;
+	st->syncs = s->syncs;
+	st->backpressure_waits = s->bp_waits;
+	st->huge_pages = s->arena.huge;
+	st->locked = s->arena.locked;
+	pthread_mutex_unlock(&s->lock);
+	st->n_devs = s->n_devs;
+	for (unsigned i = 0; i < s->n_devs; i++)
+		nvme_get_stats(s->dev[i], &st->dev[i]);
+}
+
+size_t tb_block_size(const struct tb_store *s)
+{
+	return s->bs;
+}
+
+const void *tb_zero_block(const struct tb_store *s)
+{
+	return s->zero;
+}
+
+/* ---- life cycle ---- */
+
+static uint64_t pow2_at_least(uint64_t n)
+{
+	uint64_t p = 1;
+
+	while (p < n)
+		p <<= 1;
+	return p;
+}
+
+int tb_open(const struct tb_config *cfg, const struct tb_owner *owner, struct tb_store **out,
+	    char *err, size_t errlen)
+{
+	struct tb_store *s = calloc(1, sizeof(*s));
+	uint64_t nslots, min_slots;
+	int ret;
+
+	if (!s)
+		return -ENOMEM;
+	s->cfg = *cfg;
+	s->owner = *owner;
+	s->bs = cfg->block_size;
+	pthread_mutex_init(&s->lock, NULL);
+	pthread_mutex_init(&s->sync_lock, NULL);
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&s->state_cv, &ca);
+	pthread_cond_init(&s->space_cv, &ca);
+	pthread_cond_init(&s->flush_cv, &ca);
+	pthread_condattr_destroy(&ca);
+
+	nslots = cfg->dram_bytes / s->bs;
+	min_slots = 2ULL * cfg->max_pinned + 16;
+	if (nslots < min_slots) {
+		snprintf(err, errlen,
+			 "dram=%zuM is too small: with block=%zuK and these threads it needs at "
+			 "least %lluM",
+			 cfg->dram_bytes >> 20, s->bs >> 10,
+			 (unsigned long long)((min_slots * s->bs + (1 << 20) - 1) >> 20));
+		ret = -EINVAL;
+		goto fail;
+	}
+	if (nslots > UINT32_MAX)
+		nslots = UINT32_MAX;
+	s->nslots = (uint32_t)nslots;
+	s->dirty_max = cfg->dirty_bytes ? cfg->dirty_bytes / s->bs : nslots / 2;
+	if (s->dirty_max > nslots - cfg->max_pinned - 8)
+		s->dirty_max = nslots - cfg->max_pinned - 8;
+	if (s->dirty_max < 1)
+		s->dirty_max = 1;
+
+	ret = dram_arena_init(&s->arena, s->bs, s->nslots);
+	if (ret < 0) {
+		snprintf(err, errlen, "cannot map a DRAM arena of %zuM: %s", cfg->dram_bytes >> 20,
+			 strerror(-ret));
+		goto fail;
+	}
+	s->zero = calloc(1, s->bs);
+	s->entries = calloc(s->nslots, sizeof(*s->entries));
+	s->hash_mask = pow2_at_least(2ULL * s->nslots) - 1;
+	s->hash = calloc(s->hash_mask + 1, sizeof(*s->hash));
+	s->ohash_mask = pow2_at_least(s->nslots) - 1;
+	s->ohash = calloc(s->ohash_mask + 1, sizeof(*s->ohash));
+	if (!s->zero || !s->entries || !s->hash || !s->ohash) {
+		snprintf(err, errlen, "out of memory for %u cache entries", s->nslots);
+		ret = -ENOMEM;
+		goto fail;
+	}
+	for (uint32_t i = 0; i < s->nslots; i++) {
+		struct tb_entry *e = &s->entries[i];
+
+		e->slot = i;
+		e->s = s;
+		e->loc = TB_LOC_NONE;
+		elist_append(&s->free_list, e);
+	}
+
+	if (cfg->n_nvme == 0 || cfg->n_nvme > TB_MAX_DEVS) {
+		snprintf(err, errlen, "between 1 and %d nvme folders are needed", TB_MAX_DEVS);
+		ret = -EINVAL;
+		goto fail;
+	}
+	for (unsigned i = 0; i < cfg->n_nvme; i++) {
+		ret = nvme_open(&s->dev[i], i, cfg->nvme_dirs[i], cfg->store_id, s->bs, cfg->engine,
+				cfg->queue_depth, &s->arena, err, errlen);
+		if (ret < 0)
+			goto fail;
+		s->n_devs++;
+	}
+	s->wb_max = (uint64_t)s->n_devs * cfg->queue_depth;
+	*out = s;
+	return 0;
+fail:
+	tb_close(s);
+	return ret;
+}
+
+int tb_mark_used(struct tb_store *s, uint64_t loc)
+{
+	if (tb_loc_dev(loc) >= s->n_devs)
+		return -ENODEV;
+	return nvme_mark(s->dev[tb_loc_dev(loc)], tb_loc_slot(loc));
+}
+
+int tb_start(struct tb_store *s)
+{
+	int ret;
+
+	for (unsigned i = 0; i < s->n_devs; i++) {
+		ret = nvme_start(s->dev[i]);
+		if (ret < 0)
+			return ret;
+	}
+	ret = pthread_create(&s->flusher, NULL, flusher_main, s);
+	if (ret)
+		return -ret;
+	s->started = true;
+	return 0;
+}
+
+int tb_close(struct tb_store *s)
+{
+	int ret = 0;
+
+	if (!s)
+		return 0;
+	if (s->started) {
+		ret = tb_sync(s);
+		pthread_mutex_lock(&s->lock);
+		s->stopping = true;
+		pthread_cond_broadcast(&s->flush_cv);
+		pthread_cond_broadcast(&s->space_cv);
+		pthread_mutex_unlock(&s->lock);
+		pthread_join(s->flusher, NULL);
+		int r = do_sync(s);
+		if (!ret)
+			ret = r;
+	}
+	for (unsigned i = 0; i < s->n_devs; i++)
+		nvme_close(s->dev[i]);
+	dram_arena_fini(&s->arena);
+	if (s->ohash)
+		for (uint64_t i = 0; i <= s->ohash_mask; i++)
+			while (s->ohash[i]) {
+				struct tb_obj *o = s->ohash[i];
+
+				s->ohash[i] = o->hnext;
+				free(o);
+			}
+	free(s->ohash);
+	free(s->hash);
+	free(s->entries);
+	free(s->zero);
+	free(s->pending);
+	pthread_mutex_destroy(&s->lock);
+	pthread_mutex_destroy(&s->sync_lock);
+	pthread_cond_destroy(&s->state_cv);
+	pthread_cond_destroy(&s->space_cv);
+	pthread_cond_destroy(&s->flush_cv);
+	free(s);
+	return ret;
+}

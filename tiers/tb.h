@@ -1,0 +1,166 @@
+/*
+ * tb.h - the tiered block store: the contract between fs/ and tiers/.
+ *
+ * The store caches fixed-size blocks in one DRAM arena of block-size slots
+ * and persists them on the nvme tier (one slab file per folder, blocks
+ * striped across folders). A cached block is named by (obj, idx): fs/ uses
+ * the inode number and the block index within the file. tiers/ never sees
+ * file names, sizes or block maps: it asks its owner (fs/) through
+ * struct tb_owner to resolve a name to a persisted location and to commit
+ * the result of a write-back.
+ *
+ * Persisted blocks are never overwritten in place: every write-back takes a
+ * fresh location and the old one is released by the owner once no block map
+ * refers to it. Released locations are reused only after the next sync, so
+ * a crash can never expose a location that the durable metadata still
+ * names. All functions return 0 or -errno.
+ */
+#ifndef TENSORFS_TB_H
+#define TENSORFS_TB_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define TB_LOC_NONE UINT64_MAX
+#define TB_LOC_DEV_SHIFT 48
+#define TB_LOC_SLOT_MASK ((1ULL << TB_LOC_DEV_SHIFT) - 1)
+#define TB_MAX_DEVS 64
+
+static inline uint64_t tb_loc(unsigned dev, uint64_t slot)
+{
+	return ((uint64_t)dev << TB_LOC_DEV_SHIFT) | slot;
+}
+
+static inline unsigned tb_loc_dev(uint64_t loc)
+{
+	return (unsigned)(loc >> TB_LOC_DEV_SHIFT);
+}
+
+static inline uint64_t tb_loc_slot(uint64_t loc)
+{
+	return loc & TB_LOC_SLOT_MASK;
+}
+
+enum tb_engine { TB_ENGINE_AUTO, TB_ENGINE_URING, TB_ENGINE_AIO };
+
+struct tb_config {
+	size_t block_size;
+	size_t dram_bytes;
+	size_t dirty_bytes;	   /* high-water mark; writers wait above it */
+	const char *store_id;	   /* binds device folders to this store */
+	char **nvme_dirs;	   /* folders of the nvme tier */
+	unsigned n_nvme;
+	enum tb_engine engine;
+	unsigned queue_depth;	   /* I/Os in flight per device */
+	unsigned flush_delay_ms;   /* a partly written block waits this long */
+	unsigned sync_interval_ms; /* periodic durability point */
+	unsigned max_pinned;	   /* worst case of blocks pinned by readers */
+};
+
+/* One write-back result handed to the owner. */
+struct tb_commit {
+	uint64_t obj;
+	uint64_t idx;
+	uint64_t loc; /* new location, or TB_LOC_NONE for a hole */
+};
+
+struct tb_owner {
+	void *ctx;
+	/* Location of persisted block (obj, idx): 0 and *loc, or -ENOENT for a hole. */
+	int (*resolve)(void *ctx, uint64_t obj, uint64_t idx, uint64_t *loc);
+	/* Make n write-back results part of the block maps, atomically. */
+	int (*commit)(void *ctx, const struct tb_commit *c, size_t n);
+	/* Make every commit so far durable. */
+	int (*sync)(void *ctx);
+};
+
+struct tb_store;
+struct tb_entry;
+
+struct tb_ref {
+	struct tb_entry *e;
+	void *data;
+};
+
+/*
+ * A read waiting for a block to load. fn is called once, on an I/O thread:
+ * with err 0 and ref pinned for the caller, -ENOENT for a hole, or -errno.
+ */
+struct tb_waiter {
+	struct tb_waiter *next;
+	void (*fn)(struct tb_waiter *w, int err);
+	struct tb_ref ref;
+};
+
+struct tb_dev_stats {
+	char name[16];
+	char path[256];
+	const char *engine;
+	uint64_t capacity, used;
+	uint64_t read_bytes, write_bytes, read_ops, write_ops, errors;
+	unsigned inflight_demand, inflight_wb;
+};
+
+struct tb_stats {
+	size_t block_size;
+	uint64_t dram_capacity, dram_used, dram_read_bytes, dram_write_bytes;
+	uint64_t dram_read_ops, dram_write_ops;
+	uint64_t hits, misses, evictions, dirty_bytes, writeback_bytes;
+	uint64_t holes_written, wb_errors, syncs, backpressure_waits;
+	bool huge_pages, locked;
+	unsigned n_devs;
+	struct tb_dev_stats dev[TB_MAX_DEVS];
+};
+
+/* Open the store: arena, device folders and slab files; no threads yet. */
+int tb_open(const struct tb_config *cfg, const struct tb_owner *owner, struct tb_store **out,
+	    char *err, size_t errlen);
+/* Before tb_start: a location the metadata names is in use. */
+int tb_mark_used(struct tb_store *s, uint64_t loc);
+/* Start the I/O and flusher threads. */
+int tb_start(struct tb_store *s);
+/* Write back everything, sync, stop the threads and free the store. */
+int tb_close(struct tb_store *s);
+
+/*
+ * Pin block (obj, idx) for reading. Returns 0 with *ref pinned and ready,
+ * 1 when the block is loading and w was queued (see struct tb_waiter;
+ * without w the call waits), -ENOENT for a hole (nothing pinned), or -errno.
+ */
+int tb_get(struct tb_store *s, uint64_t obj, uint64_t idx, struct tb_ref *ref,
+	   struct tb_waiter *w);
+/* Release a read pin, counting the bytes served from it. */
+void tb_put(struct tb_store *s, struct tb_ref *ref, size_t bytes_read);
+
+/*
+ * Pin block (obj, idx) for writing bytes [off, off + len) of it. Loads a
+ * persisted block first when the write covers only part of it, waits while
+ * the block is being written back, and waits above the dirty high-water
+ * mark. -ENOSPC when the persistent tiers cannot take another block.
+ */
+int tb_get_write(struct tb_store *s, uint64_t obj, uint64_t idx, size_t off, size_t len,
+		 struct tb_ref *ref);
+/* Release a write pin; the block is now dirty. */
+void tb_put_dirty(struct tb_store *s, struct tb_ref *ref, size_t off, size_t len);
+
+/* Write back every dirty block of obj and wait; returns a write-back error. */
+int tb_flush_obj(struct tb_store *s, uint64_t obj);
+/* Write back everything dirty and make it durable. */
+int tb_sync(struct tb_store *s);
+/* Make every commit so far durable, without waiting for dirty blocks. */
+int tb_durable(struct tb_store *s);
+/* Forget cached blocks idx in [from, to) of obj, dirty ones included. */
+void tb_drop(struct tb_store *s, uint64_t obj, uint64_t from, uint64_t to);
+/* The owner no longer references loc; reuse it after the next sync. */
+void tb_release(struct tb_store *s, uint64_t loc);
+/* Check that n more blocks fit in the persistent tiers right now. */
+int tb_space_check(struct tb_store *s, uint64_t nblocks);
+/* Bytes of capacity and free space across the persistent tiers. */
+void tb_space(struct tb_store *s, uint64_t *total, uint64_t *avail);
+void tb_get_stats(struct tb_store *s, struct tb_stats *st);
+size_t tb_block_size(const struct tb_store *s);
+/* A block of zeros, block_size long, for replying with holes. */
+const void *tb_zero_block(const struct tb_store *s);
+
+#endif

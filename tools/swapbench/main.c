@@ -1,0 +1,674 @@
+/*
+ * main.c - swapbench's command line, and the parent process of the ranks.
+ *
+ * The parent parses the options (their defaults are sb_defaults below),
+ * prints the configuration, and forks one process per rank, as N GPUs of one
+ * node would run.  Ranks share a memory segment with the parent: each
+ * publishes its measurements of a phase (init, then each iteration) and posts
+ * "done"; once every rank is done the parent prints the phase, runs the
+ * --between command, and posts "go" for the next one.  If a rank fails, the
+ * parent stops the others and exits with the worst status.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <semaphore.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "report.h"
+#include "stamp.h"
+#include "swapbench.h"
+
+#define SB_KIB 1024ull
+#define SB_MAX_RANKS 1024
+#define SB_MAX_THREADS 1024
+#define SB_MAX_QUEUE_DEPTH 65536
+#define SB_MAX_ITERS 1000000
+#define SB_MAX_BUFFERS 1024
+#define SB_MAX_COUNT (1ull << 50)
+/* How often the parent looks for ranks that died while it waits. */
+#define SB_POLL_NS 100000000L
+#define SB_NS_PER_S 1000000000L
+
+/* Every default in one place; --help prints them from here. */
+static const struct sb_config sb_defaults = {
+	.dir = NULL,
+	.workload = SB_WORKLOAD_ZERO,
+	.iters = 3,
+	.ranks = 1,
+	.verify = true,
+	.verify_full = false,
+	.json = false,
+	.between = NULL,
+	.threads = 1,			   /* DeepSpeed aio.thread_count */
+	.queue_depth = 8,		   /* aio.queue_depth */
+	.block_size = SB_KIB * SB_KIB,	   /* aio.block_size */
+	.overlap_events = true,		   /* aio.overlap_events */
+	.single_submit = false,		   /* aio.single_submit */
+	.swapper = SB_SWAPPER_PARTITIONED, /* offload_optimizer.pipeline: false */
+	.params = 100000000,
+	.hidden = 0,
+	.sub_group_size = 1000000000, /* zero_optimization.sub_group_size */
+	.offload_params = false,
+	.param_dtype = "fp16",
+	.optimizer_buffers = 4, /* offload_optimizer.buffer_count */
+	.param_buffers = 5,	/* offload_param.buffer_count */
+	.compute_ms = 0,
+	.compute_gbps = 0,
+	.layers = 8,
+	.act_size = 64 * SB_KIB * SB_KIB,
+	.micro_batches = 4,
+	.act_reuse = SB_ACT_DELETE,
+};
+
+/* The memory the parent shares with the ranks. */
+struct sb_shared {
+	sem_t done; /* posted by a rank when it finished a phase */
+	sem_t go;   /* posted by the parent: a rank may start its next phase */
+	int iters;
+	int abort; /* set by the parent before it releases the ranks to stop */
+};
+
+enum {
+	OPT_WORKLOAD = 256,
+	OPT_SWAPPER,
+	OPT_PARAMS,
+	OPT_HIDDEN,
+	OPT_SUB_GROUP,
+	OPT_RANKS,
+	OPT_THREADS,
+	OPT_QUEUE_DEPTH,
+	OPT_BLOCK_SIZE,
+	OPT_NO_OVERLAP,
+	OPT_SINGLE_SUBMIT,
+	OPT_OFFLOAD_PARAMS,
+	OPT_PARAM_DTYPE,
+	OPT_BUFFER_COUNT,
+	OPT_PARAM_BUFFER_COUNT,
+	OPT_ITERS,
+	OPT_COMPUTE_MS,
+	OPT_COMPUTE_GBPS,
+	OPT_LAYERS,
+	OPT_ACT_SIZE,
+	OPT_MICRO_BATCHES,
+	OPT_ACT_REUSE,
+	OPT_NO_VERIFY,
+	OPT_VERIFY_FULL,
+	OPT_BETWEEN,
+	OPT_JSON,
+};
+
+static const struct option sb_options[] = {
+	{"dir", required_argument, NULL, 'd'},
+	{"workload", required_argument, NULL, OPT_WORKLOAD},
+	{"swapper", required_argument, NULL, OPT_SWAPPER},
+	{"params", required_argument, NULL, OPT_PARAMS},
+	{"hidden", required_argument, NULL, OPT_HIDDEN},
+	{"sub-group-size", required_argument, NULL, OPT_SUB_GROUP},
+	{"ranks", required_argument, NULL, OPT_RANKS},
+	{"threads", required_argument, NULL, OPT_THREADS},
+	{"queue-depth", required_argument, NULL, OPT_QUEUE_DEPTH},
+	{"block-size", required_argument, NULL, OPT_BLOCK_SIZE},
+	{"no-overlap-events", no_argument, NULL, OPT_NO_OVERLAP},
+	{"single-submit", no_argument, NULL, OPT_SINGLE_SUBMIT},
+	{"offload-params", no_argument, NULL, OPT_OFFLOAD_PARAMS},
+	{"param-dtype", required_argument, NULL, OPT_PARAM_DTYPE},
+	{"buffer-count", required_argument, NULL, OPT_BUFFER_COUNT},
+	{"param-buffer-count", required_argument, NULL, OPT_PARAM_BUFFER_COUNT},
+	{"iters", required_argument, NULL, OPT_ITERS},
+	{"compute-ms", required_argument, NULL, OPT_COMPUTE_MS},
+	{"compute-gbps", required_argument, NULL, OPT_COMPUTE_GBPS},
+	{"layers", required_argument, NULL, OPT_LAYERS},
+	{"act-size", required_argument, NULL, OPT_ACT_SIZE},
+	{"micro-batches", required_argument, NULL, OPT_MICRO_BATCHES},
+	{"act-reuse", required_argument, NULL, OPT_ACT_REUSE},
+	{"no-verify", no_argument, NULL, OPT_NO_VERIFY},
+	{"verify-full", no_argument, NULL, OPT_VERIFY_FULL},
+	{"between", required_argument, NULL, OPT_BETWEEN},
+	{"json", no_argument, NULL, OPT_JSON},
+	{"help", no_argument, NULL, 'h'},
+	{"version", no_argument, NULL, 'V'},
+	{NULL, 0, NULL, 0},
+};
+
+static void usage(FILE *out)
+{
+	const struct sb_config *d = &sb_defaults;
+
+	fprintf(out,
+		"Usage: swapbench [OPTION]... DIR\n"
+		"Replay DeepSpeed ZeRO-Infinity's swap I/O (or activation offloading) on DIR\n"
+		"and check every byte read back.\n"
+		"\n"
+		"General:\n"
+		"  -d, --dir DIR              folder to swap to (or give DIR as the argument)\n"
+		"      --workload W           zero or activations (default zero)\n"
+		"      --iters N              iterations (default %d)\n"
+		"      --ranks N              processes at once, one per GPU (default %d)\n"
+		"      --between CMD          run sh -c CMD between iterations, with\n"
+		"                             SWAPBENCH_ITER and SWAPBENCH_DIR set (default none)\n"
+		"      --no-verify            do not stamp or check data (sizes are still checked)\n"
+		"      --verify-full          stamp and check every byte (default: a header and\n"
+		"                             4 words per 4 KiB)\n"
+		"      --json                 print one JSON object instead of text\n"
+		"  -h, --help                 print this help\n"
+		"  -V, --version              print the version\n"
+		"\n"
+		"libaio, as DeepSpeed's \"aio\" section:\n"
+		"      --threads N            threads per handle, each with its own context\n"
+		"                             (intra_op_parallelism, default %d)\n"
+		"      --queue-depth N        requests in flight per thread (default %d)\n"
+		"      --block-size SIZE      bytes per request, a multiple of 4 KiB\n"
+		"                             (default %llu KiB)\n"
+		"      --no-overlap-events    submit a queue's worth, wait for all of it\n"
+		"                             (default: sliding window)\n"
+		"      --single-submit        one io_submit per request (default off)\n"
+		"\n"
+		"ZeRO-Infinity (--workload zero):\n"
+		"      --swapper S            partitioned or pipelined (default partitioned)\n"
+		"      --params N             model parameter elements, e.g. 1e9, 500M, 7G\n"
+		"                             (default %llu)\n"
+		"      --hidden H             hidden size (default: from --params)\n"
+		"      --sub-group-size N     elements per optimizer subgroup (default %llu)\n"
+		"      --offload-params       parameters on NVMe too (default off)\n"
+		"      --param-dtype T        fp16, float16 or bfloat16: names the folder\n"
+		"                             <T>params (default %s)\n"
+		"      --buffer-count N       optimizer swap buffers (default %d)\n"
+		"      --param-buffer-count N parameter swap buffers (default %d)\n"
+		"      --compute-ms MS        simulated CPU Adam time per subgroup (default 0)\n"
+		"      --compute-gbps G       or a simulated CPU Adam rate, in GB of state per\n"
+		"                             second (16 bytes per element; default off)\n"
+		"\n"
+		"Activation offloading (--workload activations):\n"
+		"      --layers N             activations per micro-batch (default %d)\n"
+		"      --act-size SIZE        bytes per activation (default %llu MiB)\n"
+		"      --micro-batches M      micro-batches per iteration (default %d)\n"
+		"      --act-reuse R          delete or overwrite (default delete)\n"
+		"      --compute-ms, --compute-gbps also set the time of each layer.\n"
+		"\n"
+		"Counts take K, M, G, T (powers of 1000) or exponents; sizes take K, M, G, T\n"
+		"(powers of 1024, KiB also accepted).  Exit status: 0 success, 1 usage or\n"
+		"setup error, 2 data mismatch, short or failed transfer.\n",
+		d->iters, d->ranks, d->threads, d->queue_depth,
+		(unsigned long long)(d->block_size / SB_KIB), (unsigned long long)d->params,
+		(unsigned long long)d->sub_group_size, d->param_dtype, d->optimizer_buffers,
+		d->param_buffers, d->layers, (unsigned long long)(d->act_size / SB_KIB / SB_KIB),
+		d->micro_batches);
+}
+
+/* A number with an optional suffix; @unit is 1000 (counts) or 1024 (sizes). */
+static int parse_scaled(const char *s, uint64_t unit, uint64_t *out)
+{
+	static const char suffixes[] = "kmgt";
+	const char *p;
+	char *end;
+	double v, mult = 1;
+
+	errno = 0;
+	v = strtod(s, &end);
+	if (end == s || errno || !(v > 0))
+		return -EINVAL;
+	p = strchr(suffixes, *end >= 'A' && *end <= 'Z' ? *end - 'A' + 'a' : *end);
+	if (*end && p) {
+		for (const char *q = suffixes; q <= p; q++)
+			mult *= (double)unit;
+		end++;
+		if (unit == SB_KIB && *end == 'i')
+			end++;
+		if (unit == SB_KIB && (*end == 'B' || *end == 'b'))
+			end++;
+	}
+	if (*end)
+		return -EINVAL;
+	v *= mult;
+	if (v > (double)SB_MAX_COUNT || v < 1)
+		return -ERANGE;
+	*out = (uint64_t)(v + 0.5);
+	if ((double)*out - v > 1e-6 * v || v - (double)*out > 1e-6 * v)
+		return -EINVAL;
+	return 0;
+}
+
+static int parse_int(const char *s, int min, int max, int *out)
+{
+	char *end;
+	long v;
+
+	errno = 0;
+	v = strtol(s, &end, 10);
+	if (end == s || *end || errno || v < min || v > max)
+		return -EINVAL;
+	*out = (int)v;
+	return 0;
+}
+
+static int parse_double(const char *s, double *out)
+{
+	char *end;
+	double v;
+
+	errno = 0;
+	v = strtod(s, &end);
+	if (end == s || *end || errno || !(v >= 0) || v > (double)SB_MAX_COUNT)
+		return -EINVAL;
+	*out = v;
+	return 0;
+}
+
+static int bad_arg(const char *opt, const char *arg, const char *want)
+{
+	sb_err("invalid argument '%s' for --%s: %s", arg, opt, want);
+	return -EINVAL;
+}
+
+static int parse_option(struct sb_config *c, int opt, const char *arg, const char *name)
+{
+	switch (opt) {
+	case 'd':
+		c->dir = arg;
+		return 0;
+	case OPT_WORKLOAD:
+		if (!strcmp(arg, "zero"))
+			c->workload = SB_WORKLOAD_ZERO;
+		else if (!strcmp(arg, "activations"))
+			c->workload = SB_WORKLOAD_ACTIVATIONS;
+		else
+			return bad_arg(name, arg, "zero or activations");
+		return 0;
+	case OPT_SWAPPER:
+		if (!strcmp(arg, "partitioned"))
+			c->swapper = SB_SWAPPER_PARTITIONED;
+		else if (!strcmp(arg, "pipelined"))
+			c->swapper = SB_SWAPPER_PIPELINED;
+		else
+			return bad_arg(name, arg, "partitioned or pipelined");
+		return 0;
+	case OPT_ACT_REUSE:
+		if (!strcmp(arg, "delete"))
+			c->act_reuse = SB_ACT_DELETE;
+		else if (!strcmp(arg, "overwrite"))
+			c->act_reuse = SB_ACT_OVERWRITE;
+		else
+			return bad_arg(name, arg, "delete or overwrite");
+		return 0;
+	case OPT_PARAM_DTYPE:
+		if (strcmp(arg, "fp16") && strcmp(arg, "float16") && strcmp(arg, "bfloat16"))
+			return bad_arg(name, arg, "fp16, float16 or bfloat16");
+		c->param_dtype = arg;
+		return 0;
+	case OPT_PARAMS:
+		return parse_scaled(arg, 1000, &c->params) ? bad_arg(name, arg, "a count") : 0;
+	case OPT_HIDDEN:
+		return parse_scaled(arg, 1000, &c->hidden) ? bad_arg(name, arg, "a count") : 0;
+	case OPT_SUB_GROUP:
+		return parse_scaled(arg, 1000, &c->sub_group_size) ? bad_arg(name, arg, "a count")
+								   : 0;
+	case OPT_BLOCK_SIZE:
+		if (parse_scaled(arg, SB_KIB, &c->block_size) || c->block_size % SB_BUF_ALIGN)
+			return bad_arg(name, arg, "a size, a multiple of 4 KiB");
+		return 0;
+	case OPT_ACT_SIZE:
+		return parse_scaled(arg, SB_KIB, &c->act_size) ? bad_arg(name, arg, "a size") : 0;
+	case OPT_RANKS:
+		return parse_int(arg, 1, SB_MAX_RANKS, &c->ranks) ? bad_arg(name, arg, "1 to 1024")
+								  : 0;
+	case OPT_THREADS:
+		return parse_int(arg, 1, SB_MAX_THREADS, &c->threads)
+			   ? bad_arg(name, arg, "1 to 1024")
+			   : 0;
+	case OPT_QUEUE_DEPTH:
+		return parse_int(arg, 1, SB_MAX_QUEUE_DEPTH, &c->queue_depth)
+			   ? bad_arg(name, arg, "1 to 65536")
+			   : 0;
+	case OPT_BUFFER_COUNT:
+		return parse_int(arg, 1, SB_MAX_BUFFERS, &c->optimizer_buffers)
+			   ? bad_arg(name, arg, "1 to 1024")
+			   : 0;
+	case OPT_PARAM_BUFFER_COUNT:
+		return parse_int(arg, 1, SB_MAX_BUFFERS, &c->param_buffers)
+			   ? bad_arg(name, arg, "1 to 1024")
+			   : 0;
+	case OPT_ITERS:
+		return parse_int(arg, 1, SB_MAX_ITERS, &c->iters) ? bad_arg(name, arg, "at least 1")
+								  : 0;
+	case OPT_LAYERS:
+		return parse_int(arg, 1, SB_MAX_ITERS, &c->layers) ? bad_arg(name, arg, "at least 1")
+								   : 0;
+	case OPT_MICRO_BATCHES:
+		return parse_int(arg, 1, SB_MAX_ITERS, &c->micro_batches)
+			   ? bad_arg(name, arg, "at least 1")
+			   : 0;
+	case OPT_COMPUTE_MS:
+		return parse_double(arg, &c->compute_ms) ? bad_arg(name, arg, "milliseconds") : 0;
+	case OPT_COMPUTE_GBPS:
+		return parse_double(arg, &c->compute_gbps) ? bad_arg(name, arg, "GB/s") : 0;
+	case OPT_NO_OVERLAP:
+		c->overlap_events = false;
+		return 0;
+	case OPT_SINGLE_SUBMIT:
+		c->single_submit = true;
+		return 0;
+	case OPT_OFFLOAD_PARAMS:
+		c->offload_params = true;
+		return 0;
+	case OPT_NO_VERIFY:
+		c->verify = false;
+		return 0;
+	case OPT_VERIFY_FULL:
+		c->verify_full = true;
+		return 0;
+	case OPT_BETWEEN:
+		c->between = arg;
+		return 0;
+	case OPT_JSON:
+		c->json = true;
+		return 0;
+	default:
+		return -EINVAL;
+	}
+}
+
+/* 0 to run, 1 when --help or --version was answered, -EINVAL on bad usage. */
+static int parse_args(struct sb_config *c, int argc, char **argv)
+{
+	struct stat st;
+	int opt, idx;
+
+	*c = sb_defaults;
+	opterr = 0;
+	while ((opt = getopt_long(argc, argv, ":d:hV", sb_options, &idx)) != -1) {
+		if (opt == 'h') {
+			usage(stdout);
+			return 1;
+		}
+		if (opt == 'V') {
+			printf("swapbench %s\n", TFS_VERSION);
+			return 1;
+		}
+		if (opt == '?' || opt == ':') {
+			sb_err("%s option '%s'; see --help",
+			       opt == '?' ? "unknown" : "missing argument to", argv[optind - 1]);
+			return -EINVAL;
+		}
+		const char *name = opt == 'd' ? "dir" : sb_options[idx].name;
+
+		if (parse_option(c, opt, optarg, name))
+			return -EINVAL;
+	}
+	if (optind < argc && !c->dir)
+		c->dir = argv[optind++];
+	if (optind < argc) {
+		sb_err("unexpected argument '%s'; see --help", argv[optind]);
+		return -EINVAL;
+	}
+	if (!c->dir) {
+		sb_err("no folder given; see --help");
+		return -EINVAL;
+	}
+	if (c->compute_ms > 0 && c->compute_gbps > 0) {
+		sb_err("--compute-ms and --compute-gbps exclude each other");
+		return -EINVAL;
+	}
+	if (stat(c->dir, &st) || !S_ISDIR(st.st_mode)) {
+		sb_err("%s: not a folder", c->dir);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+/* Refuse to start a run whose buffers cannot fit in memory. */
+static int check_memory(const struct sb_config *cfg, const struct sb_plan *plan)
+{
+	long pages = sysconf(_SC_PHYS_PAGES);
+	long page = sysconf(_SC_PAGESIZE);
+	uint64_t need = plan->buffer_bytes * (uint64_t)cfg->ranks;
+
+	if (pages <= 0 || page <= 0 || need <= (uint64_t)pages * (uint64_t)page)
+		return 0;
+	sb_err("the buffers need %llu MB (%llu MB per rank), more than the %llu MB of memory; "
+	       "use a smaller --sub-group-size or fewer --ranks",
+	       (unsigned long long)(need >> 20), (unsigned long long)(plan->buffer_bytes >> 20),
+	       (unsigned long long)(((uint64_t)pages * (uint64_t)page) >> 20));
+	return -ENOMEM;
+}
+
+int sb_rank_sync(struct sb_rank *r, int k)
+{
+	struct sb_shared *sh = r->sync;
+
+	sem_post(&sh->done);
+	if (k >= sh->iters)
+		return 0;
+	while (sem_wait(&sh->go) && errno == EINTR)
+		;
+	return sh->abort ? -ECANCELED : 0;
+}
+
+static int rank_main(const struct sb_config *cfg, struct sb_rank *r)
+{
+	int ret;
+
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	if (cfg->workload == SB_WORKLOAD_ZERO)
+		ret = zero_run(cfg, r);
+	else
+		ret = act_run(cfg, r);
+	if (!ret)
+		return SB_EXIT_OK;
+	if (ret == -ECANCELED)
+		return SB_EXIT_SETUP;
+	return r->running ? SB_EXIT_DATA : SB_EXIT_SETUP;
+}
+
+/* The parent's view of the ranks. */
+struct sb_run {
+	const struct sb_config *cfg;
+	struct sb_shared *sh;
+	struct sb_rank *ranks;
+	pid_t *pids; /* 0 once reaped */
+	int status;  /* worst exit status so far */
+};
+
+static int exit_status(int ws)
+{
+	if (WIFEXITED(ws))
+		return WEXITSTATUS(ws);
+	return SB_EXIT_SETUP;
+}
+
+static void note_exit(struct sb_run *run, int i, int ws)
+{
+	int st = exit_status(ws);
+
+	run->pids[i] = 0;
+	if (WIFSIGNALED(ws))
+		sb_err("rank %d killed by signal %d", i, WTERMSIG(ws));
+	else if (st && run->cfg->ranks > 1)
+		sb_err("rank %d failed (exit status %d)", i, st);
+	if (st > run->status)
+		run->status = st;
+}
+
+/* Reap ranks that exited; -1 if one of them failed. */
+static int reap_some(struct sb_run *run, bool block)
+{
+	int failed = 0;
+
+	for (int i = 0; i < run->cfg->ranks; i++) {
+		int ws;
+
+		if (!run->pids[i] || waitpid(run->pids[i], &ws, block ? 0 : WNOHANG) <= 0)
+			continue;
+		note_exit(run, i, ws);
+		if (exit_status(ws) != SB_EXIT_OK)
+			failed = -1;
+	}
+	return failed;
+}
+
+/* Wait until one more rank posts done; -1 if a rank failed meanwhile. */
+static int wait_done(struct sb_run *run)
+{
+	for (;;) {
+		struct timespec ts;
+
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_nsec += SB_POLL_NS;
+		if (ts.tv_nsec >= SB_NS_PER_S) {
+			ts.tv_sec++;
+			ts.tv_nsec -= SB_NS_PER_S;
+		}
+		if (!sem_timedwait(&run->sh->done, &ts))
+			return 0;
+		if (errno != ETIMEDOUT && errno != EINTR)
+			return -1;
+		if (reap_some(run, false))
+			return -1;
+	}
+}
+
+static int run_between(const struct sb_config *cfg, int k)
+{
+	char iter[16];
+	int ws;
+
+	snprintf(iter, sizeof(iter), "%d", k);
+	setenv("SWAPBENCH_ITER", iter, 1);
+	setenv("SWAPBENCH_DIR", cfg->dir, 1);
+	fflush(stdout);
+	ws = system(cfg->between);
+	if (ws != -1 && WIFEXITED(ws) && WEXITSTATUS(ws) == 0)
+		return 0;
+	sb_err("--between command failed after iteration %d (status %d)", k,
+	       ws != -1 && WIFEXITED(ws) ? WEXITSTATUS(ws) : -1);
+	return -1;
+}
+
+static void stop_ranks(struct sb_run *run)
+{
+	run->sh->abort = 1;
+	for (int i = 0; i < run->cfg->ranks; i++)
+		if (run->pids[i])
+			kill(run->pids[i], SIGTERM);
+	for (int i = 0; i < run->cfg->ranks; i++) {
+		int ws;
+
+		if (run->pids[i] && waitpid(run->pids[i], &ws, 0) > 0)
+			run->pids[i] = 0;
+	}
+}
+
+/* Drive the phases; returns the last phase every rank finished (-1: none). */
+static int monitor(struct sb_run *run)
+{
+	const struct sb_config *cfg = run->cfg;
+	int done = -1;
+
+	for (int k = 0; k <= cfg->iters; k++) {
+		for (int n = 0; n < cfg->ranks; n++) {
+			if (wait_done(run))
+				goto fail;
+		}
+		done = k;
+		report_phase(cfg, run->ranks, k);
+		if (k == cfg->iters)
+			break;
+		if (k > 0 && cfg->between && run_between(cfg, k)) {
+			if (run->status < SB_EXIT_SETUP)
+				run->status = SB_EXIT_SETUP;
+			goto fail;
+		}
+		for (int n = 0; n < cfg->ranks; n++)
+			sem_post(&run->sh->go);
+	}
+	reap_some(run, true);
+	return done;
+fail:
+	stop_ranks(run);
+	return done;
+}
+
+static int start_ranks(struct sb_run *run)
+{
+	fflush(stdout);
+	fflush(stderr);
+	for (int i = 0; i < run->cfg->ranks; i++) {
+		pid_t pid = fork();
+
+		if (pid < 0) {
+			sb_err("fork: %s", strerror(errno));
+			stop_ranks(run);
+			return -errno;
+		}
+		if (pid == 0)
+			_exit(rank_main(run->cfg, &run->ranks[i]));
+		run->pids[i] = pid;
+	}
+	return 0;
+}
+
+/* The shared segment: header, ranks, then every rank's iterations. */
+static int map_shared(struct sb_run *run)
+{
+	const struct sb_config *cfg = run->cfg;
+	size_t ranks_off = sb_align_up(sizeof(struct sb_shared), SB_BUF_ALIGN);
+	size_t iters_off = ranks_off + (size_t)cfg->ranks * sizeof(struct sb_rank);
+	size_t len = iters_off + (size_t)cfg->ranks * (size_t)cfg->iters * sizeof(struct sb_phase);
+	char *base;
+
+	base = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	if (base == MAP_FAILED) {
+		sb_err("mmap %zu bytes: %s", len, strerror(errno));
+		return -ENOMEM;
+	}
+	run->sh = (struct sb_shared *)base;
+	run->ranks = (struct sb_rank *)(base + ranks_off);
+	run->sh->iters = cfg->iters;
+	if (sem_init(&run->sh->done, 1, 0) || sem_init(&run->sh->go, 1, 0)) {
+		sb_err("sem_init: %s", strerror(errno));
+		return -errno;
+	}
+	for (int i = 0; i < cfg->ranks; i++) {
+		run->ranks[i].rank = i;
+		run->ranks[i].sync = run->sh;
+		run->ranks[i].iters =
+		    (struct sb_phase *)(base + iters_off) + (size_t)i * (size_t)cfg->iters;
+	}
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	struct sb_config cfg;
+	struct sb_plan plan;
+	struct sb_run run = {.cfg = &cfg};
+	int done;
+	int ret;
+
+	ret = parse_args(&cfg, argc, argv);
+	if (ret)
+		return ret > 0 ? SB_EXIT_OK : SB_EXIT_SETUP;
+	stamp_set_full(cfg.verify_full);
+	ret = cfg.workload == SB_WORKLOAD_ZERO ? zero_plan(&cfg, &plan) : act_plan(&cfg, &plan);
+	if (ret || check_memory(&cfg, &plan))
+		return SB_EXIT_SETUP;
+	run.pids = calloc((size_t)cfg.ranks, sizeof(*run.pids));
+	if (!run.pids || map_shared(&run))
+		return SB_EXIT_SETUP;
+	report_header(&cfg, &plan);
+	if (start_ranks(&run))
+		return SB_EXIT_SETUP;
+	done = monitor(&run);
+	if (report_summary(&cfg, &plan, run.ranks, done, run.status) && !run.status)
+		run.status = SB_EXIT_SETUP;
+	free(run.pids);
+	return run.status;
+}
