@@ -1,0 +1,120 @@
+#!/bin/sh
+# test_verify.sh - swapbench's own checks pass on a healthy folder.
+#
+# Runs swapbench at a small size with both swappers, 1 and 4 threads (with
+# hidden size 800 and 4 threads, thread slices start on 1 KiB boundaries),
+# parameters on NVMe, 2 ranks, and the activations workload.  Each run must
+# exit 0, report verify.errors == 0 and checked_bytes > 0, and leave the
+# files DeepSpeed leaves, with the sizes DeepSpeed gives them.
+#
+# SWAPBENCH: the binary.  SWAPBENCH_TARGET: the folder to test (default: a
+# new one under ${TMPDIR:-/var/tmp}); a fresh subfolder is made in it.
+# Exit status: 0 pass, 1 fail, 77 skip.
+
+set -u
+: "${SWAPBENCH:=swapbench}"
+base=${SWAPBENCH_TARGET:-${TMPDIR:-/var/tmp}}
+small="--params 3e7 --sub-group-size 1e7 --iters 3"
+
+command -v python3 >/dev/null 2>&1 || { echo "skip: python3 not found"; exit 77; }
+work=$(mktemp -d "$base/swapbench-verify.XXXXXX") || { echo "skip: no folder in $base"; exit 77; }
+trap 'rm -rf "$work"' EXIT
+trap 'exit 1' INT TERM HUP
+
+if ! dd if=/dev/zero of="$work/probe" bs=4096 count=1 oflag=direct status=none 2>/dev/null; then
+	echo "skip: $base does not support O_DIRECT"
+	exit 77
+fi
+rm -f "$work/probe"
+
+fail=0
+
+# check NAME DIR KIND THREADS RANKS EXTRA: the report and the files left.
+check() {
+	python3 - "$@" "$work/out.json" <<'EOF'
+import json, os, re, sys
+
+name, d, kind, threads, ranks, extra, report = sys.argv[1:]
+threads, ranks = int(threads), int(ranks)
+r = json.load(open(report))
+v = r["verify"]
+assert r["exit_status"] == 0, r["exit_status"]
+assert v["errors"] == 0, v
+assert v["checked_bytes"] > 0, v
+assert len(r["iterations"]) == r["config"]["iters"], r["iterations"]
+for it in r["iterations"]:
+    assert it["read_bytes"] > 0 and it["write_bytes"] > 0, it
+    assert it["read_gbps"] > 0 and it["write_gbps"] > 0, it
+
+def files(sub):
+    p = os.path.join(d, sub)
+    return sorted(os.listdir(p)) if os.path.isdir(p) else []
+
+if kind == "zero":
+    for rank in range(ranks):
+        opt = files("zero_stage_3/optimizer/rank%d" % rank)
+        groups = [f for f in opt if re.fullmatch(r"\d+_\d+\.tensor\.swp", f)]
+        grads = [f for f in opt if re.fullmatch(r"\d+_\d+_gradient_\d+_\d+\.tensor\.swp", f)]
+        assert groups, opt
+        assert grads, opt
+        for g in groups:
+            assert "exp_avg-" + g in opt and "exp_avg_sq-" + g in opt, g
+        assert len(opt) == 3 * len(groups) + len(grads), opt
+        assert len(opt) * ranks == r["config"]["files"] - r["config"]["param_files"] * ranks
+        for f in opt:
+            size = os.path.getsize(os.path.join(d, "zero_stage_3/optimizer/rank%d" % rank, f))
+            assert size % (1024 * threads) == 0, (f, size)
+            m = re.fullmatch(r"\d+_\d+_gradient_\d+_(\d+)\.tensor\.swp", f)
+            assert not m or int(m.group(1)) * 4 == size, (f, size)
+        params = files("zero_stage_3/fp16params/rank%d" % rank)
+        if extra == "params":
+            assert params and all(re.fullmatch(r"\d+_param\.tensor\.swp", f) for f in params)
+            assert len(params) == r["config"]["param_files"], params
+        else:
+            assert not params, params
+else:
+    act = files("activations/rank0")
+    layers = r["config"]["layers"]
+    want = [] if extra == "delete" else ["mb0_layer%d.act" % i for i in range(layers)]
+    assert sorted(act) == sorted(want), act
+EOF
+}
+
+# run NAME KIND THREADS RANKS EXTRA ARGS...
+run() {
+	name=$1 kind=$2 threads=$3 ranks=$4 extra=$5
+	shift 5
+	dir="$work/$name"
+	mkdir "$dir"
+	"$SWAPBENCH" --json "$@" "$dir" >"$work/out.json" 2>"$work/err.txt"
+	st=$?
+	if [ "$st" -ne 0 ]; then
+		echo "FAIL $name: exit status $st"
+		cat "$work/err.txt"
+		fail=1
+		return
+	fi
+	if ! check "$name" "$dir" "$kind" "$threads" "$ranks" "$extra"; then
+		echo "FAIL $name: bad report or layout"
+		fail=1
+		return
+	fi
+	echo "ok   $name"
+	rm -rf "$dir"
+}
+
+# shellcheck disable=SC2086 # $small is a list of options
+{
+	run partitioned-t1 zero 1 1 - $small
+	run pipelined-t1 zero 1 1 - $small --swapper pipelined
+	run partitioned-t4-params zero 4 1 params $small --threads 4 --hidden 800 --offload-params
+	run pipelined-t4-nooverlap zero 4 1 - $small --threads 4 --hidden 800 \
+		--swapper pipelined --no-overlap-events --single-submit --queue-depth 4
+	run ranks2 zero 1 2 - $small --ranks 2
+	run act-delete act 1 1 delete --workload activations --iters 3 --layers 4 \
+		--micro-batches 3 --act-size 8M
+	run act-overwrite act 4 1 overwrite --workload activations --iters 3 --layers 4 \
+		--micro-batches 3 --act-size 5000K --threads 4 --act-reuse overwrite
+}
+
+exit $fail
