@@ -30,7 +30,7 @@ if ! dd if=/dev/zero of="$work/probe" bs=4096 count=1 oflag=direct status=none 2
 fi
 rm -f "$work/probe"
 # The junk: 4 KiB of 0xa5 bytes.
-head -c 4096 /dev/zero | tr '\000' '\245' >"$work/junk"
+head -c 4096 /dev/zero | tr '\000' '\245' >"$work/junk.bin"
 
 fail=0
 
@@ -77,15 +77,15 @@ touch_hook='[ "$SWAPBENCH_ITER" = 1 ] && ls '$opt'/exp_avg-*.tensor.swp >"$WORK/
 
 junk_hook='if [ "$SWAPBENCH_ITER" = 1 ]; then
 	f=$(ls '$opt'/exp_avg-*.tensor.swp | head -n 1)
-	dd if="$WORK/junk" of="$f" bs=4096 seek=768 count=1 conv=notrunc status=none || exit 1
+	dd if="$WORK/junk.bin" of="$f" bs=4096 seek=768 count=1 conv=notrunc status=none || exit 1
 	echo "$f" >"$WORK/damaged"
 fi'
 
 stale_hook='f=$(ls '$opt'/exp_avg_sq-*.tensor.swp | head -n 1)
 if [ "$SWAPBENCH_ITER" = 1 ]; then
-	cp "$f" "$WORK/stale" || exit 1
+	cp "$f" "$WORK/stale.bin" || exit 1
 elif [ "$SWAPBENCH_ITER" = 2 ]; then
-	dd if="$WORK/stale" of="$f" bs=4096 skip=100 seek=100 count=2 conv=notrunc status=none || exit 1
+	dd if="$WORK/stale.bin" of="$f" bs=4096 skip=100 seek=100 count=2 conv=notrunc status=none || exit 1
 	echo "$f" >"$WORK/damaged"
 fi'
 
