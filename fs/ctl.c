@@ -136,6 +136,11 @@ static json_t *stats_json(struct fs *fs)
 			  (json_int_t)st->holes_written, "writeback_errors",
 			  (json_int_t)st->wb_errors, "syncs", (json_int_t)st->syncs,
 			  "backpressure_waits", (json_int_t)st->backpressure_waits));
+	json_object_set_new(
+		root, "prefetch",
+		json_pack("{sIsIsIsI}", "issued", (json_int_t)st->prefetch_issued, "used",
+			  (json_int_t)st->prefetch_used, "wasted", (json_int_t)st->prefetch_wasted,
+			  "late", (json_int_t)st->prefetch_late));
 	json_t *f = json_object();
 	struct {
 		const char *name;

@@ -33,6 +33,7 @@ struct fs_inode {
 	pthread_mutex_t lock; /* guards rec and attr_dirty */
 	struct meta_inode rec;
 	bool attr_dirty;
+	uint64_t ra_next; /* where a sequential reader reads next; lock */
 	struct fs_inode *next;
 };
 

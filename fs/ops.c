@@ -26,6 +26,8 @@
 #define FS_MAX_READAHEAD (1U << 20)
 #define FS_MAX_BACKGROUND 256
 #define FS_CONGESTION 192
+#define FS_READAHEAD (8U << 20)	 /* bytes loaded ahead of a sequential reader */
+#define FS_READAHEAD_SLACK (8U << 20) /* concurrent readers arrive out of order */
 
 static struct fs *req_fs(fuse_req_t req)
 {
@@ -1090,6 +1092,29 @@ static void read_blk_ready(struct tb_waiter *w, int err)
 		read_finish(c);
 }
 
+/* A reader near where the last read ended is sequential: load ahead of it. */
+static void fs_readahead(struct fs *fs, struct fs_inode *in, uint64_t off, size_t size,
+		      uint64_t fsize)
+{
+	uint64_t next, first, last, end_blk;
+	bool seq;
+
+	pthread_mutex_lock(&in->lock);
+	next = in->ra_next;
+	seq = off == 0 || (off + FS_READAHEAD_SLACK >= next && off <= next + FS_READAHEAD_SLACK);
+	if (off + size > in->ra_next || !seq)
+		in->ra_next = off + size;
+	pthread_mutex_unlock(&in->lock);
+	if (!seq)
+		return;
+	first = (off + size - 1) / fs->bs + 1;
+	last = first + (FS_READAHEAD + fs->bs - 1) / fs->bs;
+	end_blk = (fsize + fs->bs - 1) / fs->bs;
+	for (uint64_t b = first; b < last && b < end_blk; b++)
+		if (tb_prefetch(fs->tb, in->ino, b) == -EAGAIN)
+			break;
+}
+
 static void fs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		    struct fuse_file_info *fi)
 {
@@ -1149,6 +1174,7 @@ static void fs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 			b->w.ref = b->ref;
 		read_blk_ready(&b->w, ret);
 	}
+	fs_readahead(fs, in, (uint64_t)off, size, fsize);
 	pthread_rwlock_unlock(&in->io);
 	fs_iput(fs, in);
 	if (__atomic_sub_fetch(&c->pending, 1, __ATOMIC_ACQ_REL) == 0)

@@ -44,6 +44,7 @@
 #define WB_MAX_RETRIES 6
 #define FLUSH_SCAN_MAX 4096
 #define COMMIT_BATCH_MAX 1024
+#define PREFETCH_SHARE 8 /* prefetches in flight hold at most 1/8 of the slots */
 
 enum entry_state { ES_FREE, ES_LOADING, ES_CLEAN, ES_DIRTY, ES_WB };
 
@@ -54,6 +55,7 @@ struct tb_entry {
 	uint32_t slot;
 	enum entry_state state;
 	bool in_hash, dead, ref_bit, reserved, urgent;
+	bool prefetched; /* loaded ahead of use and not yet read */
 	int pins, wpins;
 	int err;	   /* last write-back error */
 	unsigned retries;  /* failed write-backs in a row */
@@ -124,6 +126,8 @@ struct tb_store {
 
 	/* statistics, under lock */
 	uint64_t hits, misses, evictions, holes, wb_errors, syncs, bp_waits;
+	uint64_t prefetch_inflight, prefetch_max;
+	uint64_t pf_issued, pf_used, pf_wasted, pf_late;
 	uint64_t dram_read_bytes, dram_write_bytes, dram_read_ops, dram_write_ops;
 	uint64_t wb_bytes;
 	long wb_log_sec;
@@ -310,6 +314,8 @@ static struct tb_entry *entry_alloc(struct tb_store *s)
 		}
 		entry_unhash(s, e);
 		s->evictions++;
+		if (e->prefetched)
+			s->pf_wasted++;
 		goto got;
 	}
 	return NULL;
@@ -318,7 +324,7 @@ got:
 	e->pins = e->wpins = 0;
 	e->err = 0;
 	e->retries = 0;
-	e->urgent = e->dead = e->reserved = false;
+	e->urgent = e->dead = e->reserved = e->prefetched = false;
 	e->ref_bit = true;
 	e->fill = 0;
 	e->waiters = NULL;
@@ -385,6 +391,7 @@ static int reserve_blocks(struct tb_store *s, uint64_t n)
 
 static void make_dirty(struct tb_store *s, struct tb_entry *e)
 {
+	e->prefetched = false;
 	e->state = ES_DIRTY;
 	e->dirty_seq = ++s->dirty_seq;
 	e->dirty_ms = now_ms();
@@ -405,6 +412,14 @@ static void read_done(struct nvme_req *r, int err)
 	pthread_mutex_lock(&s->lock);
 	w = e->waiters;
 	e->waiters = NULL;
+	if (e->req.cls == NVME_CLS_PREFETCH) {
+		s->prefetch_inflight--;
+		if (w) {
+			s->pf_late++; /* a demand read came before the prefetch finished */
+			e->prefetched = false;
+			s->pf_used++;
+		}
+	}
 	if (err) {
 		entry_unhash(s, e);
 		if (e->pins)
@@ -442,11 +457,12 @@ static void write_done(struct nvme_req *r, int err)
 	pthread_mutex_unlock(&s->lock);
 }
 
-static void submit_read(struct tb_store *s, struct tb_entry *e, uint64_t loc)
+static void submit_read(struct tb_store *s, struct tb_entry *e, uint64_t loc,
+			enum nvme_class cls)
 {
 	e->loc = loc;
 	e->req.op = NVME_READ;
-	e->req.cls = NVME_CLS_DEMAND;
+	e->req.cls = cls;
 	e->req.slot = tb_loc_slot(loc);
 	e->req.buf = slot_data(s, e);
 	e->req.len = s->bs;
@@ -460,7 +476,7 @@ static void submit_read(struct tb_store *s, struct tb_entry *e, uint64_t loc)
  * Returns 1 when loading, -ENOENT for a hole, or -errno.
  */
 static int start_load(struct tb_store *s, struct tb_entry *e, uint64_t obj, uint64_t idx,
-		      struct tb_waiter *w)
+		      struct tb_waiter *w, enum nvme_class cls)
 {
 	uint64_t loc;
 	int ret;
@@ -481,8 +497,12 @@ static int start_load(struct tb_store *s, struct tb_entry *e, uint64_t obj, uint
 			w->next = e->waiters;
 			e->waiters = w;
 		}
+		if (cls == NVME_CLS_PREFETCH) {
+			e->prefetched = true;
+			s->prefetch_inflight++;
+		}
 		pthread_mutex_unlock(&s->lock);
-		submit_read(s, e, loc);
+		submit_read(s, e, loc, cls);
 		pthread_mutex_lock(&s->lock);
 		return 1;
 	}
@@ -519,6 +539,10 @@ int tb_get(struct tb_store *s, uint64_t obj, uint64_t idx, struct tb_ref *ref,
 			e->pins++;
 			e->ref_bit = true;
 			s->hits++;
+			if (e->prefetched) {
+				e->prefetched = false;
+				s->pf_used++;
+			}
 			pthread_mutex_unlock(&s->lock);
 			ref->e = e;
 			ref->data = slot_data(s, e);
@@ -538,7 +562,7 @@ int tb_get(struct tb_store *s, uint64_t obj, uint64_t idx, struct tb_ref *ref,
 		if (!e)
 			continue; /* someone else inserted it meanwhile */
 		s->misses++;
-		ret = start_load(s, e, obj, idx, w);
+		ret = start_load(s, e, obj, idx, w, NVME_CLS_DEMAND);
 		if (ret != 1 || w) {
 			pthread_mutex_unlock(&s->lock);
 			return ret;
@@ -562,6 +586,33 @@ void tb_put(struct tb_store *s, struct tb_ref *ref, size_t bytes_read)
 	}
 	pthread_mutex_unlock(&s->lock);
 	ref->e = NULL;
+}
+
+/*
+ * Start loading (obj, idx) ahead of use, in the prefetch class. Never waits:
+ * skipped when the block is cached, no slot is free without evicting a
+ * block used recently, or too many prefetches are in flight.
+ */
+int tb_prefetch(struct tb_store *s, uint64_t obj, uint64_t idx)
+{
+	struct tb_entry *e;
+	int ret;
+
+	pthread_mutex_lock(&s->lock);
+	if (hash_find(s, obj, idx) || s->prefetch_inflight >= s->prefetch_max ||
+	    s->ndirty >= s->dirty_max) {
+		pthread_mutex_unlock(&s->lock);
+		return 0;
+	}
+	e = entry_alloc(s);
+	if (!e) {
+		pthread_mutex_unlock(&s->lock);
+		return -EAGAIN;
+	}
+	s->pf_issued++;
+	ret = start_load(s, e, obj, idx, NULL, NVME_CLS_PREFETCH);
+	pthread_mutex_unlock(&s->lock);
+	return ret == 1 || ret == -ENOENT ? 0 : ret;
 }
 
 /* ---- the write side ---- */
@@ -616,7 +667,7 @@ int tb_get_write(struct tb_store *s, uint64_t obj, uint64_t idx, size_t off, siz
 		if (!whole) {
 			/* Partial write of an uncached block: load it if persisted. */
 			s->misses++;
-			ret = start_load(s, e, obj, idx, NULL);
+			ret = start_load(s, e, obj, idx, NULL, NVME_CLS_DEMAND);
 			if (ret == 1)
 				continue; /* wait for it in the loop above */
 			if (ret != -ENOENT)
@@ -1172,6 +1223,10 @@ void tb_get_stats(struct tb_store *s, struct tb_stats *st)
 	st->wb_errors = s->wb_errors;
 	st->syncs = s->syncs;
 	st->backpressure_waits = s->bp_waits;
+	st->prefetch_issued = s->pf_issued;
+	st->prefetch_used = s->pf_used;
+	st->prefetch_wasted = s->pf_wasted;
+	st->prefetch_late = s->pf_late;
 	st->huge_pages = s->arena.huge;
 	st->locked = s->arena.locked;
 	pthread_mutex_unlock(&s->lock);
@@ -1282,6 +1337,9 @@ int tb_open(const struct tb_config *cfg, const struct tb_owner *owner, struct tb
 		s->n_devs++;
 	}
 	s->wb_max = (uint64_t)s->n_devs * cfg->queue_depth;
+	s->prefetch_max = s->nslots / PREFETCH_SHARE;
+	if (s->prefetch_max > (uint64_t)s->n_devs * cfg->queue_depth)
+		s->prefetch_max = (uint64_t)s->n_devs * cfg->queue_depth;
 	*out = s;
 	return 0;
 fail:

@@ -108,6 +108,7 @@ struct tb_stats {
 	uint64_t dram_read_ops, dram_write_ops;
 	uint64_t hits, misses, evictions, dirty_bytes, writeback_bytes;
 	uint64_t holes_written, wb_errors, syncs, backpressure_waits;
+	uint64_t prefetch_issued, prefetch_used, prefetch_wasted, prefetch_late;
 	bool huge_pages, locked;
 	unsigned n_devs;
 	struct tb_dev_stats dev[TB_MAX_DEVS];
@@ -132,6 +133,8 @@ int tb_get(struct tb_store *s, uint64_t obj, uint64_t idx, struct tb_ref *ref,
 	   struct tb_waiter *w);
 /* Release a read pin, counting the bytes served from it. */
 void tb_put(struct tb_store *s, struct tb_ref *ref, size_t bytes_read);
+/* Load (obj, idx) ahead of use, below demand reads and above write-back. */
+int tb_prefetch(struct tb_store *s, uint64_t obj, uint64_t idx);
 
 /*
  * Pin block (obj, idx) for writing bytes [off, off + len) of it. Loads a

@@ -91,7 +91,8 @@ static void produce(struct act *a, struct sb_file *f, int mb, char *buf)
 	f->last_iter = a->iter;
 	f->last_gen = (uint32_t)mb;
 	if (a->cfg->verify) {
-		stamp_fill(buf, f->bytes, &(struct stamp_key){f->id, (uint32_t)a->iter, (uint32_t)mb});
+		stamp_fill(buf, f->bytes,
+			   &(struct stamp_key){f->id, (uint32_t)a->iter, (uint32_t)mb});
 		a->ph->verify_s += sb_now() - t0;
 	}
 	sb_sleep_until(t0 + layer_time(a));
@@ -176,8 +177,8 @@ static int iteration(struct act *a, int k)
 static int setup(struct act *a)
 {
 	const struct sb_config *cfg = a->cfg;
-	struct ah_config ac = {cfg->threads, cfg->queue_depth, cfg->block_size,
-			       cfg->single_submit, cfg->overlap_events};
+	struct ah_config ac = {cfg->threads, cfg->queue_depth, cfg->block_size, cfg->single_submit,
+			       cfg->overlap_events};
 	int n;
 	int ret;
 

@@ -61,8 +61,8 @@ struct ah_thread {
 	pthread_t thread;
 	bool started;
 	io_context_t ctx;
-	struct iocb *iocbs;	 /* queue_depth of them */
-	struct iocb **free;	 /* stack of iocbs not in flight */
+	struct iocb *iocbs; /* queue_depth of them */
+	struct iocb **free; /* stack of iocbs not in flight */
 	int nfree;
 	struct iocb **batch;	 /* iocbs of one io_submit */
 	struct io_event *events; /* queue_depth of them */
@@ -117,7 +117,8 @@ static int submit(struct ah_thread *t, int n, struct ah_fail *f)
 		if (r == -EINTR || r == -EAGAIN)
 			continue;
 		if (r <= 0) {
-			fail_call(f, "io_submit", r ? r : -EIO, (uint64_t)t->batch[done]->u.c.offset);
+			fail_call(f, "io_submit", r ? r : -EIO,
+				  (uint64_t)t->batch[done]->u.c.offset);
 			break;
 		}
 		done += r;
@@ -197,8 +198,8 @@ static void run_overlap(struct ah_thread *t, const struct ah_op *op, uint64_t of
 }
 
 /* do_aio_operation_sequential(): submit queue_depth requests, wait for all. */
-static void run_sequential(struct ah_thread *t, const struct ah_op *op, uint64_t off,
-			   uint64_t end, struct ah_fail *f)
+static void run_sequential(struct ah_thread *t, const struct ah_op *op, uint64_t off, uint64_t end,
+			   struct ah_fail *f)
 {
 	const int qd = t->h->cfg.queue_depth;
 	const uint64_t bs = t->h->cfg.block_size;

@@ -23,10 +23,10 @@ struct ah_config {
 
 /* What one ah_wait() saw. */
 struct ah_result {
-	int ops;	  /* files transferred */
-	uint64_t bytes;	  /* bytes asked for */
-	double busy_s;	  /* first schedule to last completion */
-	uint64_t errors;  /* failed or short transfers */
+	int ops;	 /* files transferred */
+	uint64_t bytes;	 /* bytes asked for */
+	double busy_s;	 /* first schedule to last completion */
+	uint64_t errors; /* failed or short transfers */
 };
 
 struct ah_handle;

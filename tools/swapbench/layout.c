@@ -30,14 +30,14 @@
 static const struct {
 	unsigned a, b;
 } zl_layer_tensors[] = {
-	{0, 1}, {0, 1},		/* input norm weight, bias */
-	{1, 0}, {0, 1},		/* query weight, bias */
-	{1, 0}, {0, 1},		/* key */
-	{1, 0}, {0, 1},		/* value */
-	{1, 0}, {0, 1},		/* attention output */
-	{0, 1}, {0, 1},		/* post-attention norm */
-	{4, 0}, {0, 4},		/* MLP up, h -> 4h */
-	{4, 0}, {0, 1},		/* MLP down, 4h -> h */
+    {0, 1}, {0, 1}, /* input norm weight, bias */
+    {1, 0}, {0, 1}, /* query weight, bias */
+    {1, 0}, {0, 1}, /* key */
+    {1, 0}, {0, 1}, /* value */
+    {1, 0}, {0, 1}, /* attention output */
+    {0, 1}, {0, 1}, /* post-attention norm */
+    {4, 0}, {0, 4}, /* MLP up, h -> 4h */
+    {4, 0}, {0, 1}, /* MLP down, 4h -> h */
 };
 
 #define ZL_LAYER_TENSORS ((int)(sizeof(zl_layer_tensors) / sizeof(zl_layer_tensors[0])))
@@ -150,8 +150,7 @@ static int build_groups(struct zl_layout *l, const struct sb_config *cfg)
 	return 0;
 }
 
-static int build_state_files(struct zl_layout *l, int rank, uint64_t min_aio_bytes,
-			     uint64_t align)
+static int build_state_files(struct zl_layout *l, int rank, uint64_t min_aio_bytes, uint64_t align)
 {
 	for (int i = 0; i < l->ngroups; i++) {
 		struct zl_group *g = &l->groups[i];
@@ -165,7 +164,8 @@ static int build_state_files(struct zl_layout *l, int rank, uint64_t min_aio_byt
 			continue;
 		bytes = g->aligned_numel * SB_FP32_BYTES;
 		g->weights = add_file(l, rank, sb_path("%s/%d_%d.tensor.swp", d, a, b), bytes);
-		g->exp_avg = add_file(l, rank, sb_path("%s/exp_avg-%d_%d.tensor.swp", d, a, b), bytes);
+		g->exp_avg =
+		    add_file(l, rank, sb_path("%s/exp_avg-%d_%d.tensor.swp", d, a, b), bytes);
 		g->exp_avg_sq =
 		    add_file(l, rank, sb_path("%s/exp_avg_sq-%d_%d.tensor.swp", d, a, b), bytes);
 		if (g->weights < 0 || g->exp_avg < 0 || g->exp_avg_sq < 0)
@@ -229,8 +229,7 @@ static int build_grad_files(struct zl_layout *l, int rank, uint64_t min_aio_byte
 }
 
 /* partitioned_param_swapper.py: one file per parameter partition. */
-static int build_param_files(struct zl_layout *l, int rank, uint64_t min_aio_bytes,
-			     uint64_t align)
+static int build_param_files(struct zl_layout *l, int rank, uint64_t min_aio_bytes, uint64_t align)
 {
 	for (int i = 0; i < l->nparams; i++) {
 		struct zl_param *p = &l->params[i];
@@ -238,7 +237,8 @@ static int build_param_files(struct zl_layout *l, int rank, uint64_t min_aio_byt
 
 		if (p->part_numel * SB_PARAM_BYTES < min_aio_bytes)
 			continue;
-		p->file = add_file(l, rank, sb_path("%s/%d_param.tensor.swp", l->param_dir, i), bytes);
+		p->file =
+		    add_file(l, rank, sb_path("%s/%d_param.tensor.swp", l->param_dir, i), bytes);
 		if (p->file < 0)
 			return p->file;
 		l->nparam_files++;
@@ -250,8 +250,8 @@ static int build_param_files(struct zl_layout *l, int rank, uint64_t min_aio_byt
 
 int zl_build(struct zl_layout *l, const struct sb_config *cfg, int rank)
 {
-	uint64_t min_aio_bytes = cfg->block_size > SB_MIN_AIO_BYTES ? cfg->block_size
-								      : SB_MIN_AIO_BYTES;
+	uint64_t min_aio_bytes =
+	    cfg->block_size > SB_MIN_AIO_BYTES ? cfg->block_size : SB_MIN_AIO_BYTES;
 	uint64_t aligned_bytes = (uint64_t)SB_AIO_ALIGNED_BYTES * (uint64_t)cfg->threads;
 	int ret;
 

@@ -40,33 +40,33 @@
 
 /* Every default in one place; --help prints them from here. */
 static const struct sb_config sb_defaults = {
-	.dir = NULL,
-	.workload = SB_WORKLOAD_ZERO,
-	.iters = 3,
-	.ranks = 1,
-	.verify = true,
-	.verify_full = false,
-	.json = false,
-	.between = NULL,
-	.threads = 1,			   /* DeepSpeed aio.thread_count */
-	.queue_depth = 8,		   /* aio.queue_depth */
-	.block_size = SB_KIB * SB_KIB,	   /* aio.block_size */
-	.overlap_events = true,		   /* aio.overlap_events */
-	.single_submit = false,		   /* aio.single_submit */
-	.swapper = SB_SWAPPER_PARTITIONED, /* offload_optimizer.pipeline: false */
-	.params = 100000000,
-	.hidden = 0,
-	.sub_group_size = 1000000000, /* zero_optimization.sub_group_size */
-	.offload_params = false,
-	.param_dtype = "fp16",
-	.optimizer_buffers = 4, /* offload_optimizer.buffer_count */
-	.param_buffers = 5,	/* offload_param.buffer_count */
-	.compute_ms = 0,
-	.compute_gbps = 0,
-	.layers = 8,
-	.act_size = 64 * SB_KIB * SB_KIB,
-	.micro_batches = 4,
-	.act_reuse = SB_ACT_DELETE,
+    .dir = NULL,
+    .workload = SB_WORKLOAD_ZERO,
+    .iters = 3,
+    .ranks = 1,
+    .verify = true,
+    .verify_full = false,
+    .json = false,
+    .between = NULL,
+    .threads = 1,		       /* DeepSpeed aio.thread_count */
+    .queue_depth = 8,		       /* aio.queue_depth */
+    .block_size = SB_KIB * SB_KIB,     /* aio.block_size */
+    .overlap_events = true,	       /* aio.overlap_events */
+    .single_submit = false,	       /* aio.single_submit */
+    .swapper = SB_SWAPPER_PARTITIONED, /* offload_optimizer.pipeline: false */
+    .params = 100000000,
+    .hidden = 0,
+    .sub_group_size = 1000000000, /* zero_optimization.sub_group_size */
+    .offload_params = false,
+    .param_dtype = "fp16",
+    .optimizer_buffers = 4, /* offload_optimizer.buffer_count */
+    .param_buffers = 5,	    /* offload_param.buffer_count */
+    .compute_ms = 0,
+    .compute_gbps = 0,
+    .layers = 8,
+    .act_size = 64 * SB_KIB * SB_KIB,
+    .micro_batches = 4,
+    .act_reuse = SB_ACT_DELETE,
 };
 
 /* The memory the parent shares with the ranks. */
@@ -107,101 +107,102 @@ enum {
 };
 
 static const struct option sb_options[] = {
-	{"dir", required_argument, NULL, 'd'},
-	{"workload", required_argument, NULL, OPT_WORKLOAD},
-	{"swapper", required_argument, NULL, OPT_SWAPPER},
-	{"params", required_argument, NULL, OPT_PARAMS},
-	{"hidden", required_argument, NULL, OPT_HIDDEN},
-	{"sub-group-size", required_argument, NULL, OPT_SUB_GROUP},
-	{"ranks", required_argument, NULL, OPT_RANKS},
-	{"threads", required_argument, NULL, OPT_THREADS},
-	{"queue-depth", required_argument, NULL, OPT_QUEUE_DEPTH},
-	{"block-size", required_argument, NULL, OPT_BLOCK_SIZE},
-	{"no-overlap-events", no_argument, NULL, OPT_NO_OVERLAP},
-	{"single-submit", no_argument, NULL, OPT_SINGLE_SUBMIT},
-	{"offload-params", no_argument, NULL, OPT_OFFLOAD_PARAMS},
-	{"param-dtype", required_argument, NULL, OPT_PARAM_DTYPE},
-	{"buffer-count", required_argument, NULL, OPT_BUFFER_COUNT},
-	{"param-buffer-count", required_argument, NULL, OPT_PARAM_BUFFER_COUNT},
-	{"iters", required_argument, NULL, OPT_ITERS},
-	{"compute-ms", required_argument, NULL, OPT_COMPUTE_MS},
-	{"compute-gbps", required_argument, NULL, OPT_COMPUTE_GBPS},
-	{"layers", required_argument, NULL, OPT_LAYERS},
-	{"act-size", required_argument, NULL, OPT_ACT_SIZE},
-	{"micro-batches", required_argument, NULL, OPT_MICRO_BATCHES},
-	{"act-reuse", required_argument, NULL, OPT_ACT_REUSE},
-	{"no-verify", no_argument, NULL, OPT_NO_VERIFY},
-	{"verify-full", no_argument, NULL, OPT_VERIFY_FULL},
-	{"between", required_argument, NULL, OPT_BETWEEN},
-	{"json", no_argument, NULL, OPT_JSON},
-	{"help", no_argument, NULL, 'h'},
-	{"version", no_argument, NULL, 'V'},
-	{NULL, 0, NULL, 0},
+    {"dir", required_argument, NULL, 'd'},
+    {"workload", required_argument, NULL, OPT_WORKLOAD},
+    {"swapper", required_argument, NULL, OPT_SWAPPER},
+    {"params", required_argument, NULL, OPT_PARAMS},
+    {"hidden", required_argument, NULL, OPT_HIDDEN},
+    {"sub-group-size", required_argument, NULL, OPT_SUB_GROUP},
+    {"ranks", required_argument, NULL, OPT_RANKS},
+    {"threads", required_argument, NULL, OPT_THREADS},
+    {"queue-depth", required_argument, NULL, OPT_QUEUE_DEPTH},
+    {"block-size", required_argument, NULL, OPT_BLOCK_SIZE},
+    {"no-overlap-events", no_argument, NULL, OPT_NO_OVERLAP},
+    {"single-submit", no_argument, NULL, OPT_SINGLE_SUBMIT},
+    {"offload-params", no_argument, NULL, OPT_OFFLOAD_PARAMS},
+    {"param-dtype", required_argument, NULL, OPT_PARAM_DTYPE},
+    {"buffer-count", required_argument, NULL, OPT_BUFFER_COUNT},
+    {"param-buffer-count", required_argument, NULL, OPT_PARAM_BUFFER_COUNT},
+    {"iters", required_argument, NULL, OPT_ITERS},
+    {"compute-ms", required_argument, NULL, OPT_COMPUTE_MS},
+    {"compute-gbps", required_argument, NULL, OPT_COMPUTE_GBPS},
+    {"layers", required_argument, NULL, OPT_LAYERS},
+    {"act-size", required_argument, NULL, OPT_ACT_SIZE},
+    {"micro-batches", required_argument, NULL, OPT_MICRO_BATCHES},
+    {"act-reuse", required_argument, NULL, OPT_ACT_REUSE},
+    {"no-verify", no_argument, NULL, OPT_NO_VERIFY},
+    {"verify-full", no_argument, NULL, OPT_VERIFY_FULL},
+    {"between", required_argument, NULL, OPT_BETWEEN},
+    {"json", no_argument, NULL, OPT_JSON},
+    {"help", no_argument, NULL, 'h'},
+    {"version", no_argument, NULL, 'V'},
+    {NULL, 0, NULL, 0},
 };
 
 static void usage(FILE *out)
 {
 	const struct sb_config *d = &sb_defaults;
 
-	fprintf(out,
-		"Usage: swapbench [OPTION]... DIR\n"
-		"Replay DeepSpeed ZeRO-Infinity's swap I/O (or activation offloading) on DIR\n"
-		"and check every byte read back.\n"
-		"\n"
-		"General:\n"
-		"  -d, --dir DIR              folder to swap to (or give DIR as the argument)\n"
-		"      --workload W           zero or activations (default zero)\n"
-		"      --iters N              iterations (default %d)\n"
-		"      --ranks N              processes at once, one per GPU (default %d)\n"
-		"      --between CMD          run sh -c CMD between iterations, with\n"
-		"                             SWAPBENCH_ITER and SWAPBENCH_DIR set (default none)\n"
-		"      --no-verify            do not stamp or check data (sizes are still checked)\n"
-		"      --verify-full          stamp and check every byte (default: a header and\n"
-		"                             4 words per 4 KiB)\n"
-		"      --json                 print one JSON object instead of text\n"
-		"  -h, --help                 print this help\n"
-		"  -V, --version              print the version\n"
-		"\n"
-		"libaio, as DeepSpeed's \"aio\" section:\n"
-		"      --threads N            threads per handle, each with its own context\n"
-		"                             (intra_op_parallelism, default %d)\n"
-		"      --queue-depth N        requests in flight per thread (default %d)\n"
-		"      --block-size SIZE      bytes per request, a multiple of 4 KiB\n"
-		"                             (default %llu KiB)\n"
-		"      --no-overlap-events    submit a queue's worth, wait for all of it\n"
-		"                             (default: sliding window)\n"
-		"      --single-submit        one io_submit per request (default off)\n"
-		"\n"
-		"ZeRO-Infinity (--workload zero):\n"
-		"      --swapper S            partitioned or pipelined (default partitioned)\n"
-		"      --params N             model parameter elements, e.g. 1e9, 500M, 7G\n"
-		"                             (default %llu)\n"
-		"      --hidden H             hidden size (default: from --params)\n"
-		"      --sub-group-size N     elements per optimizer subgroup (default %llu)\n"
-		"      --offload-params       parameters on NVMe too (default off)\n"
-		"      --param-dtype T        fp16, float16 or bfloat16: names the folder\n"
-		"                             <T>params (default %s)\n"
-		"      --buffer-count N       optimizer swap buffers (default %d)\n"
-		"      --param-buffer-count N parameter swap buffers (default %d)\n"
-		"      --compute-ms MS        simulated CPU Adam time per subgroup (default 0)\n"
-		"      --compute-gbps G       or a simulated CPU Adam rate, in GB of state per\n"
-		"                             second (16 bytes per element; default off)\n"
-		"\n"
-		"Activation offloading (--workload activations):\n"
-		"      --layers N             activations per micro-batch (default %d)\n"
-		"      --act-size SIZE        bytes per activation (default %llu MiB)\n"
-		"      --micro-batches M      micro-batches per iteration (default %d)\n"
-		"      --act-reuse R          delete or overwrite (default delete)\n"
-		"      --compute-ms, --compute-gbps also set the time of each layer.\n"
-		"\n"
-		"Counts take K, M, G, T (powers of 1000) or exponents; sizes take K, M, G, T\n"
-		"(powers of 1024, KiB also accepted).  Exit status: 0 success, 1 usage or\n"
-		"setup error, 2 data mismatch, short or failed transfer.\n",
-		d->iters, d->ranks, d->threads, d->queue_depth,
-		(unsigned long long)(d->block_size / SB_KIB), (unsigned long long)d->params,
-		(unsigned long long)d->sub_group_size, d->param_dtype, d->optimizer_buffers,
-		d->param_buffers, d->layers, (unsigned long long)(d->act_size / SB_KIB / SB_KIB),
-		d->micro_batches);
+	fprintf(
+	    out,
+	    "Usage: swapbench [OPTION]... DIR\n"
+	    "Replay DeepSpeed ZeRO-Infinity's swap I/O (or activation offloading) on DIR\n"
+	    "and check every byte read back.\n"
+	    "\n"
+	    "General:\n"
+	    "  -d, --dir DIR              folder to swap to (or give DIR as the argument)\n"
+	    "      --workload W           zero or activations (default zero)\n"
+	    "      --iters N              iterations (default %d)\n"
+	    "      --ranks N              processes at once, one per GPU (default %d)\n"
+	    "      --between CMD          run sh -c CMD between iterations, with\n"
+	    "                             SWAPBENCH_ITER and SWAPBENCH_DIR set (default none)\n"
+	    "      --no-verify            do not stamp or check data (sizes are still checked)\n"
+	    "      --verify-full          stamp and check every byte (default: a header and\n"
+	    "                             4 words per 4 KiB)\n"
+	    "      --json                 print one JSON object instead of text\n"
+	    "  -h, --help                 print this help\n"
+	    "  -V, --version              print the version\n"
+	    "\n"
+	    "libaio, as DeepSpeed's \"aio\" section:\n"
+	    "      --threads N            threads per handle, each with its own context\n"
+	    "                             (intra_op_parallelism, default %d)\n"
+	    "      --queue-depth N        requests in flight per thread (default %d)\n"
+	    "      --block-size SIZE      bytes per request, a multiple of 4 KiB\n"
+	    "                             (default %llu KiB)\n"
+	    "      --no-overlap-events    submit a queue's worth, wait for all of it\n"
+	    "                             (default: sliding window)\n"
+	    "      --single-submit        one io_submit per request (default off)\n"
+	    "\n"
+	    "ZeRO-Infinity (--workload zero):\n"
+	    "      --swapper S            partitioned or pipelined (default partitioned)\n"
+	    "      --params N             model parameter elements, e.g. 1e9, 500M, 7G\n"
+	    "                             (default %llu)\n"
+	    "      --hidden H             hidden size (default: from --params)\n"
+	    "      --sub-group-size N     elements per optimizer subgroup (default %llu)\n"
+	    "      --offload-params       parameters on NVMe too (default off)\n"
+	    "      --param-dtype T        fp16, float16 or bfloat16: names the folder\n"
+	    "                             <T>params (default %s)\n"
+	    "      --buffer-count N       optimizer swap buffers (default %d)\n"
+	    "      --param-buffer-count N parameter swap buffers (default %d)\n"
+	    "      --compute-ms MS        simulated CPU Adam time per subgroup (default 0)\n"
+	    "      --compute-gbps G       or a simulated CPU Adam rate, in GB of state per\n"
+	    "                             second (16 bytes per element; default off)\n"
+	    "\n"
+	    "Activation offloading (--workload activations):\n"
+	    "      --layers N             activations per micro-batch (default %d)\n"
+	    "      --act-size SIZE        bytes per activation (default %llu MiB)\n"
+	    "      --micro-batches M      micro-batches per iteration (default %d)\n"
+	    "      --act-reuse R          delete or overwrite (default delete)\n"
+	    "      --compute-ms, --compute-gbps also set the time of each layer.\n"
+	    "\n"
+	    "Counts take K, M, G, T (powers of 1000) or exponents; sizes take K, M, G, T\n"
+	    "(powers of 1024, KiB also accepted).  Exit status: 0 success, 1 usage or\n"
+	    "setup error, 2 data mismatch, short or failed transfer.\n",
+	    d->iters, d->ranks, d->threads, d->queue_depth,
+	    (unsigned long long)(d->block_size / SB_KIB), (unsigned long long)d->params,
+	    (unsigned long long)d->sub_group_size, d->param_dtype, d->optimizer_buffers,
+	    d->param_buffers, d->layers, (unsigned long long)(d->act_size / SB_KIB / SB_KIB),
+	    d->micro_batches);
 }
 
 /* A number with an optional suffix; @unit is 1000 (counts) or 1024 (sizes). */
@@ -340,8 +341,9 @@ static int parse_option(struct sb_config *c, int opt, const char *arg, const cha
 		return parse_int(arg, 1, SB_MAX_ITERS, &c->iters) ? bad_arg(name, arg, "at least 1")
 								  : 0;
 	case OPT_LAYERS:
-		return parse_int(arg, 1, SB_MAX_ITERS, &c->layers) ? bad_arg(name, arg, "at least 1")
-								   : 0;
+		return parse_int(arg, 1, SB_MAX_ITERS, &c->layers)
+			   ? bad_arg(name, arg, "at least 1")
+			   : 0;
 	case OPT_MICRO_BATCHES:
 		return parse_int(arg, 1, SB_MAX_ITERS, &c->micro_batches)
 			   ? bad_arg(name, arg, "at least 1")

@@ -123,18 +123,17 @@ void report_header(const struct sb_config *cfg, const struct sb_plan *plan)
 	       cfg->workload == SB_WORKLOAD_ZERO ? "ZeRO-Infinity" : "activation offloading",
 	       cfg->ranks, cfg->ranks > 1 ? "s" : "", cfg->dir);
 	if (cfg->workload == SB_WORKLOAD_ZERO) {
-		printf("model:    %s parameters (hidden %" PRIu64 ", %" PRIu64
-		       " layers, %" PRIu64 " tensors), sub-group %s elements\n",
+		printf("model:    %s parameters (hidden %" PRIu64 ", %" PRIu64 " layers, %" PRIu64
+		       " tensors), sub-group %s elements\n",
 		       fmt_count(a, sizeof(a), plan->model_params), plan->hidden,
 		       plan->model_layers, plan->tensors,
 		       fmt_count(b, sizeof(b), cfg->sub_group_size));
 		printf("swapper:  %s%s\n", swapper_name(cfg),
 		       cfg->offload_params ? ", parameters on NVMe" : "");
 		printf("per rank: %" PRIu64 " subgroups (%" PRIu64 " on disk), %" PRIu64
-		       " files (%" PRIu64 " state, %" PRIu64 " gradient, %" PRIu64
-		       " parameter)\n",
-		       plan->subgroups, plan->swapped_groups, plan->files,
-		       plan->swapped_groups * 3, plan->grad_files, plan->param_files);
+		       " files (%" PRIu64 " state, %" PRIu64 " gradient, %" PRIu64 " parameter)\n",
+		       plan->subgroups, plan->swapped_groups, plan->files, plan->swapped_groups * 3,
+		       plan->grad_files, plan->param_files);
 	} else {
 		printf("per rank: %d micro-batches x %d layers of %s, %s after use, %" PRIu64
 		       " files\n",
@@ -169,8 +168,8 @@ void report_phase(const struct sb_config *cfg, const struct sb_rank *ranks, int 
 		snprintf(it, sizeof(it), "init");
 	else
 		snprintf(it, sizeof(it), "%d", k);
-	printf("%5s %9.3f %9.3f %9.3f %9.3f %10.2f %10.2f\n", it, a.read_s, a.write_s,
-	       a.compute_s, a.total_s, a.read_gbps, a.write_gbps);
+	printf("%5s %9.3f %9.3f %9.3f %9.3f %10.2f %10.2f\n", it, a.read_s, a.write_s, a.compute_s,
+	       a.total_s, a.read_gbps, a.write_gbps);
 	fflush(stdout);
 }
 
@@ -279,14 +278,15 @@ static json_t *json_config(const struct sb_config *cfg, const struct sb_plan *pl
 			    json_integer((json_int_t)plan->read_bytes * ranks));
 	json_object_set_new(o, "write_bytes_per_iter",
 			    json_integer((json_int_t)plan->write_bytes * ranks));
-	json_object_set_new(o, "buffer_bytes_per_rank", json_integer((json_int_t)plan->buffer_bytes));
+	json_object_set_new(o, "buffer_bytes_per_rank",
+			    json_integer((json_int_t)plan->buffer_bytes));
 	if (cfg->workload == SB_WORKLOAD_ACTIVATIONS) {
 		json_object_set_new(o, "layers", json_integer(cfg->layers));
 		json_object_set_new(o, "act_size", json_integer((json_int_t)cfg->act_size));
 		json_object_set_new(o, "micro_batches", json_integer(cfg->micro_batches));
-		json_object_set_new(o, "act_reuse", json_string(cfg->act_reuse == SB_ACT_DELETE
-								    ? "delete"
-								    : "overwrite"));
+		json_object_set_new(
+		    o, "act_reuse",
+		    json_string(cfg->act_reuse == SB_ACT_DELETE ? "delete" : "overwrite"));
 		return o;
 	}
 	json_object_set_new(o, "swapper", json_string(swapper_name(cfg)));
@@ -297,8 +297,7 @@ static json_t *json_config(const struct sb_config *cfg, const struct sb_plan *pl
 	json_object_set_new(o, "tensors", json_integer((json_int_t)plan->tensors));
 	json_object_set_new(o, "sub_group_size", json_integer((json_int_t)cfg->sub_group_size));
 	json_object_set_new(o, "subgroups", json_integer((json_int_t)plan->subgroups));
-	json_object_set_new(o, "swapped_subgroups",
-			    json_integer((json_int_t)plan->swapped_groups));
+	json_object_set_new(o, "swapped_subgroups", json_integer((json_int_t)plan->swapped_groups));
 	json_object_set_new(o, "gradient_files", json_integer((json_int_t)plan->grad_files));
 	json_object_set_new(o, "offload_params", json_boolean(cfg->offload_params));
 	json_object_set_new(o, "param_dtype", json_string(cfg->param_dtype));

@@ -22,7 +22,7 @@ opt='"$SWAPBENCH_DIR"/zero_stage_3/optimizer/rank0'
 
 work=$(mktemp -d "$base/swapbench-corrupt.XXXXXX") || { echo "skip: no folder in $base"; exit 77; }
 trap 'rm -rf "$work"' EXIT
-trap 'exit 1' INT TERM HUP
+trap 'exit 1' INT TERM HUP PIPE
 
 if ! dd if=/dev/zero of="$work/probe" bs=4096 count=1 oflag=direct status=none 2>/dev/null; then
 	echo "skip: $base does not support O_DIRECT"

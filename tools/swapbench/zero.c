@@ -576,8 +576,8 @@ static void free_bufs(char **v, int n)
 static int setup(struct zr *z)
 {
 	const struct sb_config *cfg = z->cfg;
-	struct ah_config ac = {cfg->threads, cfg->queue_depth, cfg->block_size,
-			       cfg->single_submit, cfg->overlap_events};
+	struct ah_config ac = {cfg->threads, cfg->queue_depth, cfg->block_size, cfg->single_submit,
+			       cfg->overlap_events};
 	bool pipelined = cfg->swapper == SB_SWAPPER_PIPELINED;
 	int ret;
 
