@@ -276,6 +276,9 @@ int meta_open(struct fs_meta **out, const char *dir, size_t *block_size, bool bl
 		ret = mdb_err(rc);
 		goto fail;
 	}
+	/* Reader slots of a killed daemon would pin old pages forever. */
+	int dead = 0;
+	mdb_reader_check(m->env, &dead);
 	rc = mdb_txn_begin(m->env, NULL, 0, &txn);
 	if (rc) {
 		snprintf(err, errlen, "meta folder %s: %s", dir, mdb_strerror(rc));
