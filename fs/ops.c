@@ -947,6 +947,17 @@ static void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		reply_err(fs, req, EISDIR);
 		return;
 	}
+	if ((fi->flags & O_TRUNC) && (fi->flags & O_ACCMODE) != O_RDONLY) {
+		/* The kernel hands O_TRUNC to us (atomic_o_trunc). */
+		pthread_rwlock_wrlock(&in->io);
+		ret = truncate_to(fs, in, 0);
+		pthread_rwlock_unlock(&in->io);
+		if (ret) {
+			fs_iput(fs, in);
+			reply_err(fs, req, ret);
+			return;
+		}
+	}
 	fi->keep_cache = 1;
 	fi->fh = 0;
 	/* The reference is the open's; release drops it. */

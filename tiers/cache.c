@@ -1279,7 +1279,7 @@ int tb_open(const struct tb_config *cfg, const struct tb_owner *owner, struct tb
 	pthread_condattr_destroy(&ca);
 
 	nslots = cfg->dram_bytes / s->bs;
-	min_slots = 2ULL * cfg->max_pinned + 16;
+	min_slots = (uint64_t)cfg->max_pinned + 16;
 	if (nslots < min_slots) {
 		snprintf(err, errlen,
 			 "dram=%zuM is too small: with block=%zuK and these threads it needs at "
