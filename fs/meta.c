@@ -41,6 +41,7 @@ struct fs_meta {
 	MDB_env *env;
 	MDB_dbi inode, dirent, dircook, bmap, block, xattr, symlink, info;
 	int lock_fd;
+	bool locked; /* we hold the flock, so the pid in the file is ours */
 	uint64_t next_ino;   /* atomic */
 	uint64_t next_block; /* atomic */
 };
@@ -123,6 +124,7 @@ static int take_lock(struct fs_meta *m, const char *dir, char *err, size_t errle
 			 buf[0] ? buf : "unknown");
 		return -EBUSY;
 	}
+	m->locked = true;
 	snprintf(buf, sizeof(buf), "%ld\n", (long)getpid());
 	if (ftruncate(m->lock_fd, 0) < 0 || pwrite(m->lock_fd, buf, strlen(buf), 0) < 0)
 		return -errno;
@@ -321,7 +323,7 @@ void meta_close(struct fs_meta *m)
 		mdb_env_close(m->env);
 	}
 	if (m->lock_fd >= 0) {
-		if (ftruncate(m->lock_fd, 0) < 0) {
+		if (m->locked && ftruncate(m->lock_fd, 0) < 0) {
 			/* the lock goes with the fd; a stale pid in the file is harmless */
 		}
 		close(m->lock_fd);
