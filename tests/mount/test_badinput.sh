@@ -10,6 +10,8 @@
 
 . "$(dirname "$0")/lib.sh"
 
+command -v python3 >/dev/null 2>&1 || skip "python3 not found"
+
 FAILS=0
 CASE_MNTS=()
 RO="$T/ro-nvme"
@@ -41,7 +43,7 @@ PY
 # reap_daemons: wait up to 5 s for stray daemons to exit, then stop them.
 # Returns non-zero if there were any.
 reap_daemons() {
-	local i pids
+	local i p pids
 	for i in $(seq 1 100); do
 		pids=$(our_daemons)
 		[ -z "$pids" ] && return 0
@@ -122,7 +124,7 @@ next_case() {
 	n=$((n + 1))
 	CM="$T/m.$n"
 	mkdir -p "$CM"
-	OK_OPTS="nvme=$NVME,meta=$T/meta.$n,dram=64M"
+	OK_OPTS="nvme=$NVME,meta=$T/meta.$n,dram=256M"
 }
 
 next_case; reject "unknown option" 'frobnicate' "$CM" -o "$OK_OPTS,frobnicate=1" "$CM"
@@ -135,11 +137,11 @@ next_case; reject "nvme_engine=bogus" 'nvme_engine|bogus' "$CM" -o "$OK_OPTS,nvm
 
 # Folders.
 next_case; reject "missing nvme folder" 'no-such-nvme' "$CM" \
-	-o "nvme=$T/no-such-nvme,meta=$T/meta.$n,dram=64M" "$CM"
+	-o "nvme=$T/no-such-nvme,meta=$T/meta.$n,dram=256M" "$CM"
 mkdir -p "$RO"
 if mount -t tmpfs -o ro,size=1m tmpfs "$RO" 2>/dev/null; then
 	next_case; reject "read-only nvme folder" 'ro-nvme|read-only' "$CM" \
-		-o "nvme=$RO,meta=$T/meta.$n,dram=64M" "$CM"
+		-o "nvme=$RO,meta=$T/meta.$n,dram=256M" "$CM"
 	umount "$RO"
 else
 	echo "note: cannot mount a read-only tmpfs here, read-only nvme case left out" >&2
@@ -169,7 +171,7 @@ pid_in_lock=$(tr -d ' \n' <"$META/lock" 2>/dev/null)
 [ "$pid_in_lock" = "$TFS_PID" ] || bad "$META/lock holds '$pid_in_lock', daemon pid is $TFS_PID"
 mkdir -p "$T/nvme1"
 next_case; reject "metadata folder in use" 'lock|in use|busy|running|already' "$CM" \
-	-o "nvme=$T/nvme1,meta=$META,dram=64M" "$CM"
+	-o "nvme=$T/nvme1,meta=$META,dram=256M" "$CM"
 kill -0 "$TFS_PID" 2>/dev/null || fail "the first daemon died after the second was refused"
 is_mounted "$MNT" || fail "the first mount is gone after the second was refused"
 cmp -s "$T/before" "$MNT/before" || bad "first mount: file written before reads back wrong"

@@ -5,8 +5,8 @@
 # 1. Without -f the parent exits 0 once the mount is live; the daemon's pid
 #    is in <meta>/lock; data survives fusermount3 -u and a second mount; the
 #    daemon is gone after each unmount.
-# 2. mount -t fuse.tensorfs (through mount.fuse3) and an fstab line
-#    (mount -T FILE) both mount; umount ends the daemon.
+# 2. mount.fuse3 -t fuse.tensorfs and an fstab line (mount -T FILE) both
+#    mount; umount ends the daemon.
 # 3. With only a mount point and XDG_DATA_HOME set, the nvme folder is
 #    $XDG_DATA_HOME/tensorfs, the DRAM tier is about a quarter of
 #    MemAvailable and blocks are 1 MiB.
@@ -121,18 +121,24 @@ cmp -s "$T/data" "$MNT/data" || fail "file written before unmount reads back wro
 fusermount3 -u "$MNT" || fail "daemon mode: fusermount3 -u failed"
 wait_gone "$pid" || fail "daemon $pid still running 30 s after fusermount3 -u"
 
-# 2. mount(8) through mount.fuse3, then an fstab line.
-PATH="$BINDIR:$PATH" timeout 60 mount -t fuse.tensorfs tensorfs "$MNT" -o "$OPTS" >"$T/out" 2>&1 ||
-	fail "mount -t fuse.tensorfs: exit status $?: $(head -c 300 "$T/out")"
-is_mounted "$MNT" || fail "mount -t fuse.tensorfs: not live"
-[ "$(fstype "$MNT")" = fuse.tensorfs ] || fail "mount -t fuse.tensorfs: type is $(fstype "$MNT")"
+# 2. mount(8). It runs its helper (mount.fuse3, which runs "tensorfs SOURCE
+# MNT -o OPTS,dev,suid" through /bin/sh) without the caller's PATH, so
+# `mount -t fuse.tensorfs` finds only an installed tensorfs. The helper is
+# therefore run directly with the build folder on PATH, exactly as mount(8)
+# would run it; then mount(8) itself runs an fstab line that names the
+# binary by path (the TYPE#SOURCE form mount.fuse3 accepts with -t fuse).
+command -v mount.fuse3 >/dev/null 2>&1 || fail "mount.fuse3 not found (fuse3 package)"
+PATH="$BINDIR:$PATH" timeout 60 mount.fuse3 tensorfs "$MNT" -o "$OPTS" -t fuse.tensorfs \
+	>"$T/out" 2>&1 || fail "mount.fuse3 -t fuse.tensorfs: exit status $?: $(head -c 300 "$T/out")"
+is_mounted "$MNT" || fail "mount.fuse3 -t fuse.tensorfs: not live"
+[ "$(fstype "$MNT")" = fuse.tensorfs ] || fail "mount.fuse3: type is $(fstype "$MNT")"
 pid=$(lock_pid "$META") || exit 1
-cmp -s "$T/data" "$MNT/data" || fail "mount -t fuse.tensorfs: file reads back wrong"
+cmp -s "$T/data" "$MNT/data" || fail "mount.fuse3: file reads back wrong"
 umount "$MNT" || fail "umount of a mount.fuse3 mount failed"
 wait_gone "$pid" || fail "daemon $pid still running 30 s after umount"
 
-echo "tensorfs $MNT fuse.tensorfs $OPTS,noauto 0 0" >"$T/fstab"
-PATH="$BINDIR:$PATH" timeout 60 mount -T "$T/fstab" "$MNT" >"$T/out" 2>&1 ||
+echo "$TENSORFS#tensorfs $MNT fuse $OPTS,noauto 0 0" >"$T/fstab"
+timeout 60 mount -T "$T/fstab" "$MNT" >"$T/out" 2>&1 ||
 	fail "mount from an fstab line: exit status $?: $(head -c 300 "$T/out")"
 is_mounted "$MNT" || fail "mount from an fstab line: not live"
 pid=$(lock_pid "$META") || exit 1
@@ -147,7 +153,9 @@ pre=""
 for d in /var/lib/tensorfs "${HOME:-/nonexistent}/.local/share/tensorfs"; do
 	[ -e "$d" ] && pre="$pre $d"
 done
-avail=$(awk '/^MemAvailable:/ { print $2 * 1024 }' /proc/meminfo)
+avail_kb=$(awk '/^MemAvailable:/ { print $2 }' /proc/meminfo)
+[[ "$avail_kb" =~ ^[0-9]+$ ]] || fail "cannot read MemAvailable from /proc/meminfo"
+avail=$((avail_kb * 1024))
 XDG_DATA_HOME="$XDG" timeout 120 "$TENSORFS" "$MNT" >"$T/out" 2>&1 ||
 	fail "defaults: exit status $?: $(head -c 300 "$T/out")"
 is_mounted "$MNT" || fail "defaults: not live"
@@ -160,6 +168,7 @@ pid=$(lock_pid "$XDG/tensorfs/meta") || exit 1
 bs=$(tfs_stat_json block_size) || fail "defaults: stats unreadable"
 [ "$bs" = 1048576 ] || fail "defaults: block_size $bs, want 1048576"
 cap=$(tfs_stat_json tiers dram capacity) || fail "defaults: no dram capacity in stats"
+[[ "$cap" =~ ^[0-9]+$ ]] || fail "defaults: dram capacity '$cap' is not a number"
 [ "$cap" -ge $((avail / 8)) ] && [ "$cap" -le $((avail / 2)) ] ||
 	fail "defaults: dram capacity $cap, MemAvailable was $avail (want about a quarter)"
 path=$(tfs_stat_json tiers nvme0 path) || fail "defaults: no nvme0 path in stats"
@@ -174,14 +183,14 @@ mkdir -p "$T/nvme-cfg" "$T/nvme-o"
 cat >"$T/tensorfs.ini" <<EOF
 ; tensorfs test configuration
 [tensorfs]
-dram = 64M
+dram = 192M
 block = 256K
 nvme = $T/nvme-cfg
 meta = $T/meta-cfg
 EOF
 mount_fg "config=$T/tensorfs.ini"
-[ "$(tfs_stat_json tiers dram capacity)" = $((64 << 20)) ] ||
-	fail "config: dram capacity $(tfs_stat_json tiers dram capacity), want $((64 << 20))"
+[ "$(tfs_stat_json tiers dram capacity)" = $((192 << 20)) ] ||
+	fail "config: dram capacity $(tfs_stat_json tiers dram capacity), want $((192 << 20))"
 [ "$(tfs_stat_json block_size)" = 262144 ] ||
 	fail "config: block_size $(tfs_stat_json block_size), want 262144"
 [ "$(realpath "$(tfs_stat_json tiers nvme0 path)")" = "$T/nvme-cfg" ] ||
@@ -190,9 +199,9 @@ mount_fg "config=$T/tensorfs.ini"
 cp "$T/data" "$MNT/data" && cmp -s "$T/data" "$MNT/data" || fail "config: file reads back wrong"
 tfs_umount || fail "config: tensorfs -f exited non-zero after unmount"
 
-mount_fg "config=$T/tensorfs.ini,dram=96M,block=512K,nvme=$T/nvme-o,meta=$T/meta-o"
-[ "$(tfs_stat_json tiers dram capacity)" = $((96 << 20)) ] ||
-	fail "-o over config: dram capacity $(tfs_stat_json tiers dram capacity), want $((96 << 20))"
+mount_fg "config=$T/tensorfs.ini,dram=224M,block=512K,nvme=$T/nvme-o,meta=$T/meta-o"
+[ "$(tfs_stat_json tiers dram capacity)" = $((224 << 20)) ] ||
+	fail "-o over config: dram capacity $(tfs_stat_json tiers dram capacity), want $((224 << 20))"
 [ "$(tfs_stat_json block_size)" = 524288 ] ||
 	fail "-o over config: block_size $(tfs_stat_json block_size), want 524288"
 [ "$(realpath "$(tfs_stat_json tiers nvme0 path)")" = "$T/nvme-o" ] ||

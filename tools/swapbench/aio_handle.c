@@ -1,15 +1,12 @@
 /*
  * aio_handle.c - DeepSpeed's aio handle, in C.
  *
- * A handle owns P worker threads.  Every scheduled file (an "op") goes to all
- * of them, in order; thread t transfers bytes [t*N/P, (t+1)*N/P) of it with
- * its own libaio context, in block_size requests, as DeepSpeed's
- * do_aio_operation_overlap() (sliding window: io_submit, io_pgetevents with
- * min 1, refill) or do_aio_operation_sequential() (submit queue_depth
- * requests, wait for all of them).  The file is closed in ah_wait(), after
- * every thread is done with it.
- *
- * Unlike DeepSpeed, the result of every request is checked against its size.
+ * Every scheduled file (an op) goes to all P threads of the handle, in order;
+ * thread t moves bytes [t*N/P, (t+1)*N/P) with its own libaio context, in
+ * block_size requests, as do_aio_operation_overlap() or
+ * do_aio_operation_sequential() in deepspeed_aio_common.cpp.  The file is
+ * closed in ah_wait(), once every thread is done with it.  Unlike DeepSpeed,
+ * the result of every request is checked against its size.
  */
 #include <assert.h>
 #include <errno.h>
@@ -114,7 +111,7 @@ static int submit(struct ah_thread *t, int n, struct ah_fail *f)
 		int chunk = t->h->cfg.single_submit ? 1 : n - done;
 		int r = io_submit(t->ctx, chunk, t->batch + done);
 
-		if (r == -EINTR || r == -EAGAIN)
+		if (r == -EINTR)
 			continue;
 		if (r <= 0) {
 			fail_call(f, "io_submit", r ? r : -EIO,
@@ -427,8 +424,12 @@ int ah_pread(struct ah_handle *h, const char *path, void *buf, uint64_t nbytes)
 		return ret;
 	}
 	if ((uint64_t)st.st_size != nbytes) {
-		sb_err("%s: file is %lld bytes, expected %" PRIu64, path, (long long)st.st_size,
-		       nbytes);
+		/* writes never truncate: a bigger file may be left by other settings */
+		sb_err("%s: file is %lld bytes, expected %" PRIu64 "%s", path,
+		       (long long)st.st_size, nbytes,
+		       (uint64_t)st.st_size > nbytes
+			   ? " (left by a run with other settings? start from an empty folder)"
+			   : "");
 		return -EIO;
 	}
 	fd = open(path, O_RDONLY | O_DIRECT);

@@ -1,15 +1,11 @@
 /*
  * layout.c - the synthetic model and the ZeRO-Infinity files of one rank.
  *
- * The model is GPT-like: per layer two norms, four h x h attention matrices
- * with biases, and an h x 4h and a 4h x h MLP matrix with biases
- * (12h^2 + 13h elements), then a final norm.  Parameter ids are their index
- * in that order.  Each rank holds ceil(numel / ranks) elements of every
- * parameter (ZeRO-3).  Subgroups are cut as stage3.py's
- * _create_fp16_sub_groups() cuts them: whole parameters, closed as soon as
- * they reach sub_group_size partition elements.  Sizes are padded and small
- * tensors left in RAM as optimizer_utils.py and partitioned_param_swapper.py
- * do.
+ * The model is GPT-like (12h^2 + 13h elements per layer, then a final norm);
+ * parameter ids are their index.  A rank holds ceil(numel / ranks) elements
+ * of each (ZeRO-3).  Subgroups are cut as _create_fp16_sub_groups() cuts
+ * them, and sizes padded and small tensors left in RAM as optimizer_utils.py
+ * and partitioned_param_swapper.py do.
  */
 #include <errno.h>
 #include <inttypes.h>

@@ -28,6 +28,7 @@
 #include "swapbench.h"
 
 #define SB_KIB 1024ull
+#define SB_COUNT_UNIT 1000ull /* K, M, G, T of element counts */
 #define SB_MAX_RANKS 1024
 #define SB_MAX_THREADS 1024
 #define SB_MAX_QUEUE_DEPTH 65536
@@ -184,9 +185,9 @@ static void usage(FILE *out)
 	    "                             <T>params (default %s)\n"
 	    "      --buffer-count N       optimizer swap buffers (default %d)\n"
 	    "      --param-buffer-count N parameter swap buffers (default %d)\n"
-	    "      --compute-ms MS        simulated CPU Adam time per subgroup (default 0)\n"
+	    "      --compute-ms MS        simulated CPU Adam time per subgroup (default %g)\n"
 	    "      --compute-gbps G       or a simulated CPU Adam rate, in GB of state per\n"
-	    "                             second (16 bytes per element; default off)\n"
+	    "                             second (16 bytes per element; default %g: off)\n"
 	    "\n"
 	    "Activation offloading (--workload activations):\n"
 	    "      --layers N             activations per micro-batch (default %d)\n"
@@ -201,11 +202,11 @@ static void usage(FILE *out)
 	    d->iters, d->ranks, d->threads, d->queue_depth,
 	    (unsigned long long)(d->block_size / SB_KIB), (unsigned long long)d->params,
 	    (unsigned long long)d->sub_group_size, d->param_dtype, d->optimizer_buffers,
-	    d->param_buffers, d->layers, (unsigned long long)(d->act_size / SB_KIB / SB_KIB),
-	    d->micro_batches);
+	    d->param_buffers, d->compute_ms, d->compute_gbps, d->layers,
+	    (unsigned long long)(d->act_size / SB_KIB / SB_KIB), d->micro_batches);
 }
 
-/* A number with an optional suffix; @unit is 1000 (counts) or 1024 (sizes). */
+/* A number with an optional suffix; @unit is SB_COUNT_UNIT or SB_KIB. */
 static int parse_scaled(const char *s, uint64_t unit, uint64_t *out)
 {
 	static const char suffixes[] = "kmgt";
@@ -306,12 +307,15 @@ static int parse_option(struct sb_config *c, int opt, const char *arg, const cha
 		c->param_dtype = arg;
 		return 0;
 	case OPT_PARAMS:
-		return parse_scaled(arg, 1000, &c->params) ? bad_arg(name, arg, "a count") : 0;
+		return parse_scaled(arg, SB_COUNT_UNIT, &c->params) ? bad_arg(name, arg, "a count")
+								    : 0;
 	case OPT_HIDDEN:
-		return parse_scaled(arg, 1000, &c->hidden) ? bad_arg(name, arg, "a count") : 0;
+		return parse_scaled(arg, SB_COUNT_UNIT, &c->hidden) ? bad_arg(name, arg, "a count")
+								    : 0;
 	case OPT_SUB_GROUP:
-		return parse_scaled(arg, 1000, &c->sub_group_size) ? bad_arg(name, arg, "a count")
-								   : 0;
+		return parse_scaled(arg, SB_COUNT_UNIT, &c->sub_group_size)
+			   ? bad_arg(name, arg, "a count")
+			   : 0;
 	case OPT_BLOCK_SIZE:
 		if (parse_scaled(arg, SB_KIB, &c->block_size) || c->block_size % SB_BUF_ALIGN)
 			return bad_arg(name, arg, "a size, a multiple of 4 KiB");
@@ -499,10 +503,10 @@ static void note_exit(struct sb_run *run, int i, int ws)
 		run->status = st;
 }
 
-/* Reap ranks that exited; -1 if one of them failed. */
+/* Reap ranks that exited; -ECHILD if one of them failed. */
 static int reap_some(struct sb_run *run, bool block)
 {
-	int failed = 0;
+	int ret = 0;
 
 	for (int i = 0; i < run->cfg->ranks; i++) {
 		int ws;
@@ -511,14 +515,16 @@ static int reap_some(struct sb_run *run, bool block)
 			continue;
 		note_exit(run, i, ws);
 		if (exit_status(ws) != SB_EXIT_OK)
-			failed = -1;
+			ret = -ECHILD;
 	}
-	return failed;
+	return ret;
 }
 
-/* Wait until one more rank posts done; -1 if a rank failed meanwhile. */
+/* Wait until one more rank posts done; -ECHILD if a rank failed meanwhile. */
 static int wait_done(struct sb_run *run)
 {
+	int ret;
+
 	for (;;) {
 		struct timespec ts;
 
@@ -530,10 +536,14 @@ static int wait_done(struct sb_run *run)
 		}
 		if (!sem_timedwait(&run->sh->done, &ts))
 			return 0;
-		if (errno != ETIMEDOUT && errno != EINTR)
-			return -1;
-		if (reap_some(run, false))
-			return -1;
+		if (errno != ETIMEDOUT && errno != EINTR) {
+			ret = -errno;
+			sb_err("sem_timedwait: %s", strerror(errno));
+			return ret;
+		}
+		ret = reap_some(run, false);
+		if (ret)
+			return ret;
 	}
 }
 
@@ -551,7 +561,7 @@ static int run_between(const struct sb_config *cfg, int k)
 		return 0;
 	sb_err("--between command failed after iteration %d (status %d)", k,
 	       ws != -1 && WIFEXITED(ws) ? WEXITSTATUS(ws) : -1);
-	return -1;
+	return -ECANCELED;
 }
 
 static void stop_ranks(struct sb_run *run)

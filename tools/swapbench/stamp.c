@@ -1,20 +1,13 @@
 /*
  * stamp.c - stamping and checking file contents.
  *
- * Layout of one STAMP_UNIT at file offset U, as 64-bit words:
- *   w[0] = STAMP_MAGIC << 32 | file_id
- *   w[1] = iter << 32 | gen
- *   w[2] = U
- *   w[3] = seed, a hash of (file_id, iter, gen, U)
- *   w[i] = seed + i * STAMP_STEP for the pattern words
- * In full mode every other word is a pattern word.  By default the pattern
- * words are the first word of each 1 KiB (DeepSpeed's thread slices start on
- * 1 KiB boundaries) and the last word of the unit: five cache lines in 64,
- * which keeps the cost a few per cent of the I/O time where memory bandwidth
- * is low, and still catches a stale, misplaced, torn, zeroed or shifted piece.
- * The check ORs the differences of a whole unit and only looks closer at a
- * unit that differs.
+ * A STAMP_UNIT at file offset U holds, as 64-bit words: w[0] magic and file
+ * id, w[1] iteration and generation, w[2] U, w[3] a seed hashed from those,
+ * and pattern words w[i] = seed + i * STAMP_STEP.  The pattern words are the
+ * first word of each KiB (DeepSpeed's thread slices start on 1 KiB
+ * boundaries) and the unit's last word, or every word in full mode.
  */
+#include <assert.h>
 #include <errno.h>
 #include <stdbool.h>
 #include <inttypes.h>
@@ -26,6 +19,11 @@
 #define STAMP_STEP 0x9e3779b97f4a7c15ull
 #define STAMP_HEADER_WORDS 4u
 #define STAMP_WORD sizeof(uint64_t)
+/*
+ * Sparse mode touches 5 cache lines in 64 per unit, which keeps stamping and
+ * checking a few per cent of the I/O time where memory bandwidth is low;
+ * full mode costs a pass over memory.
+ */
 #define STAMP_SPARSE_WORDS (1024u / STAMP_WORD)
 
 /* Distance between pattern words; set once by stamp_set_full(). */
@@ -81,13 +79,12 @@ static void unit_header(uint64_t *h, const struct stamp_key *key, uint64_t off)
 static void fill_unit(uint64_t *w, size_t nwords, const struct stamp_key *key, uint64_t off)
 {
 	uint64_t h[STAMP_HEADER_WORDS];
+	size_t stride = stamp_stride;
 	uint64_t seed;
 	size_t i;
 
 	unit_header(h, key, off);
 	seed = h[3];
-	size_t stride = stamp_stride;
-
 	for (i = 0; i < STAMP_HEADER_WORDS && i < nwords; i++)
 		w[i] = h[i];
 	for (i = first_pattern_word(); i < nwords; i += stride)
@@ -100,6 +97,7 @@ void stamp_fill(void *buf, uint64_t len, const struct stamp_key *key)
 {
 	uint64_t off;
 
+	assert(len % SB_AIO_ALIGNED_BYTES == 0);
 	for (off = 0; off < len; off += STAMP_UNIT) {
 		uint64_t n = len - off < STAMP_UNIT ? len - off : STAMP_UNIT;
 
@@ -110,11 +108,10 @@ void stamp_fill(void *buf, uint64_t len, const struct stamp_key *key)
 /* OR of the differences between a unit and what it should hold. */
 static uint64_t unit_diff(const uint64_t *w, size_t nwords, const uint64_t *h)
 {
-	uint64_t acc = 0;
-	uint64_t seed = h[3];
-	size_t i;
-
 	size_t stride = stamp_stride;
+	uint64_t seed = h[3];
+	uint64_t acc = 0;
+	size_t i;
 
 	for (i = 0; i < STAMP_HEADER_WORDS && i < nwords; i++)
 		acc |= w[i] ^ h[i];
@@ -133,7 +130,7 @@ static void report_unit(const uint64_t *w, size_t nwords, const uint64_t *h, uin
 	uint32_t got_gen = (uint32_t)w[1];
 	size_t i;
 
-	if (nwords >= STAMP_HEADER_WORDS && w[0] == h[0] && w[2] == h[2] && w[1] != h[1] &&
+	if (w[0] == h[0] && w[2] == h[2] && w[1] != h[1] &&
 	    w[3] == unit_seed(&(struct stamp_key){key->file_id, got_iter, got_gen}, off)) {
 		if (got_iter != key->iter)
 			sb_err("verify: %s offset %" PRIu64 ": expected iter %u got iter %u", path,
@@ -144,14 +141,13 @@ static void report_unit(const uint64_t *w, size_t nwords, const uint64_t *h, uin
 			       path, off, key->gen, got_gen, got_iter);
 		return;
 	}
-	if (nwords >= STAMP_HEADER_WORDS && (w[0] >> 32) == STAMP_MAGIC && w[0] != h[0]) {
+	if ((w[0] >> 32) == STAMP_MAGIC && w[0] != h[0]) {
 		sb_err("verify: %s offset %" PRIu64 ": block of file id %u (offset %" PRIu64
 		       ", iter %u) where file id %u belongs",
 		       path, off, (uint32_t)w[0], w[2], got_iter, key->file_id);
 		return;
 	}
-	if (nwords >= STAMP_HEADER_WORDS && w[0] == h[0] && w[2] != h[2] &&
-	    (w[2] % STAMP_UNIT) == 0) {
+	if (w[0] == h[0] && w[2] != h[2] && (w[2] % STAMP_UNIT) == 0) {
 		sb_err("verify: %s offset %" PRIu64 ": holds the block of offset %" PRIu64
 		       " (iter %u)",
 		       path, off, w[2], got_iter);
@@ -178,6 +174,7 @@ int stamp_check(const void *buf, uint64_t len, const struct stamp_key *key, cons
 	uint64_t off;
 	int ret = 0;
 
+	assert(len % SB_AIO_ALIGNED_BYTES == 0);
 	for (off = 0; off < len; off += STAMP_UNIT) {
 		uint64_t n = len - off < STAMP_UNIT ? len - off : STAMP_UNIT;
 		const uint64_t *w = (const uint64_t *)((const char *)buf + off);

@@ -28,7 +28,10 @@ struct stamp_key {
 /* Stamp and check every word (true), or a few words per unit (false). */
 void stamp_set_full(bool full);
 
-/* Fill @len bytes at @buf, the file's bytes from offset 0, for @key. */
+/*
+ * Fill @len bytes at @buf, the file's bytes from offset 0, for @key.  Files
+ * are a multiple of 1 KiB long, as DeepSpeed pads them.
+ */
 void stamp_fill(void *buf, uint64_t len, const struct stamp_key *key);
 
 /*

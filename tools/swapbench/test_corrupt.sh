@@ -14,6 +14,9 @@
 # new one under ${TMPDIR:-/var/tmp}); a fresh subfolder is made in it.
 # Exit status: 0 pass, 1 fail, 77 skip.
 
+# The hooks are shell text that swapbench runs later: their $ expand then.
+# shellcheck disable=SC2016
+
 set -u
 : "${SWAPBENCH:=swapbench}"
 base=${SWAPBENCH_TARGET:-${TMPDIR:-/var/tmp}}

@@ -1,19 +1,12 @@
 /*
- * zero.c - the ZeRO-Infinity workload of one rank.
+ * zero.c - the ZeRO-Infinity workload of one rank, as stage3.py drives it.
  *
- * Init: as the engine's start-up, NVMe-resident parameters are written, then
- * the fp32 weights of every subgroup (initialize_parameters()).  Each
- * iteration then runs, as stage3.py with the optimizer and optionally the
- * parameters on NVMe:
- *   forward   read the parameters of each layer, first layer first;
- *   backward  read them again, last layer first, and write the gradient
- *             partitions through a copy of AsyncTensorSwapper;
- *   step      subgroups 0..S-1, with the partitioned swapper (one handle,
- *             read, compute, write, one after the other) or the pipelined one
- *             (a read and a write handle: subgroup i+1 is read and i-1 is
- *             written while i computes).
- * m and v are first written at the end of iteration 1's step.  Every write
- * is stamped and every read checked against the last write of its file.
+ * Init writes the NVMe-resident parameters, then each subgroup's weights.
+ * Each iteration: forward reads the parameters layer by layer; backward reads
+ * them again, last layer first, and writes the gradient partitions; the step
+ * runs subgroups 0..S-1 with the partitioned swapper (read, compute, write,
+ * one after the other) or the pipelined one (i+1 read and i-1 written while
+ * i computes).  Every write is stamped, every read checked.
  */
 #include <assert.h>
 #include <errno.h>
