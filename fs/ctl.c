@@ -120,9 +120,15 @@ static json_t *stats_json(struct fs *fs)
 
 		t = tier_json(d->capacity, d->used, d->read_bytes, d->write_bytes, d->read_ops,
 			      d->write_ops, d->errors);
+		json_object_set_new(t, "kind", json_string(d->kind));
 		json_object_set_new(t, "path", json_string(d->path));
 		json_object_set_new(t, "engine", json_string(d->engine));
+		json_object_set_new(t, "state", json_string(d->up ? "up" : "down"));
+		json_object_set_new(t, "bw_cap", json_integer((json_int_t)d->bw_cap));
+		json_object_set_new(t, "bw_measured", json_integer((json_int_t)d->bw_measured));
+		json_object_set_new(t, "queued", json_integer(d->queued));
 		json_object_set_new(t, "inflight_demand", json_integer(d->inflight_demand));
+		json_object_set_new(t, "inflight_prefetch", json_integer(d->inflight_prefetch));
 		json_object_set_new(t, "inflight_writeback", json_integer(d->inflight_wb));
 		json_object_set_new(tiers, d->name, t);
 	}
@@ -191,6 +197,35 @@ static json_t *config_json(struct fs *fs)
 	json_object_set_new(root, "default_permissions", json_boolean(!c->no_default_permissions));
 	if (c->config_file)
 		json_object_set_new(root, "config", json_string(c->config_file));
+	if (c->has_remote && c->remote_kind == TB_KIND_S3) {
+		json_t *r = json_object();
+
+		/* Never the secret: only whether credentials were given. */
+		json_object_set_new(r, "bucket", json_string(c->s3.bucket));
+		json_object_set_new(r, "prefix", json_string(c->s3.prefix));
+		json_object_set_new(r, "endpoint",
+				    c->s3.endpoint ? json_string(c->s3.endpoint) : json_null());
+		json_object_set_new(r, "region", json_string(c->s3.region));
+		json_object_set_new(r, "addressing",
+				    json_string(c->s3.path_style ? "path" : "virtual"));
+		json_object_set_new(r, "timeout_ms", json_integer(c->s3.timeout_ms));
+		json_object_set_new(r, "credentials", json_boolean(c->s3.access_key != NULL));
+		json_object_set_new(root, "s3", r);
+	} else if (c->has_remote) {
+		json_object_set_new(root, "pfs", json_string(c->remote_path));
+	}
+	json_t *caps = json_object();
+	for (unsigned i = 0; i < c->n_devs; i++) {
+		const struct tb_dev_spec *d = &c->devs[i];
+		if (d->bw || d->cap) {
+			char name[32];
+			snprintf(name, sizeof(name), "%s%u",
+				 d->kind == TB_KIND_NVME ? "nvme" : d->kind == TB_KIND_PFS ? "pfs" : "s3", i);
+			json_object_set_new(caps, name, json_pack("{sIsI}", "bw", (json_int_t)d->bw,
+								  "cap", (json_int_t)d->cap));
+		}
+	}
+	json_object_set_new(root, "caps", caps);
 	return root;
 }
 

@@ -46,6 +46,15 @@ static const struct fuse_opt tfs_opts[] = {
 	OPT("sync_interval_ms=%s", sync_interval_s),
 	OPT("logfile=%s", logfile),
 	OPT("log_level=%s", log_level_s),
+	OPT("remote=%s", remote_s),
+	OPT("endpoint=%s", endpoint_s),
+	OPT("region=%s", region_s),
+	OPT("s3_addressing=%s", s3_addressing_s),
+	OPT("remote_timeout=%s", remote_timeout_s),
+	OPT("nvme_bw=%s", nvme_bw_s),
+	OPT("nvme_cap=%s", nvme_cap_s),
+	OPT("remote_bw=%s", remote_bw_s),
+	OPT("remote_cap=%s", remote_cap_s),
 	{"no_default_permissions", offsetof(struct fs_config, no_default_permissions), 1},
 	FUSE_OPT_KEY("-h", KEY_HELP),
 	FUSE_OPT_KEY("--help", KEY_HELP),
@@ -83,9 +92,20 @@ static void usage(const char *prog)
 	       "    -o sync_interval_ms=N  how often write-backs are made durable (1000)\n"
 	       "    -o logfile=FILE        log here when running in the background\n"
 	       "    -o log_level=L         error, warning, info (default) or debug\n"
+	       "    -o remote=URL          remote tier: s3://BUCKET[/PREFIX] or /pfs/folder\n"
+	       "    -o endpoint=URL        S3 endpoint, http(s)://host[:port] (default: AWS)\n"
+	       "    -o region=R            S3 region (default us-east-1)\n"
+	       "    -o s3_addressing=A     path or virtual (default: path with endpoint=)\n"
+	       "    -o remote_timeout=T    give up on a remote request after T seconds (30)\n"
+	       "    -o nvme_bw=SIZE        cap each nvme folder at SIZE bytes per second\n"
+	       "    -o nvme_cap=SIZE       store at most SIZE bytes in each nvme folder\n"
+	       "    -o remote_bw=SIZE      cap the remote tier at SIZE bytes per second\n"
+	       "    -o remote_cap=SIZE     store at most SIZE bytes in the remote tier\n"
 	       "    -o no_default_permissions  do not let the kernel check permissions\n"
 	       "\n"
 	       "SIZE is a number with an optional K, M, G or T suffix (powers of 1024).\n"
+	       "S3 credentials come from AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and\n"
+	       "AWS_SESSION_TOKEN, or from an [s3] section of the config file (mode 600).\n"
 	       "Statistics: MOUNTPOINT/.tensorfs/stats (JSON); configuration: "
 	       "MOUNTPOINT/.tensorfs/config.\n\n",
 	       prog);
@@ -242,8 +262,9 @@ static int open_stores(struct fs *fs, char *err, size_t errlen)
 	tc.dram_bytes = c->dram;
 	tc.dirty_bytes = c->dirty;
 	tc.store_id = store_id;
-	tc.nvme_dirs = c->nvme;
-	tc.n_nvme = c->n_nvme;
+	tc.devs = c->devs;
+	tc.n_devs = c->n_devs;
+	tc.s3 = c->has_remote && c->remote_kind == TB_KIND_S3 ? &c->s3 : NULL;
 	tc.engine = c->engine;
 	tc.queue_depth = c->queue_depth;
 	tc.flush_delay_ms = c->flush_delay_ms;

@@ -700,9 +700,15 @@ out:
 /* Store len bytes of buf (NULL: zeros) at off, extending the size. */
 static int write_data(struct fs *fs, struct fs_inode *in, const char *buf, size_t len, off_t off)
 {
+	uint64_t first = (uint64_t)off / fs->bs;
+	uint64_t resv = len ? ((uint64_t)off + len - 1) / fs->bs - first + 1 : 0;
 	size_t done = 0;
-	int ret = 0;
+	int ret;
 
+	/* All the space first, so a full tier fails the request before it changes anything. */
+	ret = tb_reserve(fs->tb, resv);
+	if (ret)
+		return ret;
 	while (done < len) {
 		uint64_t pos = (uint64_t)off + done;
 		uint64_t idx = pos / fs->bs;
@@ -711,7 +717,7 @@ static int write_data(struct fs *fs, struct fs_inode *in, const char *buf, size_
 
 		if (n > len - done)
 			n = len - done;
-		ret = tb_get_write(fs->tb, in->ino, idx, bo, n, &ref);
+		ret = tb_get_write(fs->tb, in->ino, idx, bo, n, &ref, &resv);
 		if (ret)
 			break;
 		if (buf)
@@ -721,6 +727,7 @@ static int write_data(struct fs *fs, struct fs_inode *in, const char *buf, size_
 		tb_put_dirty(fs->tb, &ref, bo, n);
 		done += n;
 	}
+	tb_unreserve(fs->tb, resv);
 	pthread_mutex_lock(&in->lock);
 	if (done && (uint64_t)off + done > in->rec.size)
 		in->rec.size = (uint64_t)off + done;

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <stdint.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -27,6 +28,9 @@
 #define DEF_SYNC_INTERVAL_MS 1000
 #define DRAM_SHARE_OF_AVAILABLE 4 /* a quarter */
 #define DEF_LOG_LEVEL 2		  /* info */
+#define DEF_REGION "us-east-1"
+#define DEF_REMOTE_TIMEOUT_MS 30000
+#define DEF_S3_CONNECTIONS 16
 
 int fs_parse_size(const char *s, size_t *out)
 {
@@ -79,6 +83,7 @@ struct ini_ctx {
 	char *err;
 	size_t errlen;
 	const char *path;
+	bool has_secret;
 };
 
 static int on_ini_value(void *user, const char *section, const char *name, const char *value)
@@ -99,8 +104,35 @@ static int on_ini_value(void *user, const char *section, const char *name, const
 		    {"flush_delay_ms", &c->flush_delay_s},
 		    {"sync_interval_ms", &c->sync_interval_s},
 		    {"logfile", &c->logfile},
-		    {"log_level", &c->log_level_s}};
+		    {"log_level", &c->log_level_s},
+		    {"remote", &c->remote_s},
+		    {"endpoint", &c->endpoint_s},
+		    {"region", &c->region_s},
+		    {"s3_addressing", &c->s3_addressing_s},
+		    {"remote_timeout", &c->remote_timeout_s},
+		    {"nvme_bw", &c->nvme_bw_s},
+		    {"nvme_cap", &c->nvme_cap_s},
+		    {"remote_bw", &c->remote_bw_s},
+		    {"remote_cap", &c->remote_cap_s}};
+	struct {
+		const char *key;
+		char **field;
+	} secrets[] = {{"access_key_id", &c->s3_key},
+		       {"secret_access_key", &c->s3_secret},
+		       {"session_token", &c->s3_token}};
 
+	if (strcmp(section, "s3") == 0) {
+		for (size_t i = 0; i < sizeof(secrets) / sizeof(secrets[0]); i++) {
+			if (strcmp(name, secrets[i].key) != 0)
+				continue;
+			free(*secrets[i].field);
+			*secrets[i].field = strdup(value);
+			x->has_secret = true;
+			return 1;
+		}
+		snprintf(x->err, x->errlen, "unknown key '%s' in [s3]", name);
+		return 0;
+	}
 	if (strcmp(section, "tensorfs") != 0) {
 		snprintf(x->err, x->errlen, "unknown section [%s]", section);
 		return 0;
@@ -119,7 +151,7 @@ static int on_ini_value(void *user, const char *section, const char *name, const
 int fs_config_load_file(struct fs_config *c, const char *path, char *err, size_t errlen)
 {
 	char why[256] = "";
-	struct ini_ctx x = {c, why, sizeof(why), path};
+	struct ini_ctx x = {c, why, sizeof(why), path, false};
 	FILE *f = fopen(path, "r");
 	int rc;
 
@@ -128,6 +160,19 @@ int fs_config_load_file(struct fs_config *c, const char *path, char *err, size_t
 		return -errno;
 	}
 	rc = ini_parse_file(f, on_ini_value, &x);
+	if (rc == 0 && x.has_secret) {
+		struct stat st;
+
+		/* Credentials in a file others can read are already leaked: refuse. */
+		if (fstat(fileno(f), &st) == 0 && (st.st_mode & 077)) {
+			fclose(f);
+			snprintf(err, errlen,
+				 "config %s holds S3 credentials but is readable by group or "
+				 "others (mode %03o); chmod 600 it",
+				 path, (unsigned)(st.st_mode & 0777));
+			return -EPERM;
+		}
+	}
 	fclose(f);
 	if (rc != 0) {
 		snprintf(err, errlen, "config %s line %d: %s", path, rc,
@@ -211,6 +256,137 @@ static int bad(char *err, size_t errlen, const char *opt, const char *val, const
 	return -EINVAL;
 }
 
+static int opt_size(const char *s, const char *name, uint64_t *out, char *err, size_t errlen)
+{
+	size_t v = 0;
+
+	*out = 0;
+	if (!s)
+		return 0;
+	if (fs_parse_size(s, &v) < 0 || v == 0)
+		return bad(err, errlen, name, s, "not a size (e.g. 500M, 2G)");
+	*out = v;
+	return 0;
+}
+
+static char *env_or(char *have, const char *var)
+{
+	const char *v = getenv(var);
+
+	if (have || !v || !*v)
+		return have;
+	return strdup(v);
+}
+
+/* remote=s3://bucket[/prefix] or remote=/folder, and the caps of every device. */
+static int resolve_remote(struct fs_config *c, char *err, size_t errlen)
+{
+	struct tb_s3_config *s3 = &c->s3;
+	unsigned timeout_ms = DEF_REMOTE_TIMEOUT_MS;
+
+	if (c->remote_timeout_s) {
+		size_t v;
+
+		/* seconds, or a number with ms */
+		char *end;
+		unsigned long n = strtoul(c->remote_timeout_s, &end, 10);
+		if (end == c->remote_timeout_s || (*end && strcmp(end, "s") && strcmp(end, "ms")) ||
+		    n == 0)
+			return bad(err, errlen, "remote_timeout", c->remote_timeout_s,
+				   "a time like 30 (seconds), 30s or 500ms");
+		timeout_ms = strcmp(end, "ms") == 0 ? (unsigned)n : (unsigned)n * 1000;
+		(void)v;
+	}
+	if (strncmp(c->remote_s, "s3://", 5) == 0) {
+		const char *b = c->remote_s + 5, *slash = strchr(b, '/');
+		size_t blen = slash ? (size_t)(slash - b) : strlen(b);
+
+		if (blen == 0 || blen > 63)
+			return bad(err, errlen, "remote", c->remote_s, "no bucket name");
+		c->s3_bucket = strndup(b, blen);
+		c->s3_prefix = strdup(slash ? slash + 1 : "");
+		c->s3_key = env_or(c->s3_key, "AWS_ACCESS_KEY_ID");
+		c->s3_secret = env_or(c->s3_secret, "AWS_SECRET_ACCESS_KEY");
+		c->s3_token = env_or(c->s3_token, "AWS_SESSION_TOKEN");
+		if (!c->s3_key || !c->s3_secret) {
+			snprintf(err, errlen,
+				 "remote=%s needs credentials: AWS_ACCESS_KEY_ID and "
+				 "AWS_SECRET_ACCESS_KEY, or an [s3] section in the config file",
+				 c->remote_s);
+			return -EINVAL;
+		}
+		if (c->endpoint_s && strncmp(c->endpoint_s, "http://", 7) &&
+		    strncmp(c->endpoint_s, "https://", 8))
+			return bad(err, errlen, "endpoint", c->endpoint_s,
+				   "must start with http:// or https://");
+		if (c->s3_addressing_s && strcmp(c->s3_addressing_s, "path") &&
+		    strcmp(c->s3_addressing_s, "virtual"))
+			return bad(err, errlen, "s3_addressing", c->s3_addressing_s,
+				   "must be path or virtual");
+		s3->bucket = c->s3_bucket;
+		s3->prefix = c->s3_prefix;
+		s3->region = c->region_s ? c->region_s : DEF_REGION;
+		s3->endpoint = c->endpoint_s;
+		s3->access_key = c->s3_key;
+		s3->secret_key = c->s3_secret;
+		s3->session_token = c->s3_token;
+		/* A custom endpoint (MinIO, Ceph, a test server) is usually path-style. */
+		s3->path_style = c->s3_addressing_s ? strcmp(c->s3_addressing_s, "path") == 0
+						    : c->endpoint_s != NULL;
+		s3->timeout_ms = timeout_ms;
+		s3->connections = DEF_S3_CONNECTIONS;
+		c->remote_kind = TB_KIND_S3;
+	} else if (c->remote_s[0] == '/') {
+		char real[PATH_MAX];
+
+		if (!realpath(c->remote_s, real)) {
+			snprintf(err, errlen, "remote folder %s: %s", c->remote_s, strerror(errno));
+			return -ENOENT;
+		}
+		for (unsigned i = 0; i < c->n_nvme; i++)
+			if (strcmp(c->nvme[i], real) == 0) {
+				snprintf(err, errlen, "remote folder %s is also an nvme folder",
+					 c->remote_s);
+				return -EINVAL;
+			}
+		c->remote_path = strdup(real);
+		c->remote_kind = TB_KIND_PFS;
+	} else {
+		return bad(err, errlen, "remote", c->remote_s,
+			   "must be s3://bucket[/prefix] or an absolute folder");
+	}
+	c->has_remote = true;
+	return 0;
+}
+
+static int resolve_devices(struct fs_config *c, char *err, size_t errlen)
+{
+	uint64_t nvme_bw, nvme_cap, remote_bw, remote_cap;
+	int ret;
+
+	if ((ret = opt_size(c->nvme_bw_s, "nvme_bw", &nvme_bw, err, errlen)) ||
+	    (ret = opt_size(c->nvme_cap_s, "nvme_cap", &nvme_cap, err, errlen)) ||
+	    (ret = opt_size(c->remote_bw_s, "remote_bw", &remote_bw, err, errlen)) ||
+	    (ret = opt_size(c->remote_cap_s, "remote_cap", &remote_cap, err, errlen)))
+		return ret;
+	if (!c->remote_s && (c->remote_bw_s || c->remote_cap_s || c->endpoint_s))
+		return bad(err, errlen, c->endpoint_s ? "endpoint" : "remote_bw",
+			   c->endpoint_s ? c->endpoint_s : "", "given without remote=");
+	if (c->remote_s) {
+		ret = resolve_remote(c, err, errlen);
+		if (ret)
+			return ret;
+	}
+	c->n_devs = 0;
+	for (unsigned i = 0; i < c->n_nvme; i++)
+		c->devs[c->n_devs++] = (struct tb_dev_spec){TB_KIND_NVME, c->nvme[i], nvme_bw,
+							    nvme_cap};
+	if (c->has_remote)
+		c->devs[c->n_devs++] = (struct tb_dev_spec){c->remote_kind, c->remote_path,
+							    remote_bw, remote_cap};
+	return 0;
+}
+
 int fs_config_resolve(struct fs_config *c, char *err, size_t errlen)
 {
 	int ret;
@@ -287,6 +463,9 @@ int fs_config_resolve(struct fs_config *c, char *err, size_t errlen)
 	ret = split_nvme(c, err, errlen);
 	if (ret < 0)
 		return ret;
+	ret = resolve_devices(c, err, errlen);
+	if (ret < 0)
+		return ret;
 	if (c->meta_s) {
 		c->meta = strdup(c->meta_s);
 	} else {
@@ -304,7 +483,18 @@ void fs_config_free(struct fs_config *c)
 	char **strs[] = {&c->dram_s,	      &c->nvme_s,	   &c->block_s,	  &c->meta_s,
 			 &c->threads_s,	      &c->engine_s,	   &c->dirty_s,	  &c->qd_s,
 			 &c->flush_delay_s,   &c->sync_interval_s, &c->config_file, &c->logfile,
-			 &c->log_level_s,     &c->source,	   &c->mountpoint, &c->meta};
+			 &c->log_level_s,     &c->source,	   &c->mountpoint, &c->meta,
+			 &c->remote_s,	      &c->endpoint_s,	   &c->region_s,  &c->s3_addressing_s,
+			 &c->remote_timeout_s, &c->nvme_bw_s,	   &c->nvme_cap_s, &c->remote_bw_s,
+			 &c->remote_cap_s,    &c->s3_key,	   &c->s3_token,  &c->remote_path,
+			 &c->s3_bucket,	      &c->s3_prefix};
+
+	if (c->s3_secret) {
+		/* Do not leave the secret in freed memory. */
+		explicit_bzero(c->s3_secret, strlen(c->s3_secret));
+		free(c->s3_secret);
+		c->s3_secret = NULL;
+	}
 
 	for (size_t i = 0; i < sizeof(strs) / sizeof(strs[0]); i++) {
 		free(*strs[i]);

@@ -20,6 +20,9 @@ struct fs_config {
 	/* as given: strings from -o and the file, NULL when unset */
 	char *dram_s, *nvme_s, *block_s, *meta_s, *threads_s, *engine_s, *dirty_s, *qd_s;
 	char *flush_delay_s, *sync_interval_s, *config_file, *logfile, *log_level_s;
+	char *remote_s, *endpoint_s, *region_s, *s3_addressing_s, *remote_timeout_s;
+	char *nvme_bw_s, *nvme_cap_s, *remote_bw_s, *remote_cap_s;
+	char *s3_key, *s3_secret, *s3_token; /* from the file's [s3] or AWS_* only */
 	char *source, *mountpoint;
 	int no_default_permissions;
 	int show_help, show_version;
@@ -34,6 +37,14 @@ struct fs_config {
 	enum tb_engine engine;
 	int log_level;
 	bool default_nvme; /* the folder is ours to create */
+	/* persistent devices: the nvme folders, then the remote tier if any */
+	struct tb_dev_spec devs[FS_MAX_NVME + 1];
+	unsigned n_devs;
+	enum tb_kind remote_kind;
+	bool has_remote;
+	char *remote_path;   /* pfs folder */
+	char *s3_bucket, *s3_prefix;
+	struct tb_s3_config s3;
 };
 
 /* Parse a size: digits with an optional K, M, G or T (powers of 1024). */

@@ -31,7 +31,7 @@
 #include "tb.h"
 #include "dram.h"
 #include "log.h"
-#include "nvme.h"
+#include "dev.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -70,7 +70,7 @@ struct tb_entry {
 	struct tb_entry *lprev, *lnext; /* free or dirty list */
 	struct tb_obj *o;
 	struct tb_store *s;
-	struct nvme_req req;
+	struct tb_io req;
 };
 
 struct tb_obj {
@@ -92,7 +92,7 @@ struct tb_store {
 	size_t bs;
 	struct dram_arena arena;
 	void *zero;
-	struct nvme_dev *dev[TB_MAX_DEVS];
+	struct tb_dev *dev[TB_MAX_DEVS];
 	unsigned n_devs;
 
 	pthread_mutex_t lock; /* guards all below, and every entry */
@@ -113,7 +113,7 @@ struct tb_store {
 	uint64_t reserved;     /* blocks reserved by DIRTY entries */
 	uint64_t wb_inflight, wb_max;
 	uint64_t dirty_seq;
-	unsigned rr;	       /* next device for placement */
+	double credit[TB_MAX_DEVS]; /* weighted round-robin of placement */
 	uint64_t *pending;     /* released locations awaiting a sync */
 	size_t npending, cap_pending;
 	bool sync_req, stopping, started;
@@ -362,7 +362,7 @@ static uint64_t space_avail(struct tb_store *s)
 	uint64_t free_slots = 0;
 
 	for (unsigned i = 0; i < s->n_devs; i++)
-		free_slots += nvme_free_slots(s->dev[i]);
+		free_slots += dev_free_slots(s->dev[i]);
 	return free_slots > s->reserved ? free_slots - s->reserved : 0;
 }
 
@@ -403,7 +403,7 @@ static void make_dirty(struct tb_store *s, struct tb_entry *e)
 
 /* ---- I/O completions (device threads) ---- */
 
-static void read_done(struct nvme_req *r, int err)
+static void read_done(struct tb_io *r, int err)
 {
 	struct tb_entry *e = (struct tb_entry *)((char *)r - offsetof(struct tb_entry, req));
 	struct tb_store *s = e->s;
@@ -412,7 +412,7 @@ static void read_done(struct nvme_req *r, int err)
 	pthread_mutex_lock(&s->lock);
 	w = e->waiters;
 	e->waiters = NULL;
-	if (e->req.cls == NVME_CLS_PREFETCH) {
+	if (e->req.cls == IO_PREFETCH) {
 		s->prefetch_inflight--;
 		if (w) {
 			s->pf_late++; /* a demand read came before the prefetch finished */
@@ -444,7 +444,7 @@ static void read_done(struct nvme_req *r, int err)
 	}
 }
 
-static void write_done(struct nvme_req *r, int err)
+static void write_done(struct tb_io *r, int err)
 {
 	struct tb_entry *e = (struct tb_entry *)((char *)r - offsetof(struct tb_entry, req));
 	struct tb_store *s = e->s;
@@ -458,16 +458,16 @@ static void write_done(struct nvme_req *r, int err)
 }
 
 static void submit_read(struct tb_store *s, struct tb_entry *e, uint64_t loc,
-			enum nvme_class cls)
+			enum io_class cls)
 {
 	e->loc = loc;
-	e->req.op = NVME_READ;
+	e->req.op = IO_READ;
 	e->req.cls = cls;
 	e->req.slot = tb_loc_slot(loc);
 	e->req.buf = slot_data(s, e);
 	e->req.len = s->bs;
 	e->req.done = read_done;
-	nvme_submit(s->dev[tb_loc_dev(loc)], &e->req);
+	dev_submit(s->dev[tb_loc_dev(loc)], &e->req);
 }
 
 /*
@@ -476,7 +476,7 @@ static void submit_read(struct tb_store *s, struct tb_entry *e, uint64_t loc,
  * Returns 1 when loading, -ENOENT for a hole, or -errno.
  */
 static int start_load(struct tb_store *s, struct tb_entry *e, uint64_t obj, uint64_t idx,
-		      struct tb_waiter *w, enum nvme_class cls)
+		      struct tb_waiter *w, enum io_class cls)
 {
 	uint64_t loc;
 	int ret;
@@ -497,7 +497,7 @@ static int start_load(struct tb_store *s, struct tb_entry *e, uint64_t obj, uint
 			w->next = e->waiters;
 			e->waiters = w;
 		}
-		if (cls == NVME_CLS_PREFETCH) {
+		if (cls == IO_PREFETCH) {
 			e->prefetched = true;
 			s->prefetch_inflight++;
 		}
@@ -562,7 +562,7 @@ int tb_get(struct tb_store *s, uint64_t obj, uint64_t idx, struct tb_ref *ref,
 		if (!e)
 			continue; /* someone else inserted it meanwhile */
 		s->misses++;
-		ret = start_load(s, e, obj, idx, w, NVME_CLS_DEMAND);
+		ret = start_load(s, e, obj, idx, w, IO_DEMAND);
 		if (ret != 1 || w) {
 			pthread_mutex_unlock(&s->lock);
 			return ret;
@@ -610,7 +610,7 @@ int tb_prefetch(struct tb_store *s, uint64_t obj, uint64_t idx)
 		return -EAGAIN;
 	}
 	s->pf_issued++;
-	ret = start_load(s, e, obj, idx, NULL, NVME_CLS_PREFETCH);
+	ret = start_load(s, e, obj, idx, NULL, IO_PREFETCH);
 	pthread_mutex_unlock(&s->lock);
 	return ret == 1 || ret == -ENOENT ? 0 : ret;
 }
@@ -630,8 +630,48 @@ static void wait_dirty_budget(struct tb_store *s)
 	}
 }
 
+/*
+ * One block of space for an entry becoming dirty: from the request's
+ * reservation (already counted in s->reserved) or new. Returns 1 or 0 for
+ * which, for give_space, or -ENOSPC.
+ */
+static int take_space(struct tb_store *s, uint64_t *resv)
+{
+	if (resv && *resv) {
+		(*resv)--;
+		return 1;
+	}
+	return reserve_blocks(s, 1);
+}
+
+static void give_space(struct tb_store *s, uint64_t *resv, int from_resv)
+{
+	if (from_resv)
+		(*resv)++;
+	else
+		s->reserved--;
+}
+
+int tb_reserve(struct tb_store *s, uint64_t n)
+{
+	int ret;
+
+	pthread_mutex_lock(&s->lock);
+	ret = reserve_blocks(s, n);
+	pthread_mutex_unlock(&s->lock);
+	return ret;
+}
+
+void tb_unreserve(struct tb_store *s, uint64_t n)
+{
+	pthread_mutex_lock(&s->lock);
+	s->reserved -= n;
+	pthread_cond_broadcast(&s->space_cv);
+	pthread_mutex_unlock(&s->lock);
+}
+
 int tb_get_write(struct tb_store *s, uint64_t obj, uint64_t idx, size_t off, size_t len,
-		 struct tb_ref *ref)
+		 struct tb_ref *ref, uint64_t *resv)
 {
 	bool whole = off == 0 && len == s->bs;
 	struct tb_entry *e, *found;
@@ -650,14 +690,15 @@ int tb_get_write(struct tb_store *s, uint64_t obj, uint64_t idx, size_t off, siz
 			wait_dirty_budget(s);
 			if (hash_find(s, obj, idx) != e || e->state != ES_CLEAN)
 				continue;
-			ret = reserve_blocks(s, 1);
+			ret = take_space(s, resv);
 			if (ret < 0)
 				goto out_unlock;
 			if (hash_find(s, obj, idx) != e || e->state != ES_CLEAN) {
-				s->reserved--;
+				give_space(s, resv, ret);
 				continue;
 			}
 			make_dirty(s, e);
+			ret = 0;
 			break;
 		}
 		wait_dirty_budget(s);
@@ -667,7 +708,7 @@ int tb_get_write(struct tb_store *s, uint64_t obj, uint64_t idx, size_t off, siz
 		if (!whole) {
 			/* Partial write of an uncached block: load it if persisted. */
 			s->misses++;
-			ret = start_load(s, e, obj, idx, NULL, NVME_CLS_DEMAND);
+			ret = start_load(s, e, obj, idx, NULL, IO_DEMAND);
 			if (ret == 1)
 				continue; /* wait for it in the loop above */
 			if (ret != -ENOENT)
@@ -677,19 +718,20 @@ int tb_get_write(struct tb_store *s, uint64_t obj, uint64_t idx, size_t off, siz
 				continue;
 			memset(slot_data(s, e), 0, s->bs);
 		}
-		ret = reserve_blocks(s, 1);
+		ret = take_space(s, resv);
 		if (ret < 0) {
 			entry_free(s, e);
 			goto out_unlock;
 		}
 		if (hash_find(s, obj, idx)) { /* lost a race while waiting for space */
-			s->reserved--;
+			give_space(s, resv, ret);
 			entry_free(s, e);
 			continue;
 		}
+		int from_resv = ret;
 		ret = entry_insert(s, e, obj, idx);
 		if (ret < 0) {
-			s->reserved--;
+			give_space(s, resv, from_resv);
 			entry_free(s, e);
 			goto out_unlock;
 		}
@@ -752,18 +794,38 @@ static bool all_zero(const void *p, size_t n)
 	return true;
 }
 
-/* Place a block: next device round-robin that has a free slot. */
+/*
+ * Place a new block: smooth weighted round-robin over the devices, each
+ * weighted by its bandwidth (measured, or its cap if lower), so that one
+ * flush drives every path in proportion. Full and down devices weigh 0.
+ * Lock held.
+ */
 static int place(struct tb_store *s, uint64_t *loc)
 {
-	for (unsigned n = 0; n < s->n_devs; n++) {
-		unsigned d = (s->rr + n) % s->n_devs;
+	double w[TB_MAX_DEVS], total = 0;
+
+	for (unsigned i = 0; i < s->n_devs; i++) {
+		w[i] = dev_weight(s->dev[i]);
+		total += w[i];
+	}
+	while (total > 0) {
+		int best = -1;
 		uint64_t slot;
 
-		if (nvme_alloc(s->dev[d], &slot) == 0) {
-			s->rr = (d + 1) % s->n_devs;
-			*loc = tb_loc(d, slot);
+		for (unsigned i = 0; i < s->n_devs; i++) {
+			if (w[i] <= 0)
+				continue;
+			s->credit[i] += w[i];
+			if (best < 0 || s->credit[i] > s->credit[best])
+				best = (int)i;
+		}
+		s->credit[best] -= total;
+		if (dev_alloc(s->dev[best], &slot) == 0) {
+			*loc = tb_loc((unsigned)best, slot);
 			return 0;
 		}
+		total -= w[best];
+		w[best] = 0;
 	}
 	return -ENOSPC;
 }
@@ -836,13 +898,13 @@ static void start_writes(struct tb_store *s, struct tb_entry **batch, size_t n,
 		}
 		pthread_mutex_unlock(&s->lock);
 		e->new_loc = loc;
-		e->req.op = NVME_WRITE;
-		e->req.cls = NVME_CLS_WB;
+		e->req.op = IO_WRITE;
+		e->req.cls = IO_WB;
 		e->req.slot = tb_loc_slot(loc);
 		e->req.buf = slot_data(s, e);
 		e->req.len = s->bs;
 		e->req.done = write_done;
-		nvme_submit(s->dev[tb_loc_dev(loc)], &e->req);
+		dev_submit(s->dev[tb_loc_dev(loc)], &e->req);
 	}
 }
 
@@ -871,7 +933,7 @@ static void commit_batch(struct tb_store *s, struct tb_entry **v, size_t n)
 
 		if (ret < 0) {
 			if (e->new_loc != TB_LOC_NONE)
-				nvme_free(s->dev[tb_loc_dev(e->new_loc)], tb_loc_slot(e->new_loc));
+				dev_free(s->dev[tb_loc_dev(e->new_loc)], tb_loc_slot(e->new_loc));
 			wb_failed(s, e, ret);
 			continue;
 		}
@@ -912,7 +974,7 @@ static int do_sync(struct tb_store *s)
 	pthread_mutex_unlock(&s->lock);
 
 	for (unsigned i = 0; i < s->n_devs; i++) {
-		int r = nvme_sync(s->dev[i]);
+		int r = dev_sync(s->dev[i]);
 
 		if (r < 0 && !ret)
 			ret = r;
@@ -923,7 +985,7 @@ static int do_sync(struct tb_store *s)
 	pthread_mutex_lock(&s->lock);
 	if (ret == 0) {
 		for (size_t i = 0; i < nfrees; i++)
-			nvme_free(s->dev[tb_loc_dev(frees[i])], tb_loc_slot(frees[i]));
+			dev_free(s->dev[tb_loc_dev(frees[i])], tb_loc_slot(frees[i]));
 		free(frees);
 	} else {
 		/* Not durable: keep them pending for the next try. */
@@ -982,9 +1044,9 @@ static void *flusher_main(void *arg)
 			done = e->lnext;
 			if (e->err) {
 				pthread_mutex_lock(&s->lock);
-				nvme_free(s->dev[tb_loc_dev(e->new_loc)], tb_loc_slot(e->new_loc));
+				dev_free(s->dev[tb_loc_dev(e->new_loc)], tb_loc_slot(e->new_loc));
 				if (e->err == -ENOSPC)
-					nvme_set_full(s->dev[tb_loc_dev(e->new_loc)]);
+					dev_set_full(s->dev[tb_loc_dev(e->new_loc)]);
 				wb_failed(s, e, e->err);
 				pthread_mutex_unlock(&s->lock);
 				continue;
@@ -1195,7 +1257,7 @@ void tb_space(struct tb_store *s, uint64_t *total, uint64_t *avail)
 
 	*total = 0;
 	for (unsigned i = 0; i < s->n_devs; i++) {
-		nvme_get_stats(s->dev[i], &st);
+		dev_get_stats(s->dev[i], &st);
 		*total += st.capacity;
 	}
 	pthread_mutex_lock(&s->lock);
@@ -1232,7 +1294,7 @@ void tb_get_stats(struct tb_store *s, struct tb_stats *st)
 	pthread_mutex_unlock(&s->lock);
 	st->n_devs = s->n_devs;
 	for (unsigned i = 0; i < s->n_devs; i++)
-		nvme_get_stats(s->dev[i], &st->dev[i]);
+		dev_get_stats(s->dev[i], &st->dev[i]);
 }
 
 size_t tb_block_size(const struct tb_store *s)
@@ -1324,14 +1386,21 @@ int tb_open(const struct tb_config *cfg, const struct tb_owner *owner, struct tb
 		elist_append(&s->free_list, e);
 	}
 
-	if (cfg->n_nvme == 0 || cfg->n_nvme > TB_MAX_DEVS) {
-		snprintf(err, errlen, "between 1 and %d nvme folders are needed", TB_MAX_DEVS);
+	if (cfg->n_devs == 0 || cfg->n_devs > TB_MAX_DEVS) {
+		snprintf(err, errlen, "between 1 and %d persistent devices are needed", TB_MAX_DEVS);
 		ret = -EINVAL;
 		goto fail;
 	}
-	for (unsigned i = 0; i < cfg->n_nvme; i++) {
-		ret = nvme_open(&s->dev[i], i, cfg->nvme_dirs[i], cfg->store_id, s->bs, cfg->engine,
-				cfg->queue_depth, &s->arena, err, errlen);
+	for (unsigned i = 0; i < cfg->n_devs; i++) {
+		const struct tb_dev_spec *sp = &cfg->devs[i];
+
+		if (sp->kind == TB_KIND_S3)
+			ret = dev_open_s3(&s->dev[i], i, cfg->s3, cfg->store_id, s->bs,
+					  cfg->queue_depth, sp->bw, sp->cap, &s->arena, err, errlen);
+		else
+			ret = dev_open_slab(&s->dev[i], sp->kind == TB_KIND_PFS ? "pfs" : "nvme", i,
+					    sp->path, cfg->store_id, s->bs, cfg->engine,
+					    cfg->queue_depth, sp->bw, sp->cap, &s->arena, err, errlen);
 		if (ret < 0)
 			goto fail;
 		s->n_devs++;
@@ -1351,7 +1420,7 @@ int tb_mark_used(struct tb_store *s, uint64_t loc)
 {
 	if (tb_loc_dev(loc) >= s->n_devs)
 		return -ENODEV;
-	return nvme_mark(s->dev[tb_loc_dev(loc)], tb_loc_slot(loc));
+	return dev_mark(s->dev[tb_loc_dev(loc)], tb_loc_slot(loc));
 }
 
 int tb_start(struct tb_store *s)
@@ -1359,7 +1428,7 @@ int tb_start(struct tb_store *s)
 	int ret;
 
 	for (unsigned i = 0; i < s->n_devs; i++) {
-		ret = nvme_start(s->dev[i]);
+		ret = dev_start(s->dev[i]);
 		if (ret < 0)
 			return ret;
 	}
@@ -1389,7 +1458,7 @@ int tb_close(struct tb_store *s)
 			ret = r;
 	}
 	for (unsigned i = 0; i < s->n_devs; i++)
-		nvme_close(s->dev[i]);
+		dev_close(s->dev[i]);
 	dram_arena_fini(&s->arena);
 	if (s->ohash)
 		for (uint64_t i = 0; i <= s->ohash_mask; i++)

@@ -43,15 +43,37 @@ static inline uint64_t tb_loc_slot(uint64_t loc)
 }
 
 enum tb_engine { TB_ENGINE_AUTO, TB_ENGINE_URING, TB_ENGINE_AIO };
+enum tb_kind { TB_KIND_NVME, TB_KIND_PFS, TB_KIND_S3 };
+
+/* An S3 bucket as a tier. Secrets live here and nowhere else. */
+struct tb_s3_config {
+	const char *endpoint;	/* http(s)://host[:port] */
+	const char *bucket;
+	const char *prefix;	/* key prefix inside the bucket, may be "" */
+	const char *region;
+	const char *access_key, *secret_key, *session_token;
+	bool path_style;	/* host/bucket/key rather than bucket.host/key */
+	unsigned timeout_ms;	/* total time a request may take, retries included */
+	unsigned connections;	/* connection pool size */
+};
+
+/* One device of a persistent tier. */
+struct tb_dev_spec {
+	enum tb_kind kind;
+	const char *path;	/* folder (nvme, pfs); unused for s3 */
+	uint64_t bw;		/* bytes per second cap, 0: none */
+	uint64_t cap;		/* bytes cap, 0: what the medium has */
+};
 
 struct tb_config {
 	size_t block_size;
 	size_t dram_bytes;
 	size_t dirty_bytes;	   /* high-water mark; writers wait above it */
 	const char *store_id;	   /* binds device folders to this store */
-	char **nvme_dirs;	   /* folders of the nvme tier */
-	unsigned n_nvme;
-	enum tb_engine engine;
+	const struct tb_dev_spec *devs; /* nvme folders first, then the remote tier */
+	unsigned n_devs;
+	const struct tb_s3_config *s3;
+	enum tb_engine engine;	   /* for nvme devices */
 	unsigned queue_depth;	   /* I/Os in flight per device */
 	unsigned flush_delay_ms;   /* a partly written block waits this long */
 	unsigned sync_interval_ms; /* periodic durability point */
@@ -95,11 +117,13 @@ struct tb_waiter {
 
 struct tb_dev_stats {
 	char name[16];
-	char path[256];
-	const char *engine;
+	char path[512];
+	const char *kind, *engine;
 	uint64_t capacity, used;
 	uint64_t read_bytes, write_bytes, read_ops, write_ops, errors;
-	unsigned inflight_demand, inflight_wb;
+	unsigned inflight_demand, inflight_prefetch, inflight_wb, queued;
+	uint64_t bw_cap, bw_measured;
+	bool up;
 };
 
 struct tb_stats {
@@ -140,10 +164,17 @@ int tb_prefetch(struct tb_store *s, uint64_t obj, uint64_t idx);
  * Pin block (obj, idx) for writing bytes [off, off + len) of it. Loads a
  * persisted block first when the write covers only part of it, waits while
  * the block is being written back, and waits above the dirty high-water
- * mark. -ENOSPC when the persistent tiers cannot take another block.
+ * mark. -ENOSPC when the persistent tiers cannot take another block. A
+ * block that becomes dirty takes one block of *resv when resv is given.
  */
 int tb_get_write(struct tb_store *s, uint64_t obj, uint64_t idx, size_t off, size_t len,
-		 struct tb_ref *ref);
+		 struct tb_ref *ref, uint64_t *resv);
+/*
+ * Reserve n blocks of persistent space for one request before it changes
+ * anything; tb_get_write takes from *resv first. Return what is left.
+ */
+int tb_reserve(struct tb_store *s, uint64_t n);
+void tb_unreserve(struct tb_store *s, uint64_t n);
 /* Release a write pin; the block is now dirty. */
 void tb_put_dirty(struct tb_store *s, struct tb_ref *ref, size_t off, size_t len);
 

@@ -455,11 +455,11 @@ static uint64_t pick_len(void)
 {
 	unsigned r = rnd_below(100);
 
-	if (r < 35)
+	if (r < 45)
 		return rnd_range(1, 8 * KiB);
-	if (r < 65)
+	if (r < 75)
 		return rnd_range(1, 128 * KiB);
-	if (r < 90)
+	if (r < 95)
 		return rnd_range(1, MiB + 64 * KiB);
 	return rnd_range(1, 3 * cfg.block + 4 * KiB);
 }

@@ -109,13 +109,13 @@ check_tiers() {
 
 echo "fsx seeds: buffered $SEED0, direct $((SEED0 + 1)), block=64K $((SEED0 + 2))"
 
-# Small DRAM next to 6 files of up to 16 MiB: the cache must evict.
+# Small DRAM next to 4 files of up to 16 MiB: the cache must evict.
 export TFS_DRAM=32M TFS_THREADS=8
 MOUNT_OPTS=""
 mount_fs
-run_fsx buffered "$SEED0" --files 6
+run_fsx buffered "$SEED0" --files 4
 check_tiers "buffered run"
-run_fsx direct "$((SEED0 + 1))" --files 6 --direct
+run_fsx direct "$((SEED0 + 1))" --files 4 --direct
 check_tiers "direct run"
 tfs_umount || fail "tensorfs exited $? after unmount"
 
@@ -126,7 +126,7 @@ mkdir -p "$NVME"
 MOUNT_OPTS="block=64K"
 mount_fs
 [ "$(tfs_stat_json block_size)" -eq 65536 ] || fail "block=64K gave block_size $(tfs_stat_json block_size)"
-run_fsx block64k "$((SEED0 + 2))" --files 6 --block 64K
+run_fsx block64k "$((SEED0 + 2))" --files 4 --block 64K
 check_tiers "block=64K run"
 tfs_umount || fail "tensorfs exited $? after unmount"
 

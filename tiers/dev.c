@@ -1,0 +1,1018 @@
+/*
+ * dev.c - devices of the persistent tiers: the queue, the classes, the
+ * caps, health, and the slab engines (uring, aio, threads).
+ *
+ * Producers push requests onto per-class queues under the device lock and
+ * kick an eventfd. The engine's thread takes them with dev_take, which
+ * applies the class limits (write-back keeps a quarter of the depth while
+ * reads want the device) and the bandwidth cap, and hands each finished
+ * transfer to dev_finish, which resubmits the rest of a short transfer,
+ * counts, measures bandwidth, tracks health and calls the completion.
+ *
+ * A slab device is a folder holding `tensorfs.slab`, a file of block-size
+ * slots, and `tensorfs.dev`, which binds the folder to the store and to
+ * its position so that reordered or foreign folders are caught at mount.
+ * Capacity is the filesystem's free space plus what the slab holds, less
+ * a 1% reserve for the metadata store, or the cap if smaller.
+ */
+#include "dev.h"
+#include "log.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <liburing.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <time.h>
+#include <unistd.h>
+
+#define SLAB_NAME "tensorfs.slab"
+#define ID_NAME "tensorfs.dev"
+#define RESERVE_PERCENT 1
+#define RESERVE_MIN_BLOCKS 2
+#define URING_MAX_BUF (1UL << 30) /* a registered buffer is at most 1 GiB */
+#define BURST_NS 50000000ULL	  /* a capped device may burst 50 ms worth */
+#define BW_WINDOW_NS 200000000ULL /* bandwidth is measured over 200 ms windows */
+#define BW_EWMA 0.3
+#define DOWN_AFTER_ERRORS 3
+#define POOL_THREADS_MAX 16
+
+uint64_t dev_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+static void dev_err(char *err, size_t errlen, const char *fmt, const char *dir, int e)
+{
+	char what[600];
+
+	snprintf(what, sizeof(what), fmt, dir);
+	snprintf(err, errlen, "%s: %s", what, strerror(e));
+}
+
+/* ---- the generic device ---- */
+
+int dev_init_common(struct tb_dev *d, const char *kind, unsigned index, size_t block_size,
+		    unsigned queue_depth, uint64_t bw_cap, const struct dram_arena *arena)
+{
+	d->kind = kind;
+	d->index = index;
+	d->fd = -1;
+	d->block_size = block_size;
+	d->qd = queue_depth;
+	d->arena = arena;
+	d->bw_cap = bw_cap;
+	d->tokens = (double)bw_cap * BURST_NS / 1e9;
+	d->tokens_ns = dev_now_ns();
+	d->health = DEV_UP;
+	snprintf(d->name, sizeof(d->name), "%s%u", kind, index);
+	pthread_mutex_init(&d->lock, NULL);
+	d->wake_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	return d->wake_efd < 0 ? -errno : 0;
+}
+
+static void refill(struct tb_dev *d, uint64_t now)
+{
+	double burst = (double)d->bw_cap * BURST_NS / 1e9;
+
+	if (burst < (double)d->block_size)
+		burst = (double)d->block_size;
+	d->tokens += (double)(now - d->tokens_ns) * (double)d->bw_cap / 1e9;
+	if (d->tokens > burst)
+		d->tokens = burst;
+	d->tokens_ns = now;
+}
+
+uint64_t dev_throttle_ns(struct tb_dev *d)
+{
+	uint64_t ns = 0;
+
+	pthread_mutex_lock(&d->lock);
+	if (d->bw_cap && d->tokens <= 0)
+		ns = (uint64_t)(-d->tokens * 1e9 / (double)d->bw_cap) + 1000;
+	pthread_mutex_unlock(&d->lock);
+	return ns;
+}
+
+unsigned dev_take(struct tb_dev *d, struct tb_io **out, unsigned max)
+{
+	unsigned n = 0, total = 0;
+	uint64_t now = dev_now_ns();
+
+	pthread_mutex_lock(&d->lock);
+	if (d->bw_cap)
+		refill(d, now);
+	for (int c = 0; c < IO_NCLASS; c++)
+		total += d->inflight[c];
+	for (int c = 0; c < IO_NCLASS && total < d->qd && n < max; c++) {
+		unsigned limit = d->qd;
+
+		/* Write-back keeps a quarter of the depth once reads want the device. */
+		if (c == IO_WB &&
+		    (d->queued_reads || d->inflight[IO_DEMAND] || d->inflight[IO_PREFETCH]))
+			limit = d->qd / 4 ? d->qd / 4 : 1;
+		while (d->head[c] && total < d->qd && n < max && d->inflight[c] < limit) {
+			struct tb_io *r = d->head[c];
+
+			if (d->bw_cap && d->tokens <= 0)
+				goto out;
+			d->head[c] = r->next;
+			if (!d->head[c])
+				d->tail[c] = NULL;
+			if (r->op == IO_READ)
+				d->queued_reads--;
+			d->inflight[c]++;
+			d->tokens -= (double)(r->len - r->done_bytes);
+			r->start_ns = now;
+			total++;
+			out[n++] = r;
+		}
+	}
+out:
+	pthread_mutex_unlock(&d->lock);
+	return n;
+}
+
+static bool dev_idle_locked(struct tb_dev *d)
+{
+	for (int c = 0; c < IO_NCLASS; c++)
+		if (d->head[c] || d->inflight[c])
+			return false;
+	return true;
+}
+
+/* Bytes per second over windows in which the device moved data. */
+static void measure(struct tb_dev *d, size_t bytes, uint64_t now)
+{
+	if (!d->bw_window_ns)
+		d->bw_window_ns = now;
+	d->bw_window_bytes += bytes;
+	if (now - d->bw_window_ns < BW_WINDOW_NS)
+		return;
+	double rate = (double)d->bw_window_bytes * 1e9 / (double)(now - d->bw_window_ns);
+	d->bw_measured = d->bw_measured ? BW_EWMA * rate + (1 - BW_EWMA) * d->bw_measured : rate;
+	d->bw_window_ns = now;
+	d->bw_window_bytes = 0;
+}
+
+bool dev_finish(struct tb_dev *d, struct tb_io *r, long res)
+{
+	int err = 0;
+
+	if (res > 0 && (size_t)res < r->len - r->done_bytes) {
+		r->done_bytes += (size_t)res;
+		return true;
+	}
+	if (res == 0)
+		err = -EIO; /* past the end of the slab: never written */
+	else if (res < 0)
+		err = (int)res;
+	pthread_mutex_lock(&d->lock);
+	d->inflight[r->cls]--;
+	if (err) {
+		d->errors++;
+		if (++d->consecutive_errors >= DOWN_AFTER_ERRORS && d->health == DEV_UP) {
+			d->health = DEV_DOWN;
+			log_err("%s (%s): down after %u errors in a row; no new blocks go there",
+				d->name, d->where, d->consecutive_errors);
+		}
+		if (log_ratelimit(&d->err_log_sec, 10))
+			log_err("%s: %s of slot %llu failed: %s", d->name,
+				r->op == IO_READ ? "read" : "write", (unsigned long long)r->slot,
+				strerror(-err));
+	} else {
+		if (d->health == DEV_DOWN)
+			log_info("%s (%s): up again", d->name, d->where);
+		d->health = DEV_UP;
+		d->consecutive_errors = 0;
+		if (r->op == IO_READ) {
+			d->read_bytes += r->len;
+			d->read_ops++;
+		} else {
+			d->write_bytes += r->len;
+			d->write_ops++;
+		}
+		measure(d, r->len, dev_now_ns());
+	}
+	pthread_mutex_unlock(&d->lock);
+	r->done(r, err);
+	return false;
+}
+
+void dev_requeue(struct tb_dev *d, struct tb_io *r)
+{
+	pthread_mutex_lock(&d->lock);
+	d->inflight[r->cls]--;
+	r->next = d->head[r->cls];
+	d->head[r->cls] = r;
+	if (!d->tail[r->cls])
+		d->tail[r->cls] = r;
+	if (r->op == IO_READ)
+		d->queued_reads++;
+	pthread_mutex_unlock(&d->lock);
+}
+
+/* Thread names are at most 15 characters: "tfs-" and the device's name. */
+void dev_name_thread(struct tb_dev *d)
+{
+	char tname[16];
+
+	memcpy(tname, "tfs-", 4);
+	snprintf(tname + 4, sizeof(tname) - 4, "%.11s", d->name);
+	pthread_setname_np(pthread_self(), tname);
+}
+
+void dev_drain_efd(int efd)
+{
+	uint64_t v;
+
+	while (read(efd, &v, sizeof(v)) == sizeof(v))
+		;
+}
+
+static void kick_efd(struct tb_dev *d)
+{
+	uint64_t one = 1;
+
+	if (write(d->wake_efd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+		log_err("%s: cannot wake the I/O thread: %s", d->name, strerror(errno));
+}
+
+void dev_submit(struct tb_dev *d, struct tb_io *r)
+{
+	r->next = NULL;
+	r->done_bytes = 0;
+	pthread_mutex_lock(&d->lock);
+	if (d->tail[r->cls])
+		d->tail[r->cls]->next = r;
+	else
+		d->head[r->cls] = r;
+	d->tail[r->cls] = r;
+	if (r->op == IO_READ)
+		d->queued_reads++;
+	pthread_mutex_unlock(&d->lock);
+	if (d->eng->kick)
+		d->eng->kick(d);
+	else
+		kick_efd(d);
+}
+
+int dev_start(struct tb_dev *d)
+{
+	int ret = d->eng->start(d);
+
+	if (ret == 0)
+		d->running = true;
+	return ret;
+}
+
+void dev_stop(struct tb_dev *d)
+{
+	if (!d->running)
+		return;
+	pthread_mutex_lock(&d->lock);
+	d->stopping = true;
+	pthread_mutex_unlock(&d->lock);
+	kick_efd(d);
+	d->eng->stop(d);
+	d->running = false;
+}
+
+void dev_close(struct tb_dev *d)
+{
+	if (!d)
+		return;
+	dev_stop(d);
+	if (d->eng && d->eng->fini)
+		d->eng->fini(d);
+	if (d->wake_efd >= 0)
+		close(d->wake_efd);
+	if (d->fd >= 0)
+		close(d->fd);
+	slot_alloc_free_all(&d->alloc);
+	pthread_mutex_destroy(&d->lock);
+	free(d);
+}
+
+int dev_sync(struct tb_dev *d)
+{
+	return d->eng->sync ? d->eng->sync(d) : 0;
+}
+
+int dev_alloc(struct tb_dev *d, uint64_t *slot)
+{
+	int64_t s;
+
+	pthread_mutex_lock(&d->lock);
+	s = d->full || d->health == DEV_DOWN ? -ENOSPC : slot_alloc_get(&d->alloc);
+	pthread_mutex_unlock(&d->lock);
+	if (s < 0)
+		return (int)s;
+	*slot = (uint64_t)s;
+	return 0;
+}
+
+void dev_free(struct tb_dev *d, uint64_t slot)
+{
+	pthread_mutex_lock(&d->lock);
+	if (slot_alloc_put(&d->alloc, slot) < 0)
+		log_err("%s: freeing slot %llu that is not in use", d->name,
+			(unsigned long long)slot);
+	d->full = false;
+	pthread_mutex_unlock(&d->lock);
+}
+
+int dev_mark(struct tb_dev *d, uint64_t slot)
+{
+	int ret;
+
+	pthread_mutex_lock(&d->lock);
+	ret = slot_alloc_mark(&d->alloc, slot);
+	pthread_mutex_unlock(&d->lock);
+	return ret;
+}
+
+void dev_set_full(struct tb_dev *d)
+{
+	pthread_mutex_lock(&d->lock);
+	d->full = true;
+	pthread_mutex_unlock(&d->lock);
+}
+
+uint64_t dev_free_slots(struct tb_dev *d)
+{
+	uint64_t n;
+
+	pthread_mutex_lock(&d->lock);
+	n = d->full || d->health == DEV_DOWN ? 0 : d->alloc.nslots - d->alloc.used;
+	pthread_mutex_unlock(&d->lock);
+	return n;
+}
+
+double dev_weight(struct tb_dev *d)
+{
+	double w;
+
+	pthread_mutex_lock(&d->lock);
+	if (d->full || d->health == DEV_DOWN || d->alloc.used >= d->alloc.nslots) {
+		w = 0;
+	} else {
+		/* Unmeasured devices start equal; a cap bounds what was measured. */
+		w = d->bw_measured > 0 ? d->bw_measured : 1e9;
+		if (d->bw_cap && (double)d->bw_cap < w)
+			w = (double)d->bw_cap;
+	}
+	pthread_mutex_unlock(&d->lock);
+	return w;
+}
+
+void dev_get_stats(struct tb_dev *d, struct tb_dev_stats *st)
+{
+	pthread_mutex_lock(&d->lock);
+	snprintf(st->name, sizeof(st->name), "%s", d->name);
+	snprintf(st->path, sizeof(st->path), "%s", d->where);
+	st->kind = d->kind;
+	st->engine = d->eng ? d->eng->name : "none";
+	st->capacity = d->alloc.nslots * d->block_size;
+	st->used = d->alloc.used * d->block_size;
+	st->read_bytes = d->read_bytes;
+	st->write_bytes = d->write_bytes;
+	st->read_ops = d->read_ops;
+	st->write_ops = d->write_ops;
+	st->errors = d->errors;
+	st->inflight_demand = d->inflight[IO_DEMAND];
+	st->inflight_prefetch = d->inflight[IO_PREFETCH];
+	st->inflight_wb = d->inflight[IO_WB];
+	st->queued = d->queued_reads;
+	for (struct tb_io *r = d->head[IO_WB]; r; r = r->next)
+		st->queued++;
+	st->bw_cap = d->bw_cap;
+	st->bw_measured = (uint64_t)d->bw_measured;
+	st->up = d->health == DEV_UP;
+	pthread_mutex_unlock(&d->lock);
+}
+
+/* ---- slab devices ---- */
+
+/*
+ * Bind the folder to this store and this position in the list, or check
+ * that it already is: block locations name devices by position.
+ */
+static int check_identity(struct tb_dev *d, const char *dir, const char *store_id, char *err,
+			  size_t errlen)
+{
+	char path[512], id[64] = "", kind[16] = "", line[160];
+	unsigned idx = 0;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, ID_NAME);
+	f = fopen(path, "r");
+	if (f) {
+		bool ok = fgets(line, sizeof(line), f) &&
+			  sscanf(line, "tensorfs-dev store=%63s index=%u kind=%15s", id, &idx,
+				 kind) >= 2;
+
+		fclose(f);
+		if (!ok) {
+			snprintf(err, errlen, "%s folder %s: %s is malformed", d->kind, dir,
+				 ID_NAME);
+			return -EINVAL;
+		}
+		if (strcmp(id, store_id) != 0) {
+			snprintf(err, errlen,
+				 "%s folder %s belongs to another tensorfs store (%s); give the "
+				 "meta= folder it was created with",
+				 d->kind, dir, id);
+			return -EINVAL;
+		}
+		if (idx != d->index) {
+			snprintf(err, errlen,
+				 "%s folder %s was device %u of this store but is now %u; keep the "
+				 "nvme= folders in their original order, with remote= after them",
+				 d->kind, dir, idx, d->index);
+			return -EINVAL;
+		}
+		return 0;
+	}
+	if (errno != ENOENT) {
+		dev_err(err, errlen, "folder %s: cannot read " ID_NAME, dir, errno);
+		return -errno;
+	}
+	f = fopen(path, "w");
+	if (!f) {
+		dev_err(err, errlen, "folder %s is not writable", dir, errno);
+		return -errno;
+	}
+	fprintf(f, "tensorfs-dev store=%s index=%u kind=%s\n", store_id, d->index, d->kind);
+	if (fflush(f) != 0 || fsync(fileno(f)) != 0) {
+		dev_err(err, errlen, "folder %s: cannot write " ID_NAME, dir, errno);
+		fclose(f);
+		return -errno;
+	}
+	fclose(f);
+	return 0;
+}
+
+static int open_slab(struct tb_dev *d, const char *dir, bool direct, uint64_t cap_bytes,
+		     char *err, size_t errlen)
+{
+	char path[512];
+	struct statvfs vfs;
+	struct stat st;
+	uint64_t fs_bytes, free_bytes, reserve, slab_bytes, nslots;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, SLAB_NAME);
+	d->fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | (direct ? O_DIRECT : 0), 0600);
+	if (d->fd < 0 && direct && errno == EINVAL) /* a filesystem without O_DIRECT */
+		d->fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	if (d->fd < 0) {
+		dev_err(err, errlen, "folder %s: cannot open the slab file", dir, errno);
+		return -errno;
+	}
+	if (fstat(d->fd, &st) < 0 || fstatvfs(d->fd, &vfs) < 0) {
+		dev_err(err, errlen, "folder %s", dir, errno);
+		return -errno;
+	}
+	if (vfs.f_flag & ST_RDONLY) {
+		snprintf(err, errlen, "%s folder %s is on a read-only filesystem", d->kind, dir);
+		return -EROFS;
+	}
+	fs_bytes = (uint64_t)vfs.f_blocks * vfs.f_frsize;
+	free_bytes = (uint64_t)vfs.f_bavail * vfs.f_frsize;
+	slab_bytes = (uint64_t)st.st_blocks * 512;
+	reserve = fs_bytes / 100 * RESERVE_PERCENT;
+	if (reserve < RESERVE_MIN_BLOCKS * d->block_size)
+		reserve = RESERVE_MIN_BLOCKS * d->block_size;
+	nslots = free_bytes + slab_bytes > reserve
+			 ? (free_bytes + slab_bytes - reserve) / d->block_size
+			 : 0;
+	if (cap_bytes && cap_bytes / d->block_size < nslots)
+		nslots = cap_bytes / d->block_size;
+	/* Slots already in the slab stay addressable even if the disk filled since. */
+	if ((uint64_t)st.st_size / d->block_size > nslots && !cap_bytes)
+		nslots = (uint64_t)st.st_size / d->block_size;
+	if (nslots == 0) {
+		snprintf(err, errlen, "%s folder %s has no free space", d->kind, dir);
+		return -ENOSPC;
+	}
+	return slot_alloc_init(&d->alloc, nslots);
+}
+
+static int slab_sync(struct tb_dev *d)
+{
+	if (fdatasync(d->fd) < 0) {
+		int e = errno;
+
+		log_err("%s: fdatasync of the slab failed: %s", d->name, strerror(e));
+		return -e;
+	}
+	return 0;
+}
+
+/* ---- engine: io_uring ---- */
+
+struct uring_priv {
+	struct io_uring ring;
+	bool fixed_bufs;
+	pthread_t thread;
+};
+
+static int register_buffers(struct tb_dev *d, struct uring_priv *u)
+{
+	size_t n = (d->arena->bytes + URING_MAX_BUF - 1) / URING_MAX_BUF;
+	struct iovec *iov = calloc(n, sizeof(*iov));
+	int ret;
+
+	if (!iov)
+		return -ENOMEM;
+	for (size_t i = 0; i < n; i++) {
+		iov[i].iov_base = (char *)d->arena->base + i * URING_MAX_BUF;
+		iov[i].iov_len = d->arena->bytes - i * URING_MAX_BUF;
+		if (iov[i].iov_len > URING_MAX_BUF)
+			iov[i].iov_len = URING_MAX_BUF;
+	}
+	ret = io_uring_register_buffers(&u->ring, iov, (unsigned)n);
+	free(iov);
+	u->fixed_bufs = ret == 0;
+	return ret;
+}
+
+static void uring_prep(struct tb_dev *d, struct uring_priv *u, struct io_uring_sqe *sqe,
+		       struct tb_io *r)
+{
+	char *buf = (char *)r->buf + r->done_bytes;
+	unsigned len = (unsigned)(r->len - r->done_bytes);
+	off_t off = (off_t)(r->slot * d->block_size + r->done_bytes);
+	size_t arena_off = (size_t)((char *)r->buf - (char *)d->arena->base);
+
+	if (u->fixed_bufs && (char *)r->buf >= (char *)d->arena->base &&
+	    arena_off < d->arena->bytes) {
+		int idx = (int)(arena_off / URING_MAX_BUF);
+
+		if (r->op == IO_READ)
+			io_uring_prep_read_fixed(sqe, d->fd, buf, len, off, idx);
+		else
+			io_uring_prep_write_fixed(sqe, d->fd, buf, len, off, idx);
+	} else if (r->op == IO_READ) {
+		io_uring_prep_read(sqe, d->fd, buf, len, (uint64_t)off);
+	} else {
+		io_uring_prep_write(sqe, d->fd, buf, len, (uint64_t)off);
+	}
+	io_uring_sqe_set_data(sqe, r);
+}
+
+static struct io_uring_sqe *get_sqe(struct io_uring *ring)
+{
+	struct io_uring_sqe *sqe = io_uring_get_sqe(ring);
+
+	if (!sqe) {
+		io_uring_submit(ring);
+		sqe = io_uring_get_sqe(ring);
+	}
+	return sqe;
+}
+
+static void *uring_thread(void *arg)
+{
+	struct tb_dev *d = arg;
+	struct uring_priv *u = d->priv;
+	struct tb_io *batch[256];
+	bool poll_armed = false;
+	dev_name_thread(d);
+	for (;;) {
+		struct io_uring_cqe *cqe;
+		unsigned n, head, seen = 0;
+		uint64_t throttle;
+
+		pthread_mutex_lock(&d->lock);
+		bool done = d->stopping && dev_idle_locked(d);
+		pthread_mutex_unlock(&d->lock);
+		if (done)
+			break;
+		n = dev_take(d, batch, 256);
+		for (unsigned i = 0; i < n; i++)
+			uring_prep(d, u, get_sqe(&u->ring), batch[i]);
+		if (!poll_armed) {
+			struct io_uring_sqe *sqe = get_sqe(&u->ring);
+
+			io_uring_prep_poll_add(sqe, d->wake_efd, POLLIN);
+			io_uring_sqe_set_data(sqe, NULL);
+			poll_armed = true;
+		}
+		throttle = dev_throttle_ns(d);
+		if (throttle) {
+			struct __kernel_timespec ts = {(long long)(throttle / 1000000000ULL),
+						       (long long)(throttle % 1000000000ULL)};
+
+			io_uring_submit(&u->ring);
+			io_uring_wait_cqe_timeout(&u->ring, &cqe, &ts);
+		} else {
+			io_uring_submit_and_wait(&u->ring, 1);
+		}
+		io_uring_for_each_cqe(&u->ring, head, cqe)
+		{
+			struct tb_io *r = io_uring_cqe_get_data(cqe);
+
+			seen++;
+			if (!r) {
+				dev_drain_efd(d->wake_efd);
+				poll_armed = false;
+				continue;
+			}
+			if (dev_finish(d, r, cqe->res))
+				dev_requeue(d, r);
+		}
+		io_uring_cq_advance(&u->ring, seen);
+	}
+	return NULL;
+}
+
+static int uring_start(struct tb_dev *d)
+{
+	struct uring_priv *u = d->priv;
+
+	return -pthread_create(&u->thread, NULL, uring_thread, d);
+}
+
+static void uring_stop(struct tb_dev *d)
+{
+	struct uring_priv *u = d->priv;
+
+	pthread_join(u->thread, NULL);
+}
+
+static void uring_fini(struct tb_dev *d)
+{
+	struct uring_priv *u = d->priv;
+
+	if (u) {
+		io_uring_queue_exit(&u->ring);
+		free(u);
+	}
+	d->priv = NULL;
+}
+
+static const struct dev_engine uring_engine = {
+	.name = "io_uring",
+	.start = uring_start,
+	.stop = uring_stop,
+	.sync = slab_sync,
+	.fini = uring_fini,
+};
+
+static int uring_setup(struct tb_dev *d)
+{
+	struct uring_priv *u = calloc(1, sizeof(*u));
+	int ret;
+
+	if (!u)
+		return -ENOMEM;
+	/* Room for a full queue of resubmissions and the eventfd poll. */
+	ret = io_uring_queue_init(d->qd * 2 + 2, &u->ring, 0);
+	if (ret < 0) {
+		free(u);
+		return ret;
+	}
+	d->priv = u;
+	d->eng = &uring_engine;
+	if (register_buffers(d, u) < 0)
+		log_info("%s: cannot register the arena with io_uring; using unregistered "
+			 "buffers",
+			 d->name);
+	return 0;
+}
+
+/* ---- engine: libaio ---- */
+
+struct aio_priv {
+	io_context_t ctx;
+	int efd;
+	pthread_t thread;
+};
+
+static void aio_prep(struct tb_dev *d, struct aio_priv *a, struct tb_io *r)
+{
+	char *buf = (char *)r->buf + r->done_bytes;
+	size_t len = r->len - r->done_bytes;
+	long long off = (long long)(r->slot * d->block_size + r->done_bytes);
+
+	if (r->op == IO_READ)
+		io_prep_pread(&r->iocb, d->fd, buf, len, off);
+	else
+		io_prep_pwrite(&r->iocb, d->fd, buf, len, off);
+	io_set_eventfd(&r->iocb, a->efd);
+	r->iocb.data = r;
+}
+
+static void aio_submit_batch(struct tb_dev *d, struct aio_priv *a, struct tb_io **batch,
+			     unsigned n)
+{
+	struct iocb *iocbs[256];
+	unsigned done = 0;
+
+	for (unsigned i = 0; i < n; i++) {
+		aio_prep(d, a, batch[i]);
+		iocbs[i] = &batch[i]->iocb;
+	}
+	while (done < n) {
+		int ret = io_submit(a->ctx, (long)(n - done), iocbs + done);
+
+		if (ret > 0) {
+			done += (unsigned)ret;
+			continue;
+		}
+		if (ret == -EAGAIN || ret == -EINTR) {
+			usleep(100);
+			continue;
+		}
+		/* The rest cannot be submitted at all: fail them. */
+		for (; done < n; done++)
+			dev_finish(d, batch[done], ret ? ret : -EIO);
+	}
+}
+
+static void *aio_thread(void *arg)
+{
+	struct tb_dev *d = arg;
+	struct aio_priv *a = d->priv;
+	struct tb_io *batch[256];
+	struct io_event events[256];
+	dev_name_thread(d);
+	for (;;) {
+		struct pollfd pfd[2] = {{d->wake_efd, POLLIN, 0}, {a->efd, POLLIN, 0}};
+		struct timespec zero = {0, 0};
+		uint64_t throttle;
+		unsigned n;
+		int got;
+
+		pthread_mutex_lock(&d->lock);
+		bool done = d->stopping && dev_idle_locked(d);
+		pthread_mutex_unlock(&d->lock);
+		if (done)
+			break;
+		n = dev_take(d, batch, 256);
+		if (n)
+			aio_submit_batch(d, a, batch, n);
+		throttle = dev_throttle_ns(d);
+		if (poll(pfd, 2, throttle ? (int)(throttle / 1000000 + 1) : -1) < 0 &&
+		    errno != EINTR)
+			break;
+		dev_drain_efd(d->wake_efd);
+		dev_drain_efd(a->efd);
+		got = io_getevents(a->ctx, 0, 256, events, &zero);
+		for (int i = 0; i < got; i++) {
+			struct tb_io *r = events[i].data;
+
+			if (dev_finish(d, r, (long)events[i].res))
+				dev_requeue(d, r);
+		}
+	}
+	return NULL;
+}
+
+static int aio_start(struct tb_dev *d)
+{
+	struct aio_priv *a = d->priv;
+
+	return -pthread_create(&a->thread, NULL, aio_thread, d);
+}
+
+static void aio_stop(struct tb_dev *d)
+{
+	struct aio_priv *a = d->priv;
+
+	pthread_join(a->thread, NULL);
+}
+
+static void aio_fini(struct tb_dev *d)
+{
+	struct aio_priv *a = d->priv;
+
+	if (a) {
+		io_destroy(a->ctx);
+		if (a->efd >= 0)
+			close(a->efd);
+		free(a);
+	}
+	d->priv = NULL;
+}
+
+static const struct dev_engine aio_engine = {
+	.name = "libaio",
+	.start = aio_start,
+	.stop = aio_stop,
+	.sync = slab_sync,
+	.fini = aio_fini,
+};
+
+static int aio_setup(struct tb_dev *d)
+{
+	struct aio_priv *a = calloc(1, sizeof(*a));
+	int ret;
+
+	if (!a)
+		return -ENOMEM;
+	ret = io_setup((int)d->qd, &a->ctx);
+	if (ret < 0) {
+		free(a);
+		return ret;
+	}
+	a->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (a->efd < 0) {
+		io_destroy(a->ctx);
+		free(a);
+		return -errno;
+	}
+	d->priv = a;
+	d->eng = &aio_engine;
+	return 0;
+}
+
+/* ---- engine: a thread pool (pfs) ---- */
+
+struct pool_priv {
+	pthread_t threads[POOL_THREADS_MAX];
+	unsigned n;
+	pthread_cond_t cv; /* with d->lock: requests queued, or stopping */
+};
+
+static void *pool_thread(void *arg)
+{
+	struct tb_dev *d = arg;
+	struct pool_priv *p = d->priv;
+	dev_name_thread(d);
+	for (;;) {
+		struct tb_io *r;
+		uint64_t throttle;
+
+		if (dev_take(d, &r, 1) == 0) {
+			pthread_mutex_lock(&d->lock);
+			if (d->stopping && dev_idle_locked(d)) {
+				pthread_mutex_unlock(&d->lock);
+				break;
+			}
+			throttle = d->bw_cap && d->tokens <= 0
+					   ? (uint64_t)(-d->tokens * 1e9 / (double)d->bw_cap) + 1000
+					   : 100000000ULL;
+			struct timespec ts;
+			clock_gettime(CLOCK_REALTIME, &ts);
+			ts.tv_nsec += (long)(throttle % 1000000000ULL);
+			ts.tv_sec += (time_t)(throttle / 1000000000ULL) + ts.tv_nsec / 1000000000L;
+			ts.tv_nsec %= 1000000000L;
+			pthread_cond_timedwait(&p->cv, &d->lock, &ts);
+			pthread_mutex_unlock(&d->lock);
+			continue;
+		}
+		do {
+			char *buf = (char *)r->buf + r->done_bytes;
+			size_t len = r->len - r->done_bytes;
+			off_t off = (off_t)(r->slot * d->block_size + r->done_bytes);
+			ssize_t res = r->op == IO_READ ? pread(d->fd, buf, len, off)
+						       : pwrite(d->fd, buf, len, off);
+
+			if (res < 0)
+				res = -errno;
+			if (!dev_finish(d, r, (long)res))
+				break;
+			/* short transfer: this thread goes on with the rest */
+			pthread_mutex_lock(&d->lock);
+			pthread_mutex_unlock(&d->lock);
+		} while (1);
+	}
+	return NULL;
+}
+
+static void pool_kick(struct tb_dev *d)
+{
+	struct pool_priv *p = d->priv;
+
+	pthread_mutex_lock(&d->lock);
+	pthread_cond_signal(&p->cv);
+	pthread_mutex_unlock(&d->lock);
+}
+
+static int pool_start(struct tb_dev *d)
+{
+	struct pool_priv *p = d->priv;
+
+	for (p->n = 0; p->n < POOL_THREADS_MAX && p->n < d->qd; p->n++) {
+		int ret = pthread_create(&p->threads[p->n], NULL, pool_thread, d);
+
+		if (ret)
+			return -ret;
+	}
+	return 0;
+}
+
+static void pool_stop(struct tb_dev *d)
+{
+	struct pool_priv *p = d->priv;
+
+	pthread_mutex_lock(&d->lock);
+	pthread_cond_broadcast(&p->cv);
+	pthread_mutex_unlock(&d->lock);
+	for (unsigned i = 0; i < p->n; i++)
+		pthread_join(p->threads[i], NULL);
+}
+
+static void pool_fini(struct tb_dev *d)
+{
+	struct pool_priv *p = d->priv;
+
+	if (p) {
+		pthread_cond_destroy(&p->cv);
+		free(p);
+	}
+	d->priv = NULL;
+}
+
+static const struct dev_engine pool_engine = {
+	.name = "threads",
+	.start = pool_start,
+	.kick = pool_kick,
+	.stop = pool_stop,
+	.sync = slab_sync,
+	.fini = pool_fini,
+};
+
+static int pool_setup(struct tb_dev *d)
+{
+	struct pool_priv *p = calloc(1, sizeof(*p));
+
+	if (!p)
+		return -ENOMEM;
+	pthread_cond_init(&p->cv, NULL);
+	d->priv = p;
+	d->eng = &pool_engine;
+	return 0;
+}
+
+int dev_open_slab(struct tb_dev **out, const char *kind, unsigned index, const char *dir,
+		  const char *store_id, size_t block_size, enum tb_engine engine,
+		  unsigned queue_depth, uint64_t bw_cap, uint64_t cap_bytes,
+		  const struct dram_arena *arena, char *err, size_t errlen)
+{
+	struct tb_dev *d = calloc(1, sizeof(*d));
+	bool pfs = strcmp(kind, "pfs") == 0;
+	struct stat st;
+	int ret;
+
+	if (!d)
+		return -ENOMEM;
+	ret = dev_init_common(d, kind, index, block_size, queue_depth, bw_cap, arena);
+	if (ret)
+		goto fail;
+	snprintf(d->where, sizeof(d->where), "%s", dir);
+	if (stat(dir, &st) < 0) {
+		dev_err(err, errlen, "folder %s", dir, errno);
+		ret = -errno;
+		goto fail;
+	}
+	if (!S_ISDIR(st.st_mode)) {
+		snprintf(err, errlen, "%s folder %s is not a directory", kind, dir);
+		ret = -ENOTDIR;
+		goto fail;
+	}
+	if (access(dir, W_OK) < 0) {
+		dev_err(err, errlen, "folder %s is not writable", dir, errno);
+		ret = -errno;
+		goto fail;
+	}
+	ret = check_identity(d, dir, store_id, err, errlen);
+	if (ret < 0)
+		goto fail;
+	ret = open_slab(d, dir, true, cap_bytes, err, errlen);
+	if (ret < 0)
+		goto fail;
+	if (pfs) {
+		ret = pool_setup(d);
+	} else {
+		ret = engine == TB_ENGINE_AIO ? -EINVAL : uring_setup(d);
+		if (ret < 0 && engine == TB_ENGINE_URING) {
+			dev_err(err, errlen, "folder %s: io_uring setup failed", dir, -ret);
+			goto fail;
+		}
+		if (ret < 0 && engine == TB_ENGINE_AUTO)
+			log_info("%s: io_uring unavailable (%s); using libaio", d->name,
+				 strerror(-ret));
+		if (ret < 0)
+			ret = aio_setup(d);
+	}
+	if (ret < 0) {
+		dev_err(err, errlen, "folder %s: cannot set up its I/O engine", dir, -ret);
+		goto fail;
+	}
+	*out = d;
+	return 0;
+fail:
+	dev_close(d);
+	return ret;
+}

@@ -1,0 +1,137 @@
+/*
+ * dev.h - a persistent device of the block store, and its I/O engines.
+ *
+ * Every persistent tier is made of devices: one per nvme folder, one for a
+ * pfs folder, one for an s3 bucket. A device owns the slots it stores
+ * blocks in (an allocator), a queue of requests in three classes served in
+ * order (demand reads, prefetch reads, write-back) with a bound on each,
+ * an optional bandwidth cap (a token bucket) and capacity cap, a measured
+ * bandwidth, a health state, and counters. Its engine moves requests to
+ * the medium and back:
+ *
+ *   uring    io_uring on an O_DIRECT slab file, arena registered (nvme)
+ *   aio      libaio on an O_DIRECT slab file (nvme fallback)
+ *   threads  a pool of threads doing pread/pwrite on a slab file (pfs)
+ *   s3       libcurl multi against an S3 endpoint, one object per slot
+ *
+ * A device sees nothing but its own queue: callers pass a request and get a
+ * completion callback on the device's thread.
+ */
+#ifndef TENSORFS_DEV_H
+#define TENSORFS_DEV_H
+
+#include <libaio.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "alloc.h"
+#include "dram.h"
+#include "tb.h"
+
+enum io_op { IO_READ, IO_WRITE };
+enum io_class { IO_DEMAND, IO_PREFETCH, IO_WB, IO_NCLASS };
+
+struct tb_io {
+	struct tb_io *next;
+	enum io_op op;
+	enum io_class cls;
+	uint64_t slot;
+	void *buf;
+	size_t len;
+	size_t done_bytes; /* progress across short transfers */
+	uint64_t start_ns; /* when the engine took it, for latency */
+	void (*done)(struct tb_io *r, int err);
+	struct iocb iocb; /* aio engine only */
+};
+
+struct tb_dev;
+
+struct dev_engine {
+	const char *name;
+	int (*start)(struct tb_dev *d);
+	void (*kick)(struct tb_dev *d); /* new requests are queued */
+	void (*stop)(struct tb_dev *d); /* finish what is queued, join threads */
+	int (*sync)(struct tb_dev *d);	/* make completed writes durable */
+	void (*fini)(struct tb_dev *d);
+};
+
+enum dev_health { DEV_UP, DEV_DOWN };
+
+struct tb_dev {
+	const char *kind; /* "nvme", "pfs", "s3" */
+	unsigned index;
+	char name[16];
+	char where[512]; /* folder or URL, for stats and logs */
+	size_t block_size;
+	unsigned qd;
+	const struct dram_arena *arena;
+	const struct dev_engine *eng;
+	void *priv;	 /* the engine's state */
+	int fd;		 /* slab file, where there is one */
+	int wake_efd;	 /* kicked when requests are queued */
+	bool running;
+
+	pthread_mutex_t lock; /* guards everything below */
+	struct tb_io *head[IO_NCLASS], *tail[IO_NCLASS];
+	unsigned inflight[IO_NCLASS];
+	unsigned queued_reads;
+	bool stopping;
+	struct slot_alloc alloc;
+	bool full;
+	enum dev_health health;
+	unsigned consecutive_errors;
+	uint64_t bw_cap;      /* bytes per second, 0: none */
+	double tokens;	      /* token bucket, in bytes */
+	uint64_t tokens_ns;   /* last refill */
+	double bw_measured;   /* moving average of bytes per second under load */
+	uint64_t bw_window_ns, bw_window_bytes;
+	uint64_t read_bytes, write_bytes, read_ops, write_ops, errors;
+	long err_log_sec;
+};
+
+/* Open an nvme device on a folder (uring, else aio) or a pfs one (threads). */
+int dev_open_slab(struct tb_dev **out, const char *kind, unsigned index, const char *dir,
+		  const char *store_id, size_t block_size, enum tb_engine engine,
+		  unsigned queue_depth, uint64_t bw_cap, uint64_t cap_bytes,
+		  const struct dram_arena *arena, char *err, size_t errlen);
+/* Open an s3 device on a bucket (s3.c). */
+int dev_open_s3(struct tb_dev **out, unsigned index, const struct tb_s3_config *cfg,
+		const char *store_id, size_t block_size, unsigned queue_depth, uint64_t bw_cap,
+		uint64_t cap_bytes, const struct dram_arena *arena, char *err, size_t errlen);
+
+int dev_start(struct tb_dev *d);
+/* Finish every queued request, then stop the engine. */
+void dev_stop(struct tb_dev *d);
+void dev_close(struct tb_dev *d);
+
+void dev_submit(struct tb_dev *d, struct tb_io *r);
+int dev_sync(struct tb_dev *d);
+
+int dev_alloc(struct tb_dev *d, uint64_t *slot);
+void dev_free(struct tb_dev *d, uint64_t slot);
+int dev_mark(struct tb_dev *d, uint64_t slot);
+/* Take a failing device out of placement: it takes no new blocks. */
+void dev_set_full(struct tb_dev *d);
+uint64_t dev_free_slots(struct tb_dev *d);
+/* Weight for placement: the cap or the measured bandwidth; 0 when down. */
+double dev_weight(struct tb_dev *d);
+void dev_get_stats(struct tb_dev *d, struct tb_dev_stats *st);
+
+/* For engines: requests to start now, within class limits and the cap. */
+unsigned dev_take(struct tb_dev *d, struct tb_io **out, unsigned max);
+/* For engines: a transfer ended; true when the request must go again. */
+bool dev_finish(struct tb_dev *d, struct tb_io *r, long res);
+/* For engines: put a request back at the head of its queue. */
+void dev_requeue(struct tb_dev *d, struct tb_io *r);
+/* For engines: nanoseconds until the token bucket allows the next request. */
+uint64_t dev_throttle_ns(struct tb_dev *d);
+void dev_drain_efd(int efd);
+void dev_name_thread(struct tb_dev *d);
+uint64_t dev_now_ns(void);
+/* Allocator and identity of a new device: shared by every kind. */
+int dev_init_common(struct tb_dev *d, const char *kind, unsigned index, size_t block_size,
+		    unsigned queue_depth, uint64_t bw_cap, const struct dram_arena *arena);
+
+#endif
