@@ -460,9 +460,17 @@ int fs_config_resolve(struct fs_config *c, char *err, size_t errlen)
 			return -errno;
 		}
 	}
-	ret = split_nvme(c, err, errlen);
-	if (ret < 0)
-		return ret;
+	if (strcmp(c->nvme_s, "none") == 0) {
+		/* Only the remote tier persists blocks; the metadata needs a home. */
+		if (!c->remote_s || !c->meta_s) {
+			snprintf(err, errlen, "nvme=none needs remote= and meta=");
+			return -EINVAL;
+		}
+	} else {
+		ret = split_nvme(c, err, errlen);
+		if (ret < 0)
+			return ret;
+	}
 	ret = resolve_devices(c, err, errlen);
 	if (ret < 0)
 		return ret;

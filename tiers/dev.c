@@ -207,6 +207,19 @@ bool dev_finish(struct tb_dev *d, struct tb_io *r, long res)
 	return false;
 }
 
+void dev_set_health(struct tb_dev *d, bool up)
+{
+	pthread_mutex_lock(&d->lock);
+	if (up && d->health == DEV_DOWN)
+		log_info("%s (%s): up again", d->name, d->where);
+	if (!up && d->health == DEV_UP)
+		log_err("%s (%s): down; no new blocks go there", d->name, d->where);
+	d->health = up ? DEV_UP : DEV_DOWN;
+	if (up)
+		d->consecutive_errors = 0;
+	pthread_mutex_unlock(&d->lock);
+}
+
 void dev_requeue(struct tb_dev *d, struct tb_io *r)
 {
 	pthread_mutex_lock(&d->lock);

@@ -123,6 +123,8 @@ void dev_get_stats(struct tb_dev *d, struct tb_dev_stats *st);
 unsigned dev_take(struct tb_dev *d, struct tb_io **out, unsigned max);
 /* For engines: a transfer ended; true when the request must go again. */
 bool dev_finish(struct tb_dev *d, struct tb_io *r, long res);
+/* For engines: a health probe's verdict (s3 while down). */
+void dev_set_health(struct tb_dev *d, bool up);
 /* For engines: put a request back at the head of its queue. */
 void dev_requeue(struct tb_dev *d, struct tb_io *r);
 /* For engines: nanoseconds until the token bucket allows the next request. */
