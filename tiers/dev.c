@@ -73,7 +73,11 @@ int dev_init_common(struct tb_dev *d, const char *kind, unsigned index, size_t b
 	d->tokens = (double)bw_cap * BURST_NS / 1e9;
 	d->tokens_ns = dev_now_ns();
 	d->health = DEV_UP;
-	snprintf(d->name, sizeof(d->name), "%s%u", kind, index);
+	/* nvme folders are numbered; there is one remote tier, named by its kind. */
+	if (strcmp(kind, "nvme") == 0)
+		snprintf(d->name, sizeof(d->name), "%s%u", kind, index);
+	else
+		snprintf(d->name, sizeof(d->name), "%s", kind);
 	pthread_mutex_init(&d->lock, NULL);
 	d->wake_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	return d->wake_efd < 0 ? -errno : 0;
