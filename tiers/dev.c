@@ -41,6 +41,7 @@
 #define BW_EWMA 0.3
 #define DOWN_AFTER_ERRORS 3
 #define POOL_THREADS_MAX 16
+#define RETRY_DOWN_NS 5000000000ULL /* a down device is tried again after 5 s */
 
 uint64_t dev_now_ns(void)
 {
@@ -183,8 +184,11 @@ bool dev_finish(struct tb_dev *d, struct tb_io *r, long res)
 	d->inflight[r->cls]--;
 	if (err) {
 		d->errors++;
+		if (d->health == DEV_DOWN)
+			d->down_ns = dev_now_ns(); /* a retry failed: wait again */
 		if (++d->consecutive_errors >= DOWN_AFTER_ERRORS && d->health == DEV_UP) {
 			d->health = DEV_DOWN;
+			d->down_ns = dev_now_ns();
 			log_err("%s (%s): down after %u errors in a row; no new blocks go there",
 				d->name, d->where, d->consecutive_errors);
 		}
@@ -216,8 +220,10 @@ void dev_set_health(struct tb_dev *d, bool up)
 	pthread_mutex_lock(&d->lock);
 	if (up && d->health == DEV_DOWN)
 		log_info("%s (%s): up again", d->name, d->where);
-	if (!up && d->health == DEV_UP)
+	if (!up && d->health == DEV_UP) {
 		log_err("%s (%s): down; no new blocks go there", d->name, d->where);
+		d->down_ns = dev_now_ns();
+	}
 	d->health = up ? DEV_UP : DEV_DOWN;
 	if (up)
 		d->consecutive_errors = 0;
@@ -324,12 +330,23 @@ int dev_sync(struct tb_dev *d)
 	return d->eng->sync ? d->eng->sync(d) : 0;
 }
 
+/*
+ * A down device takes new blocks again once RETRY_DOWN_NS has passed since
+ * its last failure: the next write is the probe. Lock held.
+ */
+static bool usable(struct tb_dev *d)
+{
+	if (d->full)
+		return false;
+	return d->health == DEV_UP || dev_now_ns() - d->down_ns >= RETRY_DOWN_NS;
+}
+
 int dev_alloc(struct tb_dev *d, uint64_t *slot)
 {
 	int64_t s;
 
 	pthread_mutex_lock(&d->lock);
-	s = d->full || d->health == DEV_DOWN ? -ENOSPC : slot_alloc_get(&d->alloc);
+	s = !usable(d) ? -ENOSPC : slot_alloc_get(&d->alloc);
 	pthread_mutex_unlock(&d->lock);
 	if (s < 0)
 		return (int)s;
@@ -369,7 +386,7 @@ uint64_t dev_free_slots(struct tb_dev *d)
 	uint64_t n;
 
 	pthread_mutex_lock(&d->lock);
-	n = d->full || d->health == DEV_DOWN ? 0 : d->alloc.nslots - d->alloc.used;
+	n = !usable(d) ? 0 : d->alloc.nslots - d->alloc.used;
 	pthread_mutex_unlock(&d->lock);
 	return n;
 }
@@ -379,8 +396,10 @@ double dev_weight(struct tb_dev *d)
 	double w;
 
 	pthread_mutex_lock(&d->lock);
-	if (d->full || d->health == DEV_DOWN || d->alloc.used >= d->alloc.nslots) {
+	if (!usable(d) || d->alloc.used >= d->alloc.nslots) {
 		w = 0;
+	} else if (d->health == DEV_DOWN) {
+		w = 1; /* probing: the smallest share until it answers */
 	} else {
 		/* Unmeasured devices start equal; a cap bounds what was measured. */
 		w = d->bw_measured > 0 ? d->bw_measured : 1e9;

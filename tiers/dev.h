@@ -82,6 +82,7 @@ struct tb_dev {
 	bool full;
 	enum dev_health health;
 	unsigned consecutive_errors;
+	uint64_t down_ns; /* last failure while down */
 	uint64_t bw_cap;      /* bytes per second, 0: none */
 	double tokens;	      /* token bucket, in bytes */
 	uint64_t tokens_ns;   /* last refill */
