@@ -142,6 +142,10 @@ static json_t *stats_json(struct fs *fs)
 			  (json_int_t)st->holes_written, "writeback_errors",
 			  (json_int_t)st->wb_errors, "syncs", (json_int_t)st->syncs,
 			  "backpressure_waits", (json_int_t)st->backpressure_waits));
+	json_object_set_new(json_object_get(root, "cache"), "partial_blocks",
+			    json_integer((json_int_t)st->partial_created));
+	json_object_set_new(json_object_get(root, "cache"), "partial_merged",
+			    json_integer((json_int_t)st->partial_merged));
 	json_object_set_new(
 		root, "prefetch",
 		json_pack("{sIsIsIsI}", "issued", (json_int_t)st->prefetch_issued, "used",

@@ -11,6 +11,14 @@
  *            reservation so that write-back can never find the tiers full
  *   WB       being written back; writers wait (stable pages), readers don't
  *
+ * A write that covers only part of an uncached, persisted block does not
+ * read the block first: the entry becomes DIRTY and "partial", with a
+ * bitmap of the 1 KiB sectors written so far. Offloaders that split a
+ * tensor over threads at 1 KiB-aligned offsets fill every block from two
+ * requests, and this saves a read per block. Only when a partial block must
+ * be whole (a read of it, its write-back, or a write not on sector
+ * boundaries) are the missing sectors merged in from the persisted copy.
+ *
  * Entries are found through a hash of (obj, idx) and listed per object, so
  * that fsync and truncate touch only their own blocks. Only CLEAN, unpinned
  * entries are evicted, by CLOCK; free slots come first.
@@ -45,6 +53,8 @@
 #define FLUSH_SCAN_MAX 4096
 #define COMMIT_BATCH_MAX 1024
 #define PREFETCH_SHARE 8 /* prefetches in flight hold at most 1/8 of the slots */
+#define SECTOR 1024	 /* granularity of a partial block's written map */
+#define IO_ALIGN 4096	 /* O_DIRECT alignment of a merge's bounce buffer */
 
 enum entry_state { ES_FREE, ES_LOADING, ES_CLEAN, ES_DIRTY, ES_WB };
 
@@ -56,6 +66,12 @@ struct tb_entry {
 	enum entry_state state;
 	bool in_hash, dead, ref_bit, reserved, urgent;
 	bool prefetched; /* loaded ahead of use and not yet read */
+	bool placeholder; /* LOADING only while the owner resolves a write's block */
+	bool partial;	  /* DIRTY or WB with only some sectors written */
+	bool merging;	  /* a partial entry is being completed */
+	uint64_t *written; /* sector bitmap, meaningful while partial */
+	uint32_t nwritten;
+	uint64_t base_loc; /* the persisted block a partial entry completes from */
 	int pins, wpins;
 	int err;	   /* last write-back error */
 	unsigned retries;  /* failed write-backs in a row */
@@ -127,6 +143,10 @@ struct tb_store {
 	/* statistics, under lock */
 	uint64_t hits, misses, evictions, holes, wb_errors, syncs, bp_waits;
 	uint64_t prefetch_inflight, prefetch_max;
+	uint64_t *sector_bits; /* one bitmap per slot */
+	size_t sector_words;
+	uint32_t nsectors;
+	uint64_t partial_created, partial_merged;
 	uint64_t pf_issued, pf_used, pf_wasted, pf_late;
 	uint64_t dram_read_bytes, dram_write_bytes, dram_read_ops, dram_write_ops;
 	uint64_t wb_bytes;
@@ -325,6 +345,7 @@ got:
 	e->err = 0;
 	e->retries = 0;
 	e->urgent = e->dead = e->reserved = e->prefetched = false;
+	e->placeholder = e->partial = e->merging = false;
 	e->ref_bit = true;
 	e->fill = 0;
 	e->waiters = NULL;
@@ -524,6 +545,131 @@ static int start_load(struct tb_store *s, struct tb_entry *e, uint64_t obj, uint
 	return ret;
 }
 
+/* ---- partial blocks ---- */
+
+struct sync_io {
+	struct tb_io io;
+	pthread_mutex_t m;
+	pthread_cond_t cv;
+	bool done;
+	int err;
+};
+
+static void sync_io_done(struct tb_io *r, int err)
+{
+	struct sync_io *x = (struct sync_io *)r;
+
+	pthread_mutex_lock(&x->m);
+	x->done = true;
+	x->err = err;
+	pthread_cond_signal(&x->cv);
+	pthread_mutex_unlock(&x->m);
+}
+
+/* Read the block at loc into buf and wait. No lock held. */
+static int read_sync(struct tb_store *s, uint64_t loc, void *buf)
+{
+	struct sync_io x = {0};
+
+	if (tb_loc_dev(loc) >= s->n_devs)
+		return -EIO;
+	pthread_mutex_init(&x.m, NULL);
+	pthread_cond_init(&x.cv, NULL);
+	x.io.op = IO_READ;
+	x.io.cls = IO_DEMAND;
+	x.io.slot = tb_loc_slot(loc);
+	x.io.buf = buf;
+	x.io.len = s->bs;
+	x.io.done = sync_io_done;
+	dev_submit(s->dev[tb_loc_dev(loc)], &x.io);
+	pthread_mutex_lock(&x.m);
+	while (!x.done)
+		pthread_cond_wait(&x.cv, &x.m);
+	pthread_mutex_unlock(&x.m);
+	pthread_mutex_destroy(&x.m);
+	pthread_cond_destroy(&x.cv);
+	return x.err;
+}
+
+static bool sector_written(const struct tb_entry *e, uint32_t i)
+{
+	return e->written[i / 64] >> (i % 64) & 1;
+}
+
+/*
+ * Fill the sectors of a partial entry that were not written from its
+ * persisted block. The entry is stable: no writer holds it (merging or
+ * WB). No lock held.
+ */
+static int merge_io(struct tb_store *s, struct tb_entry *e)
+{
+	char *bounce = NULL, *slot = slot_data(s, e);
+	int ret;
+
+	if (posix_memalign((void **)&bounce, IO_ALIGN, s->bs))
+		return -ENOMEM;
+	ret = read_sync(s, e->base_loc, bounce);
+	if (ret == 0)
+		for (uint32_t i = 0; i < s->nsectors; i++)
+			if (!sector_written(e, i))
+				memcpy(slot + (size_t)i * SECTOR, bounce + (size_t)i * SECTOR,
+				       SECTOR);
+	free(bounce);
+	return ret;
+}
+
+/* Hand a now-whole entry to the reads that waited on it. Lock held, dropped. */
+static void wake_waiters(struct tb_store *s, struct tb_entry *e, int err)
+{
+	struct tb_waiter *w = e->waiters;
+
+	e->waiters = NULL;
+	for (struct tb_waiter *x = w; x && !err; x = x->next) {
+		e->pins++;
+		x->ref.e = e;
+		x->ref.data = slot_data(s, e);
+	}
+	pthread_cond_broadcast(&s->state_cv);
+	pthread_mutex_unlock(&s->lock);
+	while (w) {
+		struct tb_waiter *next = w->next;
+
+		w->fn(w, err);
+		w = next;
+	}
+	pthread_mutex_lock(&s->lock);
+}
+
+/*
+ * Make a DIRTY partial entry whole before it is read or written unaligned.
+ * Lock held; dropped while waiting and during the read.
+ */
+static int merge_partial(struct tb_store *s, struct tb_entry *e)
+{
+	int ret;
+
+	while (e->wpins && e->partial && !e->merging)
+		pthread_cond_wait(&s->state_cv, &s->lock);
+	if (!e->partial || e->merging || e->state != ES_DIRTY || !e->in_hash)
+		return 0; /* someone else finished it, or it went: look again */
+	e->merging = true;
+	pthread_mutex_unlock(&s->lock);
+	ret = merge_io(s, e);
+	pthread_mutex_lock(&s->lock);
+	e->merging = false;
+	if (ret == 0) {
+		e->partial = false;
+		s->partial_merged++;
+	}
+	wake_waiters(s, e, ret);
+	return ret;
+}
+
+static bool sector_aligned(struct tb_store *s, size_t off, size_t len)
+{
+	return off % SECTOR == 0 && ((off + len) % SECTOR == 0 || off + len == s->bs);
+}
+
 /* ---- the read side ---- */
 
 int tb_get(struct tb_store *s, uint64_t obj, uint64_t idx, struct tb_ref *ref,
@@ -535,7 +681,20 @@ int tb_get(struct tb_store *s, uint64_t obj, uint64_t idx, struct tb_ref *ref,
 	pthread_mutex_lock(&s->lock);
 	for (;;) {
 		e = hash_find(s, obj, idx);
-		if (e && e->state != ES_LOADING) {
+		if (e && (e->placeholder || (e->partial && e->state == ES_WB))) {
+			/* resolving a write's block, or the flusher is completing it */
+			pthread_cond_wait(&s->state_cv, &s->lock);
+			continue;
+		}
+		if (e && e->partial && !e->merging) {
+			ret = merge_partial(s, e);
+			if (ret) {
+				pthread_mutex_unlock(&s->lock);
+				return ret;
+			}
+			continue;
+		}
+		if (e && e->state != ES_LOADING && !e->merging) {
 			e->pins++;
 			e->ref_bit = true;
 			s->hits++;
@@ -652,6 +811,57 @@ static void give_space(struct tb_store *s, uint64_t *resv, int from_resv)
 		s->reserved--;
 }
 
+/*
+ * A new entry for part of block (obj, idx): a zeroed whole block if it is a
+ * hole, else DIRTY and partial over its persisted copy. Lock held; dropped
+ * around the owner's resolve, during which the entry is a placeholder.
+ */
+static int start_partial(struct tb_store *s, struct tb_entry *e, uint64_t obj, uint64_t idx,
+			 uint64_t *resv)
+{
+	uint64_t loc;
+	int ret, from_resv;
+
+	from_resv = take_space(s, resv);
+	if (from_resv < 0) {
+		entry_free(s, e);
+		return from_resv;
+	}
+	e->state = ES_LOADING;
+	e->placeholder = true;
+	ret = entry_insert(s, e, obj, idx);
+	if (ret < 0) {
+		give_space(s, resv, from_resv);
+		entry_free(s, e);
+		return ret;
+	}
+	pthread_mutex_unlock(&s->lock);
+	ret = s->owner.resolve(s->owner.ctx, obj, idx, &loc);
+	if (ret == -ENOENT)
+		memset(slot_data(s, e), 0, s->bs);
+	pthread_mutex_lock(&s->lock);
+	e->placeholder = false;
+	if (ret == 0 && tb_loc_dev(loc) >= s->n_devs)
+		ret = -EIO;
+	if (ret && ret != -ENOENT) {
+		give_space(s, resv, from_resv);
+		entry_unhash(s, e);
+		entry_free(s, e);
+		pthread_cond_broadcast(&s->state_cv);
+		return ret;
+	}
+	if (ret == 0) {
+		e->partial = true;
+		e->base_loc = loc;
+		e->nwritten = 0;
+		memset(e->written, 0, s->sector_words * sizeof(uint64_t));
+		s->partial_created++;
+	}
+	make_dirty(s, e);
+	pthread_cond_broadcast(&s->state_cv);
+	return 0;
+}
+
 int tb_reserve(struct tb_store *s, uint64_t n)
 {
 	int ret;
@@ -680,8 +890,14 @@ int tb_get_write(struct tb_store *s, uint64_t obj, uint64_t idx, size_t off, siz
 	pthread_mutex_lock(&s->lock);
 	for (;;) {
 		e = hash_find(s, obj, idx);
-		if (e && (e->state == ES_LOADING || e->state == ES_WB)) {
+		if (e && (e->state == ES_LOADING || e->state == ES_WB || e->merging)) {
 			pthread_cond_wait(&s->state_cv, &s->lock);
+			continue;
+		}
+		if (e && e->state == ES_DIRTY && e->partial && !sector_aligned(s, off, len)) {
+			ret = merge_partial(s, e);
+			if (ret)
+				goto out_unlock;
 			continue;
 		}
 		if (e && e->state == ES_DIRTY)
@@ -705,8 +921,15 @@ int tb_get_write(struct tb_store *s, uint64_t obj, uint64_t idx, size_t off, siz
 		e = entry_alloc_wait(s, obj, idx, &found);
 		if (!e)
 			continue;
+		if (!whole && sector_aligned(s, off, len)) {
+			/* Part of an uncached block: no read; remember which sectors. */
+			ret = start_partial(s, e, obj, idx, resv);
+			if (ret < 0)
+				goto out_unlock;
+			continue; /* the entry is DIRTY now: found above */
+		}
 		if (!whole) {
-			/* Partial write of an uncached block: load it if persisted. */
+			/* Unaligned part of an uncached block: load it if persisted. */
 			s->misses++;
 			ret = start_load(s, e, obj, idx, NULL, IO_DEMAND);
 			if (ret == 1)
@@ -754,8 +977,19 @@ void tb_put_dirty(struct tb_store *s, struct tb_ref *ref, size_t off, size_t len
 {
 	struct tb_entry *e = ref->e;
 
-	(void)off;
 	pthread_mutex_lock(&s->lock);
+	if (e->partial) {
+		uint32_t first = (uint32_t)(off / SECTOR);
+		uint32_t end = (uint32_t)((off + len + SECTOR - 1) / SECTOR);
+
+		for (uint32_t i = first; i < end; i++)
+			if (!sector_written(e, i)) {
+				e->written[i / 64] |= 1ULL << (i % 64);
+				e->nwritten++;
+			}
+		if (e->nwritten == s->nsectors)
+			e->partial = false; /* every byte was written: nothing to merge */
+	}
 	e->fill += len;
 	s->dram_write_bytes += len;
 	s->dram_write_ops++;
@@ -773,13 +1007,14 @@ void tb_put_dirty(struct tb_store *s, struct tb_ref *ref, size_t off, size_t len
 
 static bool eligible(struct tb_store *s, struct tb_entry *e, uint64_t now)
 {
-	if (e->wpins)
+	if (e->wpins || e->merging)
 		return false;
 	if (e->retries && now < e->dirty_ms)
 		return false;
 	if (e->urgent || e->fill >= s->bs || s->stopping)
 		return true;
-	if (s->ndirty * 4 >= s->dirty_max)
+	/* Under pressure whole blocks go first; a partial one waits for its rest. */
+	if (s->ndirty * 4 >= s->dirty_max && !e->partial)
 		return true;
 	return now - e->dirty_ms >= s->cfg.flush_delay_ms;
 }
@@ -884,6 +1119,20 @@ static void start_writes(struct tb_store *s, struct tb_entry **batch, size_t n,
 		struct tb_entry *e = batch[i];
 		uint64_t loc;
 
+		if (e->partial) {
+			int ret = merge_io(s, e);
+
+			pthread_mutex_lock(&s->lock);
+			if (ret) {
+				wb_failed(s, e, ret);
+				pthread_mutex_unlock(&s->lock);
+				continue;
+			}
+			e->partial = false;
+			s->partial_merged++;
+			pthread_cond_broadcast(&s->state_cv);
+			pthread_mutex_unlock(&s->lock);
+		}
 		if (all_zero(slot_data(s, e), s->bs)) {
 			e->new_loc = TB_LOC_NONE;
 			holes[(*nholes)++] = e;
@@ -1187,7 +1436,7 @@ void tb_drop(struct tb_store *s, uint64_t obj, uint64_t from, uint64_t to)
 		for (e = o ? o->head : NULL; e; e = e->onext) {
 			if (e->idx < from || e->idx >= to)
 				continue;
-			if (e->state == ES_LOADING || e->state == ES_WB || e->wpins) {
+			if (e->state == ES_LOADING || e->state == ES_WB || e->wpins || e->merging) {
 				busy = true;
 				break;
 			}
@@ -1289,6 +1538,8 @@ void tb_get_stats(struct tb_store *s, struct tb_stats *st)
 	st->prefetch_used = s->pf_used;
 	st->prefetch_wasted = s->pf_wasted;
 	st->prefetch_late = s->pf_late;
+	st->partial_created = s->partial_created;
+	st->partial_merged = s->partial_merged;
 	st->huge_pages = s->arena.huge;
 	st->locked = s->arena.locked;
 	pthread_mutex_unlock(&s->lock);
@@ -1377,9 +1628,18 @@ int tb_open(const struct tb_config *cfg, const struct tb_owner *owner, struct tb
 		ret = -ENOMEM;
 		goto fail;
 	}
+	s->nsectors = (uint32_t)(s->bs / SECTOR);
+	s->sector_words = (s->nsectors + 63) / 64;
+	s->sector_bits = calloc((size_t)s->nslots * s->sector_words, sizeof(uint64_t));
+	if (!s->sector_bits) {
+		snprintf(err, errlen, "out of memory for %u cache entries", s->nslots);
+		ret = -ENOMEM;
+		goto fail;
+	}
 	for (uint32_t i = 0; i < s->nslots; i++) {
 		struct tb_entry *e = &s->entries[i];
 
+		e->written = s->sector_bits + (size_t)i * s->sector_words;
 		e->slot = i;
 		e->s = s;
 		e->loc = TB_LOC_NONE;
@@ -1471,6 +1731,7 @@ int tb_close(struct tb_store *s)
 	free(s->ohash);
 	free(s->hash);
 	free(s->entries);
+	free(s->sector_bits);
 	free(s->zero);
 	free(s->pending);
 	pthread_mutex_destroy(&s->lock);

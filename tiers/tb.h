@@ -133,6 +133,7 @@ struct tb_stats {
 	uint64_t hits, misses, evictions, dirty_bytes, writeback_bytes;
 	uint64_t holes_written, wb_errors, syncs, backpressure_waits;
 	uint64_t prefetch_issued, prefetch_used, prefetch_wasted, prefetch_late;
+	uint64_t partial_created, partial_merged; /* reads saved, and paid later */
 	bool huge_pages, locked;
 	unsigned n_devs;
 	struct tb_dev_stats dev[TB_MAX_DEVS];
