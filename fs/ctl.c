@@ -201,7 +201,7 @@ static json_t *config_json(struct fs *fs)
 	json_object_set_new(root, "default_permissions", json_boolean(!c->no_default_permissions));
 	if (c->config_file)
 		json_object_set_new(root, "config", json_string(c->config_file));
-	if (c->has_remote && c->remote_kind == TB_KIND_S3) {
+	if (c->has_s3) {
 		json_t *r = json_object();
 
 		/* Never the secret: only whether credentials were given. */
@@ -215,16 +215,20 @@ static json_t *config_json(struct fs *fs)
 		json_object_set_new(r, "timeout_ms", json_integer(c->s3.timeout_ms));
 		json_object_set_new(r, "credentials", json_boolean(c->s3.access_key != NULL));
 		json_object_set_new(root, "s3", r);
-	} else if (c->has_remote) {
-		json_object_set_new(root, "pfs", json_string(c->remote_path));
+	}
+	if (c->n_pfs) {
+		json_t *p = json_array();
+
+		for (unsigned i = 0; i < c->n_pfs; i++)
+			json_array_append_new(p, json_string(c->remote_path[i]));
+		json_object_set_new(root, "pfs", p);
 	}
 	json_t *caps = json_object();
 	for (unsigned i = 0; i < c->n_devs; i++) {
 		const struct tb_dev_spec *d = &c->devs[i];
 		if (d->bw || d->cap) {
 			char name[32];
-			snprintf(name, sizeof(name), "%s%u",
-				 d->kind == TB_KIND_NVME ? "nvme" : d->kind == TB_KIND_PFS ? "pfs" : "s3", i);
+			snprintf(name, sizeof(name), "dev%u", i);
 			json_object_set_new(caps, name, json_pack("{sIsI}", "bw", (json_int_t)d->bw,
 								  "cap", (json_int_t)d->cap));
 		}

@@ -30,7 +30,7 @@
 
 #define OPT(t, p) {t, offsetof(struct fs_config, p), 1}
 
-enum { KEY_HELP, KEY_VERSION };
+enum { KEY_HELP, KEY_VERSION, KEY_REMOTE };
 
 static const struct fuse_opt tfs_opts[] = {
 	OPT("dram=%s", dram_s),
@@ -46,7 +46,7 @@ static const struct fuse_opt tfs_opts[] = {
 	OPT("sync_interval_ms=%s", sync_interval_s),
 	OPT("logfile=%s", logfile),
 	OPT("log_level=%s", log_level_s),
-	OPT("remote=%s", remote_s),
+	FUSE_OPT_KEY("remote=", KEY_REMOTE),
 	OPT("endpoint=%s", endpoint_s),
 	OPT("region=%s", region_s),
 	OPT("s3_addressing=%s", s3_addressing_s),
@@ -55,6 +55,10 @@ static const struct fuse_opt tfs_opts[] = {
 	OPT("nvme_cap=%s", nvme_cap_s),
 	OPT("remote_bw=%s", remote_bw_s),
 	OPT("remote_cap=%s", remote_cap_s),
+	OPT("s3_bw=%s", s3_bw_s),
+	OPT("s3_cap=%s", s3_cap_s),
+	OPT("pfs_bw=%s", pfs_bw_s),
+	OPT("pfs_cap=%s", pfs_cap_s),
 	{"no_default_permissions", offsetof(struct fs_config, no_default_permissions), 1},
 	FUSE_OPT_KEY("-h", KEY_HELP),
 	FUSE_OPT_KEY("--help", KEY_HELP),
@@ -92,7 +96,8 @@ static void usage(const char *prog)
 	       "    -o sync_interval_ms=N  how often write-backs are made durable (1000)\n"
 	       "    -o logfile=FILE        log here when running in the background\n"
 	       "    -o log_level=L         error, warning, info (default) or debug\n"
-	       "    -o remote=URL          remote tier: s3://BUCKET[/PREFIX] or /pfs/folder\n"
+	       "    -o remote=URL          remote tier: s3://BUCKET[/PREFIX] or /pfs/folder;\n"
+	       "                           repeat it for several (one s3 at most)\n"
 	       "    -o endpoint=URL        S3 endpoint, http(s)://host[:port] (default: AWS)\n"
 	       "    -o region=R            S3 region (default us-east-1)\n"
 	       "    -o s3_addressing=A     path or virtual (default: path with endpoint=)\n"
@@ -101,6 +106,7 @@ static void usage(const char *prog)
 	       "    -o nvme_cap=SIZE       store at most SIZE bytes in each nvme folder\n"
 	       "    -o remote_bw=SIZE      cap the remote tier at SIZE bytes per second\n"
 	       "    -o remote_cap=SIZE     store at most SIZE bytes in the remote tier\n"
+	       "    -o s3_bw= s3_cap= pfs_bw= pfs_cap=  the same for one kind of remote\n"
 	       "    -o no_default_permissions  do not let the kernel check permissions\n"
 	       "\n"
 	       "SIZE is a number with an optional K, M, G or T suffix (powers of 1024).\n"
@@ -122,6 +128,10 @@ static int opt_proc(void *data, const char *arg, int key, struct fuse_args *outa
 		return 0;
 	case KEY_VERSION:
 		c->show_version = 1;
+		return 0;
+	case KEY_REMOTE:
+		if (fs_config_add_remote(c, arg + strlen("remote=")) < 0)
+			return -1;
 		return 0;
 	case FUSE_OPT_KEY_NONOPT:
 		/* mount.fuse3 passes SOURCE MOUNTPOINT: the last one is the mount point. */
@@ -264,7 +274,7 @@ static int open_stores(struct fs *fs, char *err, size_t errlen)
 	tc.store_id = store_id;
 	tc.devs = c->devs;
 	tc.n_devs = c->n_devs;
-	tc.s3 = c->has_remote && c->remote_kind == TB_KIND_S3 ? &c->s3 : NULL;
+	tc.s3 = c->has_s3 ? &c->s3 : NULL;
 	tc.engine = c->engine;
 	tc.queue_depth = c->queue_depth;
 	tc.flush_delay_ms = c->flush_delay_ms;

@@ -84,6 +84,7 @@ struct ini_ctx {
 	size_t errlen;
 	const char *path;
 	bool has_secret;
+	bool remote_from_cmdline; /* -o remote= wins over the file's */
 };
 
 static int on_ini_value(void *user, const char *section, const char *name, const char *value)
@@ -105,7 +106,6 @@ static int on_ini_value(void *user, const char *section, const char *name, const
 		    {"sync_interval_ms", &c->sync_interval_s},
 		    {"logfile", &c->logfile},
 		    {"log_level", &c->log_level_s},
-		    {"remote", &c->remote_s},
 		    {"endpoint", &c->endpoint_s},
 		    {"region", &c->region_s},
 		    {"s3_addressing", &c->s3_addressing_s},
@@ -113,7 +113,11 @@ static int on_ini_value(void *user, const char *section, const char *name, const
 		    {"nvme_bw", &c->nvme_bw_s},
 		    {"nvme_cap", &c->nvme_cap_s},
 		    {"remote_bw", &c->remote_bw_s},
-		    {"remote_cap", &c->remote_cap_s}};
+		    {"remote_cap", &c->remote_cap_s},
+		    {"s3_bw", &c->s3_bw_s},
+		    {"s3_cap", &c->s3_cap_s},
+		    {"pfs_bw", &c->pfs_bw_s},
+		    {"pfs_cap", &c->pfs_cap_s}};
 	struct {
 		const char *key;
 		char **field;
@@ -137,6 +141,17 @@ static int on_ini_value(void *user, const char *section, const char *name, const
 		snprintf(x->err, x->errlen, "unknown section [%s]", section);
 		return 0;
 	}
+	if (strcmp(name, "remote") == 0) {
+		if (!x->remote_from_cmdline && fs_config_add_remote(c, value) < 0) {
+			snprintf(x->err, x->errlen, "out of memory");
+			return 0;
+		}
+		return 1;
+	}
+	if (0) {
+		snprintf(x->err, x->errlen, "unknown section [%s]", section);
+		return 0;
+	}
 	for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
 		if (strcmp(name, keys[i].key) != 0)
 			continue;
@@ -151,7 +166,7 @@ static int on_ini_value(void *user, const char *section, const char *name, const
 int fs_config_load_file(struct fs_config *c, const char *path, char *err, size_t errlen)
 {
 	char why[256] = "";
-	struct ini_ctx x = {c, why, sizeof(why), path, false};
+	struct ini_ctx x = {c, why, sizeof(why), path, false, c->remote_s != NULL};
 	FILE *f = fopen(path, "r");
 	int rc;
 
@@ -278,113 +293,160 @@ static char *env_or(char *have, const char *var)
 	return strdup(v);
 }
 
-/* remote=s3://bucket[/prefix] or remote=/folder, and the caps of every device. */
-static int resolve_remote(struct fs_config *c, char *err, size_t errlen)
+int fs_config_add_remote(struct fs_config *c, const char *value)
+{
+	size_t n = (c->remote_s ? strlen(c->remote_s) + 1 : 0) + strlen(value) + 1;
+	char *joined = malloc(n);
+
+	if (!joined)
+		return -ENOMEM;
+	snprintf(joined, n, "%s%s%s", c->remote_s ? c->remote_s : "", c->remote_s ? ";" : "",
+		 value);
+	free(c->remote_s);
+	c->remote_s = joined;
+	return 0;
+}
+
+static int resolve_s3(struct fs_config *c, const char *url, unsigned timeout_ms, char *err,
+		      size_t errlen)
 {
 	struct tb_s3_config *s3 = &c->s3;
-	unsigned timeout_ms = DEF_REMOTE_TIMEOUT_MS;
+	const char *b = url + 5, *slash = strchr(b, '/');
+	size_t blen = slash ? (size_t)(slash - b) : strlen(b);
 
-	if (c->remote_timeout_s) {
-		size_t v;
-
-		/* seconds, or a number with ms */
-		char *end;
-		unsigned long n = strtoul(c->remote_timeout_s, &end, 10);
-		if (end == c->remote_timeout_s || (*end && strcmp(end, "s") && strcmp(end, "ms")) ||
-		    n == 0)
-			return bad(err, errlen, "remote_timeout", c->remote_timeout_s,
-				   "a time like 30 (seconds), 30s or 500ms");
-		timeout_ms = strcmp(end, "ms") == 0 ? (unsigned)n : (unsigned)n * 1000;
-		(void)v;
+	if (c->has_s3)
+		return bad(err, errlen, "remote", url, "only one s3 tier per mount");
+	if (blen == 0 || blen > 63)
+		return bad(err, errlen, "remote", url, "no bucket name");
+	c->s3_bucket = strndup(b, blen);
+	c->s3_prefix = strdup(slash ? slash + 1 : "");
+	c->s3_key = env_or(c->s3_key, "AWS_ACCESS_KEY_ID");
+	c->s3_secret = env_or(c->s3_secret, "AWS_SECRET_ACCESS_KEY");
+	c->s3_token = env_or(c->s3_token, "AWS_SESSION_TOKEN");
+	if (!c->s3_key || !c->s3_secret) {
+		snprintf(err, errlen,
+			 "remote=%s needs credentials: AWS_ACCESS_KEY_ID and "
+			 "AWS_SECRET_ACCESS_KEY, or an [s3] section in the config file",
+			 url);
+		return -EINVAL;
 	}
-	if (strncmp(c->remote_s, "s3://", 5) == 0) {
-		const char *b = c->remote_s + 5, *slash = strchr(b, '/');
-		size_t blen = slash ? (size_t)(slash - b) : strlen(b);
+	if (c->endpoint_s && strncmp(c->endpoint_s, "http://", 7) &&
+	    strncmp(c->endpoint_s, "https://", 8))
+		return bad(err, errlen, "endpoint", c->endpoint_s,
+			   "must start with http:// or https://");
+	if (c->s3_addressing_s && strcmp(c->s3_addressing_s, "path") &&
+	    strcmp(c->s3_addressing_s, "virtual"))
+		return bad(err, errlen, "s3_addressing", c->s3_addressing_s,
+			   "must be path or virtual");
+	s3->bucket = c->s3_bucket;
+	s3->prefix = c->s3_prefix;
+	s3->region = c->region_s ? c->region_s : DEF_REGION;
+	s3->endpoint = c->endpoint_s;
+	s3->access_key = c->s3_key;
+	s3->secret_key = c->s3_secret;
+	s3->session_token = c->s3_token;
+	/* A custom endpoint (MinIO, Ceph, a test server) is usually path-style. */
+	s3->path_style = c->s3_addressing_s ? strcmp(c->s3_addressing_s, "path") == 0
+					    : c->endpoint_s != NULL;
+	s3->timeout_ms = timeout_ms;
+	s3->connections = DEF_S3_CONNECTIONS;
+	c->has_s3 = true;
+	return 0;
+}
 
-		if (blen == 0 || blen > 63)
-			return bad(err, errlen, "remote", c->remote_s, "no bucket name");
-		c->s3_bucket = strndup(b, blen);
-		c->s3_prefix = strdup(slash ? slash + 1 : "");
-		c->s3_key = env_or(c->s3_key, "AWS_ACCESS_KEY_ID");
-		c->s3_secret = env_or(c->s3_secret, "AWS_SECRET_ACCESS_KEY");
-		c->s3_token = env_or(c->s3_token, "AWS_SESSION_TOKEN");
-		if (!c->s3_key || !c->s3_secret) {
-			snprintf(err, errlen,
-				 "remote=%s needs credentials: AWS_ACCESS_KEY_ID and "
-				 "AWS_SECRET_ACCESS_KEY, or an [s3] section in the config file",
-				 c->remote_s);
+static int resolve_pfs(struct fs_config *c, const char *dir, char *err, size_t errlen)
+{
+	char real[PATH_MAX];
+
+	if (c->n_pfs == FS_MAX_REMOTES)
+		return bad(err, errlen, "remote", dir, "too many remote folders");
+	if (!realpath(dir, real)) {
+		snprintf(err, errlen, "remote folder %s: %s", dir, strerror(errno));
+		return -ENOENT;
+	}
+	for (unsigned i = 0; i < c->n_nvme; i++)
+		if (strcmp(c->nvme[i], real) == 0) {
+			snprintf(err, errlen, "remote folder %s is also an nvme folder", dir);
 			return -EINVAL;
 		}
-		if (c->endpoint_s && strncmp(c->endpoint_s, "http://", 7) &&
-		    strncmp(c->endpoint_s, "https://", 8))
-			return bad(err, errlen, "endpoint", c->endpoint_s,
-				   "must start with http:// or https://");
-		if (c->s3_addressing_s && strcmp(c->s3_addressing_s, "path") &&
-		    strcmp(c->s3_addressing_s, "virtual"))
-			return bad(err, errlen, "s3_addressing", c->s3_addressing_s,
-				   "must be path or virtual");
-		s3->bucket = c->s3_bucket;
-		s3->prefix = c->s3_prefix;
-		s3->region = c->region_s ? c->region_s : DEF_REGION;
-		s3->endpoint = c->endpoint_s;
-		s3->access_key = c->s3_key;
-		s3->secret_key = c->s3_secret;
-		s3->session_token = c->s3_token;
-		/* A custom endpoint (MinIO, Ceph, a test server) is usually path-style. */
-		s3->path_style = c->s3_addressing_s ? strcmp(c->s3_addressing_s, "path") == 0
-						    : c->endpoint_s != NULL;
-		s3->timeout_ms = timeout_ms;
-		s3->connections = DEF_S3_CONNECTIONS;
-		c->remote_kind = TB_KIND_S3;
-	} else if (c->remote_s[0] == '/') {
-		char real[PATH_MAX];
-
-		if (!realpath(c->remote_s, real)) {
-			snprintf(err, errlen, "remote folder %s: %s", c->remote_s, strerror(errno));
-			return -ENOENT;
+	for (unsigned i = 0; i < c->n_pfs; i++)
+		if (strcmp(c->remote_path[i], real) == 0) {
+			snprintf(err, errlen, "remote folder %s is listed twice", dir);
+			return -EINVAL;
 		}
-		for (unsigned i = 0; i < c->n_nvme; i++)
-			if (strcmp(c->nvme[i], real) == 0) {
-				snprintf(err, errlen, "remote folder %s is also an nvme folder",
-					 c->remote_s);
-				return -EINVAL;
-			}
-		c->remote_path = strdup(real);
-		c->remote_kind = TB_KIND_PFS;
-	} else {
-		return bad(err, errlen, "remote", c->remote_s,
-			   "must be s3://bucket[/prefix] or an absolute folder");
-	}
-	c->has_remote = true;
+	c->remote_path[c->n_pfs++] = strdup(real);
+	return 0;
+}
+
+static int parse_timeout(struct fs_config *c, unsigned *timeout_ms, char *err, size_t errlen)
+{
+	char *end;
+	unsigned long n;
+
+	*timeout_ms = DEF_REMOTE_TIMEOUT_MS;
+	if (!c->remote_timeout_s)
+		return 0;
+	/* seconds, or a number with s or ms */
+	n = strtoul(c->remote_timeout_s, &end, 10);
+	if (end == c->remote_timeout_s || (*end && strcmp(end, "s") && strcmp(end, "ms")) ||
+	    n == 0 || n > 86400000UL)
+		return bad(err, errlen, "remote_timeout", c->remote_timeout_s,
+			   "a time like 30 (seconds), 30s or 500ms");
+	*timeout_ms = strcmp(end, "ms") == 0 ? (unsigned)n : (unsigned)n * 1000;
 	return 0;
 }
 
 static int resolve_devices(struct fs_config *c, char *err, size_t errlen)
 {
-	uint64_t nvme_bw, nvme_cap, remote_bw, remote_cap;
+	uint64_t nvme_bw, nvme_cap, remote_bw, remote_cap, s3_bw, s3_cap, pfs_bw, pfs_cap;
+	unsigned timeout_ms;
 	int ret;
 
 	if ((ret = opt_size(c->nvme_bw_s, "nvme_bw", &nvme_bw, err, errlen)) ||
 	    (ret = opt_size(c->nvme_cap_s, "nvme_cap", &nvme_cap, err, errlen)) ||
 	    (ret = opt_size(c->remote_bw_s, "remote_bw", &remote_bw, err, errlen)) ||
-	    (ret = opt_size(c->remote_cap_s, "remote_cap", &remote_cap, err, errlen)))
+	    (ret = opt_size(c->remote_cap_s, "remote_cap", &remote_cap, err, errlen)) ||
+	    (ret = opt_size(c->s3_bw_s, "s3_bw", &s3_bw, err, errlen)) ||
+	    (ret = opt_size(c->s3_cap_s, "s3_cap", &s3_cap, err, errlen)) ||
+	    (ret = opt_size(c->pfs_bw_s, "pfs_bw", &pfs_bw, err, errlen)) ||
+	    (ret = opt_size(c->pfs_cap_s, "pfs_cap", &pfs_cap, err, errlen)) ||
+	    (ret = parse_timeout(c, &timeout_ms, err, errlen)))
 		return ret;
 	if (!c->remote_s && (c->remote_bw_s || c->remote_cap_s || c->endpoint_s))
 		return bad(err, errlen, c->endpoint_s ? "endpoint" : "remote_bw",
 			   c->endpoint_s ? c->endpoint_s : "", "given without remote=");
-	if (c->remote_s) {
-		ret = resolve_remote(c, err, errlen);
-		if (ret)
-			return ret;
-	}
 	c->n_devs = 0;
 	for (unsigned i = 0; i < c->n_nvme; i++)
 		c->devs[c->n_devs++] = (struct tb_dev_spec){TB_KIND_NVME, c->nvme[i], nvme_bw,
 							    nvme_cap};
-	if (c->has_remote)
-		c->devs[c->n_devs++] = (struct tb_dev_spec){c->remote_kind, c->remote_path,
-							    remote_bw, remote_cap};
-	return 0;
+	if (!c->remote_s)
+		return 0;
+
+	char *list = strdup(c->remote_s), *save = NULL;
+	if (!list)
+		return -ENOMEM;
+	for (char *r = strtok_r(list, ";", &save); r && !ret; r = strtok_r(NULL, ";", &save)) {
+		if (c->n_devs == TB_MAX_DEVS) {
+			ret = bad(err, errlen, "remote", r, "too many devices");
+		} else if (strncmp(r, "s3://", 5) == 0) {
+			ret = resolve_s3(c, r, timeout_ms, err, errlen);
+			if (!ret)
+				c->devs[c->n_devs++] = (struct tb_dev_spec){
+					TB_KIND_S3, NULL, s3_bw ? s3_bw : remote_bw,
+					s3_cap ? s3_cap : remote_cap};
+		} else if (r[0] == '/') {
+			ret = resolve_pfs(c, r, err, errlen);
+			if (!ret)
+				c->devs[c->n_devs++] = (struct tb_dev_spec){
+					TB_KIND_PFS, c->remote_path[c->n_pfs - 1],
+					pfs_bw ? pfs_bw : remote_bw, pfs_cap ? pfs_cap : remote_cap};
+		} else {
+			ret = bad(err, errlen, "remote", r,
+				  "must be s3://bucket[/prefix] or an absolute folder");
+		}
+	}
+	free(list);
+	return ret;
 }
 
 int fs_config_resolve(struct fs_config *c, char *err, size_t errlen)
@@ -494,8 +556,9 @@ void fs_config_free(struct fs_config *c)
 			 &c->log_level_s,     &c->source,	   &c->mountpoint, &c->meta,
 			 &c->remote_s,	      &c->endpoint_s,	   &c->region_s,  &c->s3_addressing_s,
 			 &c->remote_timeout_s, &c->nvme_bw_s,	   &c->nvme_cap_s, &c->remote_bw_s,
-			 &c->remote_cap_s,    &c->s3_key,	   &c->s3_token,  &c->remote_path,
-			 &c->s3_bucket,	      &c->s3_prefix};
+			 &c->remote_cap_s,    &c->s3_key,	   &c->s3_token,  &c->s3_bucket,
+			 &c->s3_prefix,	      &c->s3_bw_s,	   &c->s3_cap_s,  &c->pfs_bw_s,
+			 &c->pfs_cap_s};
 
 	if (c->s3_secret) {
 		/* Do not leave the secret in freed memory. */
@@ -511,4 +574,7 @@ void fs_config_free(struct fs_config *c)
 	for (unsigned i = 0; i < c->n_nvme; i++)
 		free(c->nvme[i]);
 	c->n_nvme = 0;
+	for (unsigned i = 0; i < c->n_pfs; i++)
+		free(c->remote_path[i]);
+	c->n_pfs = 0;
 }

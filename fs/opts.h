@@ -14,14 +14,17 @@
 
 #include "tb.h"
 
-#define FS_MAX_NVME TB_MAX_DEVS
+#define FS_MAX_NVME (TB_MAX_DEVS - FS_MAX_REMOTES)
+#define FS_MAX_REMOTES 4
 
 struct fs_config {
 	/* as given: strings from -o and the file, NULL when unset */
 	char *dram_s, *nvme_s, *block_s, *meta_s, *threads_s, *engine_s, *dirty_s, *qd_s;
 	char *flush_delay_s, *sync_interval_s, *config_file, *logfile, *log_level_s;
-	char *remote_s, *endpoint_s, *region_s, *s3_addressing_s, *remote_timeout_s;
+	char *remote_s; /* one or more, separated by ';' (remote= may be repeated) */
+	char *endpoint_s, *region_s, *s3_addressing_s, *remote_timeout_s;
 	char *nvme_bw_s, *nvme_cap_s, *remote_bw_s, *remote_cap_s;
+	char *s3_bw_s, *s3_cap_s, *pfs_bw_s, *pfs_cap_s;
 	char *s3_key, *s3_secret, *s3_token; /* from the file's [s3] or AWS_* only */
 	char *source, *mountpoint;
 	int no_default_permissions;
@@ -38,15 +41,17 @@ struct fs_config {
 	int log_level;
 	bool default_nvme; /* the folder is ours to create */
 	/* persistent devices: the nvme folders, then the remote tier if any */
-	struct tb_dev_spec devs[FS_MAX_NVME + 1];
+	struct tb_dev_spec devs[FS_MAX_NVME + FS_MAX_REMOTES];
 	unsigned n_devs;
-	enum tb_kind remote_kind;
-	bool has_remote;
-	char *remote_path;   /* pfs folder */
+	bool has_s3;
+	char *remote_path[FS_MAX_REMOTES]; /* pfs folders */
+	unsigned n_pfs;
 	char *s3_bucket, *s3_prefix;
 	struct tb_s3_config s3;
 };
 
+/* Add one remote= value (repeatable) to the list. */
+int fs_config_add_remote(struct fs_config *c, const char *value);
 /* Parse a size: digits with an optional K, M, G or T (powers of 1024). */
 int fs_parse_size(const char *s, size_t *out);
 /* Read the INI file into the fields -o left unset. */

@@ -1663,6 +1663,10 @@ int tb_open(const struct tb_config *cfg, const struct tb_owner *owner, struct tb
 					    cfg->queue_depth, sp->bw, sp->cap, &s->arena, err, errlen);
 		if (ret < 0)
 			goto fail;
+		for (unsigned j = 0; j < i; j++)
+			if (strcmp(s->dev[j]->name, s->dev[i]->name) == 0) /* a second pfs */
+				snprintf(s->dev[i]->name, sizeof(s->dev[i]->name), "%s%u",
+					 s->dev[i]->kind, i);
 		s->n_devs++;
 	}
 	s->wb_max = (uint64_t)s->n_devs * cfg->queue_depth;

@@ -74,7 +74,7 @@ int dev_init_common(struct tb_dev *d, const char *kind, unsigned index, size_t b
 	d->tokens = (double)bw_cap * BURST_NS / 1e9;
 	d->tokens_ns = dev_now_ns();
 	d->health = DEV_UP;
-	/* nvme folders are numbered; there is one remote tier, named by its kind. */
+	/* nvme folders are numbered; remotes are named by kind (s3, pfs, pfs2...). */
 	if (strcmp(kind, "nvme") == 0)
 		snprintf(d->name, sizeof(d->name), "%s%u", kind, index);
 	else

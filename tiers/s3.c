@@ -528,6 +528,7 @@ static int s3_open_error(struct s3_priv *p, struct s3_xfer *x, const char *what,
 			 size_t errlen)
 {
 	char code[64], why[CURL_ERROR_SIZE + 64];
+	const char *hint = "";
 
 	if (x->code != CURLE_OK) {
 		s3_describe(x, why, sizeof(why));
@@ -554,11 +555,12 @@ static int s3_open_error(struct s3_priv *p, struct s3_xfer *x, const char *what,
 		return -EACCES;
 	}
 	s3_describe(x, why, sizeof(why));
+	if (!code[0])
+		hint = " (no S3 error code: is endpoint= an S3 server?)";
+	else if (x->status == 301 || !strcmp(code, "AuthorizationHeaderMalformed"))
+		hint = " (is region= the bucket's region?)";
 	snprintf(err, errlen, "s3 bucket %s at %s: %s failed: %s%s", p->bucket, p->endpoint, what,
-		 why,
-		 x->status == 301 || !strcmp(code, "AuthorizationHeaderMalformed")
-		     ? " (is region= the bucket's region?)"
-		     : "");
+		 why, hint);
 	return -EIO;
 }
 
