@@ -53,6 +53,7 @@ struct fs {
 	struct fs_inode **itab;
 	size_t itab_mask;
 	struct fs_counters cnt; /* atomic adds */
+	bool new_store; /* created by this start: removed again if the start fails */
 };
 
 #define FS_COUNT(fs, field, n) __atomic_fetch_add(&(fs)->cnt.field, (n), __ATOMIC_RELAXED)

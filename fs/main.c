@@ -252,6 +252,32 @@ static int owner_sync(void *ctx)
 	return meta_sync(fs->meta);
 }
 
+/* Blocks that reads in flight may pin at once: the DRAM tier's floor. */
+static unsigned max_pinned(const struct fs_config *c, size_t bs)
+{
+	return c->threads * READS_PINNED_PER_THREAD *
+	       (unsigned)((1U << 20) / bs > 1 ? (1U << 20) / bs : 1);
+}
+
+/*
+ * What can be checked before the store is touched, so that a refused start
+ * creates nothing. (The store's block size, if it exists, is checked again.)
+ */
+static int precheck(const struct fs_config *c, char *err, size_t errlen)
+{
+	uint64_t need = ((uint64_t)max_pinned(c, c->block) + 16) * c->block;
+
+	if (c->dram < need) {
+		snprintf(err, errlen,
+			 "dram=%zuM is too small: with block=%zuK and threads=%u it needs at least "
+			 "%lluM",
+			 c->dram >> 20, c->block >> 10, c->threads,
+			 (unsigned long long)((need + (1 << 20) - 1) >> 20));
+		return -EINVAL;
+	}
+	return 0;
+}
+
 static int open_stores(struct fs *fs, char *err, size_t errlen)
 {
 	struct fs_config *c = fs->cfg;
@@ -267,6 +293,7 @@ static int open_stores(struct fs *fs, char *err, size_t errlen)
 			errlen);
 	if (ret)
 		return ret;
+	fs->new_store = meta_is_new(fs->meta);
 	fs->bs = bs;
 	tc.block_size = bs;
 	tc.dram_bytes = c->dram;
@@ -279,8 +306,7 @@ static int open_stores(struct fs *fs, char *err, size_t errlen)
 	tc.queue_depth = c->queue_depth;
 	tc.flush_delay_ms = c->flush_delay_ms;
 	tc.sync_interval_ms = c->sync_interval_ms;
-	tc.max_pinned = c->threads * READS_PINNED_PER_THREAD *
-			(unsigned)((1U << 20) / bs > 1 ? (1U << 20) / bs : 1);
+	tc.max_pinned = max_pinned(c, bs);
 	ret = tb_open(&tc, &owner, &fs->tb, err, errlen);
 	if (ret)
 		return ret;
@@ -311,16 +337,24 @@ static int open_stores(struct fs *fs, char *err, size_t errlen)
 	return meta_sync(fs->meta);
 }
 
-static void close_stores(struct fs *fs)
+/* failed: the start did not finish, so a store it created is removed again. */
+static void close_stores(struct fs *fs, bool failed)
 {
+	bool discard = failed && fs->new_store;
+
 	if (fs->tb) {
-		if (fs->meta)
+		if (discard)
+			tb_forget_identity(fs->tb);
+		if (fs->meta && !discard)
 			fs_iflush_all(fs);
 		if (tb_close(fs->tb))
 			log_err("errors while writing back at unmount; see above");
 		fs->tb = NULL;
 	}
-	meta_close(fs->meta);
+	if (discard)
+		meta_discard(fs->meta);
+	else
+		meta_close(fs->meta);
 	fs->meta = NULL;
 }
 
@@ -398,12 +432,12 @@ static int run(struct fs *fs, struct fuse_session *se, struct fuse_cmdline_opts 
 	}
 	fuse_session_unmount(se);
 	fuse_remove_signal_handlers(se);
-	close_stores(fs);
+	close_stores(fs, false);
 	log_info("unmounted %s", c->mountpoint);
 	return ret < 0 ? 1 : 0;
 fail:
 	fprintf(stderr, "tensorfs: %s\n", err[0] ? err : strerror(-ret));
-	close_stores(fs);
+	close_stores(fs, true);
 	report(report_fd, 1);
 	return 1;
 }
@@ -464,7 +498,7 @@ int main(int argc, char *argv[])
 		goto fail;
 	if (cfg.config_file && fs_config_load_file(&cfg, cfg.config_file, err, sizeof(err)) < 0)
 		goto fail;
-	if (fs_config_resolve(&cfg, err, sizeof(err)) < 0)
+	if (fs_config_resolve(&cfg, err, sizeof(err)) < 0 || precheck(&cfg, err, sizeof(err)) < 0)
 		goto fail;
 	log_set_level((enum log_level)cfg.log_level);
 

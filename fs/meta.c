@@ -42,6 +42,8 @@ struct fs_meta {
 	MDB_dbi inode, dirent, dircook, bmap, block, xattr, symlink, info;
 	int lock_fd;
 	bool locked; /* we hold the flock, so the pid in the file is ours */
+	bool created; /* this open made the store */
+	char dir[4096];
 	uint64_t next_ino;   /* atomic */
 	uint64_t next_block; /* atomic */
 };
@@ -222,6 +224,7 @@ static int check_format(struct fs_meta *m, MDB_txn *txn, size_t *block_size, boo
 			return mdb_err(rc);
 		}
 		memcpy(store_id, f.store_id, 40);
+		m->created = true;
 		return 0;
 	}
 	if (rc || v.mv_size != sizeof(f)) {
@@ -257,6 +260,7 @@ int meta_open(struct fs_meta **out, const char *dir, size_t *block_size, bool bl
 	if (!m)
 		return -ENOMEM;
 	m->lock_fd = -1;
+	snprintf(m->dir, sizeof(m->dir), "%s", dir);
 	if (mkdir(dir, 0700) < 0 && errno != EEXIST) {
 		snprintf(err, errlen, "meta folder %s: %s", dir, strerror(errno));
 		ret = -errno;
@@ -329,6 +333,26 @@ void meta_close(struct fs_meta *m)
 		close(m->lock_fd);
 	}
 	free(m);
+}
+
+bool meta_is_new(const struct fs_meta *m)
+{
+	return m->created;
+}
+
+void meta_discard(struct fs_meta *m)
+{
+	char path[4200];
+	static const char *const files[] = {"data.mdb", "lock.mdb", "lock"};
+
+	if (!m)
+		return;
+	for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+		snprintf(path, sizeof(path), "%s/%s", m->dir, files[i]);
+		unlink(path);
+	}
+	rmdir(m->dir); /* only if we left it empty */
+	meta_close(m);
 }
 
 int meta_sync(struct fs_meta *m)

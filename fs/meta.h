@@ -60,6 +60,10 @@ struct fs_meta;
 int meta_open(struct fs_meta **out, const char *dir, size_t *block_size, bool block_given,
 	      uid_t root_uid, gid_t root_gid, char store_id[40], char *err, size_t errlen);
 void meta_close(struct fs_meta *m);
+/* True when meta_open created the store. */
+bool meta_is_new(const struct fs_meta *m);
+/* Close and delete a store this start created, after a failed start. */
+void meta_discard(struct fs_meta *m);
 int meta_sync(struct fs_meta *m);
 
 int meta_begin(struct fs_meta *m, bool write, MDB_txn **txn);

@@ -1676,8 +1676,15 @@ int tb_open(const struct tb_config *cfg, const struct tb_owner *owner, struct tb
 	*out = s;
 	return 0;
 fail:
+	tb_forget_identity(s);
 	tb_close(s);
 	return ret;
+}
+
+void tb_forget_identity(struct tb_store *s)
+{
+	for (unsigned i = 0; i < s->n_devs; i++)
+		dev_forget_identity(s->dev[i]);
 }
 
 int tb_mark_used(struct tb_store *s, uint64_t loc)

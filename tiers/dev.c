@@ -325,6 +325,13 @@ void dev_close(struct tb_dev *d)
 	free(d);
 }
 
+void dev_forget_identity(struct tb_dev *d)
+{
+	if (d->id_path[0])
+		unlink(d->id_path);
+	d->id_path[0] = 0;
+}
+
 int dev_sync(struct tb_dev *d)
 {
 	return d->eng->sync ? d->eng->sync(d) : 0;
@@ -488,6 +495,7 @@ static int check_identity(struct tb_dev *d, const char *dir, const char *store_i
 		return -errno;
 	}
 	fprintf(f, "tensorfs-dev store=%s index=%u kind=%s\n", store_id, d->index, d->kind);
+	snprintf(d->id_path, sizeof(d->id_path), "%s", path);
 	if (fflush(f) != 0 || fsync(fileno(f)) != 0) {
 		dev_err(err, errlen, "folder %s: cannot write " ID_NAME, dir, errno);
 		fclose(f);

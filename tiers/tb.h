@@ -146,6 +146,8 @@ int tb_open(const struct tb_config *cfg, const struct tb_owner *owner, struct tb
 int tb_mark_used(struct tb_store *s, uint64_t loc);
 /* Start the I/O and flusher threads. */
 int tb_start(struct tb_store *s);
+/* A failed start: undo the device identities this open created. */
+void tb_forget_identity(struct tb_store *s);
 /* Write back everything, sync, stop the threads and free the store. */
 int tb_close(struct tb_store *s);
 

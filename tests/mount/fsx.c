@@ -292,54 +292,65 @@ static void hexdump(const char *label, const uint8_t *p, uint64_t off, uint64_t 
 	fprintf(stderr, "\n");
 }
 
-/* Say where the bytes read in error may have come from. */
-static void explain_bytes(const uint8_t *got, uint64_t off, uint64_t avail)
+static bool all_zero(const uint8_t *p, uint64_t n)
 {
-	uint64_t aligned = (off + 7) & ~7ULL;
-	uint64_t word;
-	bool zero = true;
+	for (uint64_t i = 0; i < n; i++)
+		if (p[i])
+			return false;
+	return true;
+}
 
-	for (uint64_t i = 0; i < avail && i < 16; i++)
-		zero = zero && got[i] == 0;
-	if (zero) {
+/*
+ * Say where the bytes read in error may have come from: zeros, an earlier
+ * write to the same offset, or data the model holds elsewhere. buf holds
+ * len bytes read at file offset off; the first bad byte is at bad.
+ */
+static void explain_bytes(const uint8_t *buf, uint64_t off, uint64_t len, uint64_t bad)
+{
+	/* the pattern word that holds the bad byte, if it was read whole */
+	uint64_t w_off = bad & ~7ULL;
+	const uint8_t *probe;
+	uint64_t probe_len;
+
+	if (w_off < off)
+		w_off += 8;
+	probe = buf + (w_off - off);
+	probe_len = w_off < off + len ? off + len - w_off : 0;
+	if (all_zero(buf + (bad - off), off + len - bad < 16 ? off + len - bad : 16)) {
 		fprintf(stderr, "  the bytes read are zeros (a hole or unwritten data?)\n");
 		return;
 	}
-	if (aligned + 8 > off + avail)
+	if (probe_len < 8 || all_zero(probe, 8))
 		return;
-	memcpy(&word, got + (aligned - off), 8);
 	for (uint64_t op = 1; op <= cur_op; op++) {
-		uint64_t w = pattern_word(op_tag(op), aligned >> 3);
-		/* pattern bytes are stored little-end first */
+		uint64_t w = pattern_word(op_tag(op), w_off >> 3);
 		uint8_t b[8];
 
+		/* pattern bytes are stored low byte first */
 		for (int i = 0; i < 8; i++)
 			b[i] = (uint8_t)(w >> (8 * i));
-		if (memcmp(b, &word, 8) == 0) {
+		if (memcmp(b, probe, 8) == 0) {
 			fprintf(stderr,
 				"  the bytes read at %" PRIu64 " were written by operation %" PRIu64
 				" at this same offset (stale data?)\n",
-				aligned, op);
+				w_off, op);
 			return;
 		}
 	}
-	if (avail - (aligned - off) >= 16) {
-		int shown = 0;
+	if (probe_len < 16 || all_zero(probe, 16))
+		return;
+	for (int f = 0, shown = 0; f < cfg.nfiles && shown < 4; f++) {
+		const uint8_t *m = files[f].model;
+		const uint8_t *end = m + files[f].size;
+		const uint8_t *p = m;
 
-		for (int f = 0; f < cfg.nfiles && shown < 4; f++) {
-			const uint8_t *m = files[f].model;
-			const uint8_t *end = m + files[f].size;
-			const uint8_t *p = m;
-
-			while (shown < 4 && p < end &&
-			       (p = memmem(p, end - p, got + (aligned - off), 16)) != NULL) {
-				fprintf(stderr,
-					"  the 16 bytes read at %" PRIu64
-					" are what the model holds at file %d offset %td\n",
-					aligned, f, p - m);
-				shown++;
-				p++;
-			}
+		while (shown < 4 && p < end && (p = memmem(p, end - p, probe, 16)) != NULL) {
+			fprintf(stderr,
+				"  the 16 bytes read at %" PRIu64
+				" are what the model holds at file %d offset %td\n",
+				w_off, f, p - m);
+			shown++;
+			p++;
 		}
 	}
 }
@@ -372,7 +383,7 @@ static void check_bytes(int f, const uint8_t *got, uint64_t off, uint64_t len, c
 		hexdump("expected", exp + s, off + s, n);
 		hexdump("got", got + s, off + s, n);
 	}
-	explain_bytes(got + first, off + first, len - first);
+	explain_bytes(got, off, len, off + first);
 	die_common(f, off + first);
 }
 

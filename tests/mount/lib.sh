@@ -40,7 +40,7 @@ is_mounted() {
 # tfs_mount [extra -o options] : mount $MNT on $NVME/$META, wait until live.
 tfs_mount() {
 	local opts="nvme=$NVME,meta=$META,dram=${TFS_DRAM:-256M},threads=${TFS_THREADS:-16}"
-	[ $# -gt 0 ] && opts="$opts,$1"
+	[ -n "${1:-}" ] && opts="$opts,$1"
 	"$TENSORFS" -f -o "$opts" "$MNT" >>"$LOG" 2>&1 &
 	TFS_PID=$!
 	local i

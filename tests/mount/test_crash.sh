@@ -274,6 +274,7 @@ for round in $(seq 1 "$ROUNDS"); do
 	echo "round $round: killed after ${delay_ms} ms more, $(count_fsynced "$rlog") files durable"
 
 	tfs_mount
+	echo "   remounted: nvme0 used $(nvme_used)"
 	python3 "$T/crash.py" verify "$MNT" "$rlog" "r$round" ||
 		fail "round $round: fsynced data lost or corrupt after kill -9 (seed $SEED)"
 	python3 "$T/crash.py" verify "$MNT" "$T/stable.log" - ||

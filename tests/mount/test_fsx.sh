@@ -2,11 +2,13 @@
 # fsx on a tensorfs mount: random writes, reads, truncates, fallocates, hole
 # punches, copies and renames, every read compared with fsx's model.
 #
-# The DRAM tier is small next to the files, so blocks are evicted and come
-# back from the nvme tier, and fsx remounts the filesystem every few thousand
-# operations and compares whole files after each remount. Three runs:
+# The DRAM tier (32M, or 20M with 64K blocks) is small next to the four files
+# of up to 16 MiB, so blocks are evicted and come back from the nvme tier;
+# each run must see evictions and reads from nvme0. fsx remounts the
+# filesystem every quarter of its operations and compares whole files after
+# each remount. Three runs of 20,000 operations:
 #   1. buffered I/O, default block size;
-#   2. O_DIRECT, default block size;
+#   2. O_DIRECT (4 KiB aligned, 1 KiB now and then), default block size;
 #   3. buffered I/O, block=64K, on a fresh filesystem (many more blocks).
 #
 # fsx asks for a remount through a FIFO: this shell owns the daemon, so the
@@ -24,6 +26,7 @@ REMOUNT_EVERY=$((FSX_OPS / 4))
 SEED0=${FSX_SEED:-$(((RANDOM << 15 | RANDOM) % 1000000000))}
 FSX_PID=""
 MOUNT_OPTS=""
+EVICTIONS=0
 
 tfs_extra_cleanup() {
 	# release a remount helper blocked on the FIFO, then stop fsx
@@ -61,7 +64,9 @@ mount_fs() {
 
 # Called with fsx's remount request pending.
 serve_remount() {
-	local rc=0
+	local rc=0 ev
+	ev=$(tfs_stat_json cache evictions) || fail "no stats before remount"
+	EVICTIONS=$((EVICTIONS + ev))
 	tfs_umount || rc=$?
 	if [ $rc -ne 0 ]; then
 		echo fail >"$ACK"
@@ -73,8 +78,11 @@ serve_remount() {
 
 # run_fsx NAME SEED FSX-ARGS... : fsx in $MNT/NAME, serving its remounts.
 run_fsx() {
-	local name=$1 seed=$2 rc=0 remounts=0
+	local name=$1 seed=$2 rc=0 remounts=0 ev
 	shift 2
+	# count from here: the mount may have served an earlier run
+	ev=$(tfs_stat_json cache evictions) || fail "no stats"
+	EVICTIONS=$((-ev))
 	mkdir "$MNT/$name" || fail "mkdir $MNT/$name"
 	echo "== fsx $name: seed $seed, mount options: $MOUNT_OPTS"
 	exec 3<>"$REQ"
@@ -92,6 +100,8 @@ run_fsx() {
 	FSX_PID=""
 	[ $rc -eq 0 ] || fail "fsx $name failed (exit $rc), seed $seed; rerun with FSX_SEED=$SEED0"
 	[ $remounts -ge 3 ] || fail "fsx $name asked for $remounts remounts, expected at least 3"
+	echo "   $name: $remounts remounts, $EVICTIONS evictions before them"
+	[ "$EVICTIONS" -gt 0 ] || fail "fsx $name: the cache never evicted; the run missed its point"
 }
 
 # Evidence that the run went through the nvme tier, not only through DRAM.
@@ -119,8 +129,10 @@ run_fsx direct "$((SEED0 + 1))" --files 4 --direct
 check_tiers "direct run"
 tfs_umount || fail "tensorfs exited $? after unmount"
 
-# A fresh filesystem with 64 KiB blocks.
+# A fresh filesystem with 64 KiB blocks, and DRAM to match.
+TFS_DRAM=20M
 NVME="$T/nvme-64k"
+# shellcheck disable=SC2034 # read by tfs_mount
 META="$T/meta-64k"
 mkdir -p "$NVME"
 MOUNT_OPTS="block=64K"

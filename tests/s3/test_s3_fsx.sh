@@ -1,0 +1,140 @@
+#!/bin/bash
+# fsx over the remote tiers: random writes, reads, truncates, fallocates,
+# hole punches, copies and renames, every read compared with fsx's model,
+# with remounts that make every block come back from its tier. Four
+# filesystems, each fresh:
+#   1. s3 as the only persistent tier (nvme=none);
+#   2. a pfs folder as the only persistent tier;
+#   3. nvme and s3 together;
+#   4. nvme and a pfs folder together.
+# A mount takes one remote tier, s3 or a folder, so s3 and pfs together are
+# not a configuration yet.
+#
+# DRAM is small next to the files, so blocks are also evicted and loaded
+# between remounts. Seeds come from FSX_SEED, or are drawn here, and are
+# printed; FSX_OPS sets the length of each run (default 4000).
+
+. "$(dirname "$0")/lib_s3.sh"
+
+: "${FSX:?FSX must name the fsx binary}"
+[ -x "$FSX" ] || skip "no fsx binary at $FSX"
+
+FSX_OPS=${FSX_OPS:-4000}
+REMOUNT_EVERY=$((FSX_OPS / 4))
+SEED0=${FSX_SEED:-$(((RANDOM << 15 | RANDOM) % 1000000000))}
+FSX_PID=""
+MOUNT_OPTS=""
+
+s3_test_cleanup() {
+	# release a remount helper blocked on the FIFO, then stop fsx
+	if [ -p "$ACK" ]; then
+		exec 4<>"$ACK"
+		echo fail >&4
+		exec 4>&-
+	fi
+	if [ -n "$FSX_PID" ]; then
+		kill "$FSX_PID" 2>/dev/null
+		wait "$FSX_PID" 2>/dev/null
+	fi
+}
+
+REQ="$T/remount.req"
+ACK="$T/remount.ack"
+mkfifo "$REQ" "$ACK"
+cat >"$T/remount.sh" <<EOF
+#!/bin/sh
+# Asked by fsx (its files closed): have the test shell remount, wait for it.
+echo remount >"$REQ" || exit 1
+read -r answer <"$ACK" || exit 1
+[ "\$answer" = ok ]
+EOF
+chmod +x "$T/remount.sh"
+
+serve_remount() {
+	local rc=0
+	tfs_umount || rc=$?
+	if [ $rc -ne 0 ]; then
+		echo fail >"$ACK"
+		fail "tensorfs exited $rc after unmount (opts $MOUNT_OPTS)"
+	fi
+	tfs_mount "$MOUNT_OPTS"
+	echo ok >"$ACK"
+}
+
+# run_fsx NAME SEED : fsx in $MNT/NAME, serving its remounts.
+run_fsx() {
+	local name=$1 seed=$2 rc=0 remounts=0
+	mkdir "$MNT/$name" || fail "mkdir $MNT/$name"
+	echo "== fsx $name: seed $seed, mount options: $MOUNT_OPTS"
+	exec 3<>"$REQ"
+	"$FSX" --seed "$seed" --ops "$FSX_OPS" --remount-cmd "$T/remount.sh" \
+		--remount-every "$REMOUNT_EVERY" --check-every 1000 --files 3 --max-size 16M \
+		"$MNT/$name" 3<&- &
+	FSX_PID=$!
+	while kill -0 "$FSX_PID" 2>/dev/null; do
+		if read -r -t 1 -u 3 _; then
+			serve_remount
+			remounts=$((remounts + 1))
+		fi
+	done
+	exec 3<&-
+	wait "$FSX_PID" || rc=$?
+	FSX_PID=""
+	[ $rc -eq 0 ] || fail "fsx $name failed (exit $rc), seed $seed; rerun with FSX_SEED=$SEED0"
+	[ $remounts -ge 3 ] || fail "fsx $name asked for $remounts remounts, expected at least 3"
+}
+
+# check_tier NAME: since the last remount, blocks came back from tier NAME,
+# and no tier counted an error.
+check_tier() {
+	local tier=$1 rb t
+	rb=$(tfs_stat_json tiers "$tier" read_bytes) || fail "no stats for tier $tier"
+	echo "   $tier: read_bytes $rb, used $(tfs_stat_json tiers "$tier" used)," \
+		"cache evictions $(tfs_stat_json cache evictions)"
+	[ "$rb" -gt 0 ] || fail "nothing was read back from $tier"
+	for t in $(python3 -c 'import json,sys; print(*json.load(open(sys.argv[1]))["tiers"])' \
+		"$MNT/.tensorfs/stats"); do
+		[ "$(tfs_stat_json tiers "$t" errors)" -eq 0 ] || fail "errors on tier $t"
+	done
+	[ "$(tfs_stat_json tiers "$tier" state)" = up ] || fail "tier $tier is not up"
+}
+
+# fresh_fs NAME OPTIONS: a new filesystem (metadata, nvme folder) with OPTIONS.
+fresh_fs() {
+	META="$T/meta-$1"
+	NVME="$T/nvme-$1"
+	mkdir -p "$NVME"
+	MOUNT_OPTS=$2
+	tfs_mount "$MOUNT_OPTS"
+}
+
+echo "fsx seeds: $SEED0 .. $((SEED0 + 3)), $FSX_OPS operations each"
+export TFS_DRAM=32M TFS_THREADS=4
+s3_start
+mkdir -p "$T/pfs-only" "$T/pfs-nvme"
+
+fresh_fs s3 "nvme=none,$(s3_mount_opts fsx-s3)"
+run_fsx s3-only "$SEED0"
+check_tier s3
+tfs_umount || fail "tensorfs exited $? after unmount"
+
+fresh_fs pfs "nvme=none,remote=$T/pfs-only"
+run_fsx pfs-only "$((SEED0 + 1))"
+check_tier pfs
+tfs_umount || fail "tensorfs exited $? after unmount"
+
+fresh_fs nvme-s3 "$(s3_mount_opts fsx-nvme-s3)"
+run_fsx nvme-s3 "$((SEED0 + 2))"
+check_tier s3
+check_tier nvme0
+tfs_umount || fail "tensorfs exited $? after unmount"
+
+fresh_fs nvme-pfs "remote=$T/pfs-nvme"
+run_fsx nvme-pfs "$((SEED0 + 3))"
+check_tier pfs
+check_tier nvme0
+tfs_umount || fail "tensorfs exited $? after unmount"
+
+s3_secret_leaks "$LOG"
+echo "PASS: fsx on s3, pfs, nvme+s3 and nvme+pfs (seeds $SEED0 .. $((SEED0 + 3)))"
+exit 0
