@@ -424,6 +424,27 @@ static void make_dirty(struct tb_store *s, struct tb_entry *e)
 
 /* ---- I/O completions (device threads) ---- */
 
+/* Pin e once for each waiter, handing each its reference. Lock held. */
+static void pin_waiters(struct tb_store *s, struct tb_entry *e, struct tb_waiter *w)
+{
+	for (; w; w = w->next) {
+		e->pins++;
+		w->ref.e = e;
+		w->ref.data = slot_data(s, e);
+	}
+}
+
+/* Tell the waiters; the list is theirs from here. No lock held. */
+static void call_waiters(struct tb_waiter *w, int err)
+{
+	while (w) {
+		struct tb_waiter *next = w->next;
+
+		w->fn(w, err);
+		w = next;
+	}
+}
+
 static void read_done(struct tb_io *r, int err)
 {
 	struct tb_entry *e = (struct tb_entry *)((char *)r - offsetof(struct tb_entry, req));
@@ -449,20 +470,11 @@ static void read_done(struct tb_io *r, int err)
 			entry_free(s, e);
 	} else {
 		e->state = ES_CLEAN;
-		for (struct tb_waiter *x = w; x; x = x->next) {
-			e->pins++;
-			x->ref.e = e;
-			x->ref.data = slot_data(s, e);
-		}
+		pin_waiters(s, e, w);
 	}
 	pthread_cond_broadcast(&s->state_cv);
 	pthread_mutex_unlock(&s->lock);
-	while (w) {
-		struct tb_waiter *next = w->next;
-
-		w->fn(w, err);
-		w = next;
-	}
+	call_waiters(w, err);
 }
 
 static void write_done(struct tb_io *r, int err)
@@ -534,14 +546,9 @@ static int start_load(struct tb_store *s, struct tb_entry *e, uint64_t obj, uint
 	entry_unhash(s, e);
 	entry_free(s, e);
 	pthread_cond_broadcast(&s->state_cv);
-	while (w) {
-		struct tb_waiter *next = w->next;
-
-		pthread_mutex_unlock(&s->lock);
-		w->fn(w, ret);
-		pthread_mutex_lock(&s->lock);
-		w = next;
-	}
+	pthread_mutex_unlock(&s->lock);
+	call_waiters(w, ret);
+	pthread_mutex_lock(&s->lock);
 	return ret;
 }
 
@@ -624,19 +631,11 @@ static void wake_waiters(struct tb_store *s, struct tb_entry *e, int err)
 	struct tb_waiter *w = e->waiters;
 
 	e->waiters = NULL;
-	for (struct tb_waiter *x = w; x && !err; x = x->next) {
-		e->pins++;
-		x->ref.e = e;
-		x->ref.data = slot_data(s, e);
-	}
+	if (!err)
+		pin_waiters(s, e, w);
 	pthread_cond_broadcast(&s->state_cv);
 	pthread_mutex_unlock(&s->lock);
-	while (w) {
-		struct tb_waiter *next = w->next;
-
-		w->fn(w, err);
-		w = next;
-	}
+	call_waiters(w, err);
 	pthread_mutex_lock(&s->lock);
 }
 

@@ -10,8 +10,8 @@
 # A mount takes one remote tier, s3 or a folder, so s3 and pfs together are
 # not a configuration yet.
 #
-# DRAM is small next to the files, so blocks are also evicted and loaded
-# between remounts. Seeds come from FSX_SEED, or are drawn here, and are
+# After each remount fsx compares every file whole, so every block is read
+# back from its tier. Seeds come from FSX_SEED, or are drawn here, and are
 # printed; FSX_OPS sets the length of each run (default 4000).
 
 . "$(dirname "$0")/lib_s3.sh"
@@ -68,7 +68,7 @@ run_fsx() {
 	echo "== fsx $name: seed $seed, mount options: $MOUNT_OPTS"
 	exec 3<>"$REQ"
 	"$FSX" --seed "$seed" --ops "$FSX_OPS" --remount-cmd "$T/remount.sh" \
-		--remount-every "$REMOUNT_EVERY" --check-every 1000 --files 3 --max-size 16M \
+		--remount-every "$REMOUNT_EVERY" --check-every 1000 --files 3 --max-size 8M \
 		"$MNT/$name" 3<&- &
 	FSX_PID=$!
 	while kill -0 "$FSX_PID" 2>/dev/null; do
@@ -109,7 +109,7 @@ fresh_fs() {
 }
 
 echo "fsx seeds: $SEED0 .. $((SEED0 + 3)), $FSX_OPS operations each"
-export TFS_DRAM=32M TFS_THREADS=4
+export TFS_DRAM=96M TFS_THREADS=8
 s3_start
 mkdir -p "$T/pfs-only" "$T/pfs-nvme"
 
