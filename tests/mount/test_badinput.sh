@@ -163,6 +163,28 @@ printf '[tensorfs]\nfrobnicate = 1\n' >"$T/badkey.ini"
 next_case; reject "config file with an unknown key" 'frobnicate' "$CM" \
 	-o "$OK_OPTS,config=$T/badkey.ini" "$CM"
 
+# Remote tiers and caps.
+next_case; reject "missing remote folder" 'no-such-pfs' "$CM" \
+	-o "$OK_OPTS,remote=$T/no-such-pfs" "$CM"
+next_case; reject "remote that is neither s3 nor a folder" 'remote' "$CM" \
+	-o "$OK_OPTS,remote=ftp://x" "$CM"
+next_case; reject "bad nvme_bw" 'nvme_bw' "$CM" -o "$OK_OPTS,nvme_bw=fast" "$CM"
+next_case; reject "s3 without credentials" 'credential|AWS_' "$CM" \
+	-o "$OK_OPTS,remote=s3://bucket/p" "$CM"
+next_case; reject "endpoint without remote" 'endpoint|remote' "$CM" \
+	-o "$OK_OPTS,endpoint=http://127.0.0.1:1" "$CM"
+
+# A start refused after the store could have been made leaves nothing: not
+# the metadata store, and no device identity that a later start would trip on.
+mkdir -p "$T/fresh-nvme"
+: >"$T/pfs-file" # a remote "folder" that is a file is only found out when opened
+next_case; reject "fresh store, remote refused" 'pfs-file|not a directory' "$CM" \
+	-o "nvme=$T/fresh-nvme,meta=$T/fresh-meta,dram=256M,remote=$T/pfs-file" "$CM"
+next_case; reject "fresh store, dram too small" 'dram' "$CM" \
+	-o "nvme=$T/fresh-nvme,meta=$T/fresh-meta,dram=24M,block=4M" "$CM"
+[ ! -e "$T/fresh-meta/data.mdb" ] || bad "a refused start left a metadata store in $T/fresh-meta"
+[ ! -e "$T/fresh-nvme/tensorfs.dev" ] || bad "a refused start left $T/fresh-nvme/tensorfs.dev"
+
 # A second daemon on a metadata folder in use.
 tfs_mount
 head -c 3000000 /dev/urandom >"$T/before"
