@@ -285,7 +285,18 @@ void fs_ctl_read(fuse_req_t req, size_t size, off_t off, struct fuse_file_info *
 	}
 	if (size > b->len - (size_t)off)
 		size = b->len - (size_t)off;
-	fuse_reply_buf(req, b->data + off, size);
+	/*
+	 * Reply from a copy: once the kernel has the reply, a concurrent
+	 * release may free b while this thread is still returning from writev.
+	 */
+	char *copy = malloc(size);
+	if (!copy) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	memcpy(copy, b->data + off, size);
+	fuse_reply_buf(req, copy, size);
+	free(copy);
 }
 
 void fs_ctl_release(fuse_req_t req, struct fuse_file_info *fi)

@@ -408,10 +408,15 @@ double dev_weight(struct tb_dev *d)
 	} else if (d->health == DEV_DOWN) {
 		w = 1; /* probing: the smallest share until it answers */
 	} else {
-		/* Unmeasured devices start equal; a cap bounds what was measured. */
-		w = d->bw_measured > 0 ? d->bw_measured : 1e9;
-		if (d->bw_cap && (double)d->bw_cap < w)
+		/*
+		 * A cap from the config wins over the measure: when the writer is
+		 * the bottleneck, a device's measured rate is only the share it was
+		 * sent. Unmeasured devices start equal.
+		 */
+		if (d->bw_cap)
 			w = (double)d->bw_cap;
+		else
+			w = d->bw_measured > 0 ? d->bw_measured : 1e9;
 	}
 	pthread_mutex_unlock(&d->lock);
 	return w;

@@ -1,23 +1,17 @@
 /*
  * s3.c - the s3 device: blocks as objects in an S3 bucket, moved by libcurl.
  *
- * Each slot is one object, <prefix>/<store id>/blk/<slot as 16 hex digits>,
- * written whole by PUT and read back by a ranged GET. The store id keeps the
- * stores of many nodes and mounts apart in one bucket. The object
- * <prefix>/<store id>/tensorfs.dev binds the key space to the store and to
- * the device's position, as a slab folder's tensorfs.dev does. Freed slots
- * are not deleted: the next write of the slot overwrites its object.
- *
- * One engine thread drives a libcurl multi handle over a fixed pool of easy
- * handles, so connections are reused, and waits in curl_multi_poll on the
- * sockets and the device's wake eventfd. libcurl signs every request with
- * SigV4. A request that meets a 5xx, 429 or 408 answer, a timeout or a
- * connection error is tried again after an exponential backoff with jitter,
- * until timeout_ms has passed since it was taken; then it fails with EIO.
- * While the device is down a write is tried once (the flusher places it on
- * another device), and a HEAD of the identity object every two seconds
- * tells when the endpoint is back. A completed PUT is durable: sync is a
- * no-op.
+ * Slot n is the object <prefix>/<store id>/blk/<n as 16 hex digits>, written
+ * whole by PUT and read by a ranged GET; the store id keeps the stores of
+ * many nodes apart in one bucket, and <prefix>/<store id>/tensorfs.dev binds
+ * the keys to the store and the device position. Freed slots are not
+ * deleted: the next write of a slot overwrites its object. One thread runs a
+ * libcurl multi handle over a fixed pool of easy handles (connections are
+ * reused); libcurl signs with SigV4. A 5xx, 429 or 408 answer, a timeout or
+ * a connection error is retried with exponential backoff and jitter until
+ * timeout_ms after the request was taken, then fails with EIO. While the
+ * device is down, writes get one try (the flusher places them elsewhere) and
+ * a HEAD every two seconds tells when it is back. A completed PUT is durable.
  */
 #include "dev.h"
 #include "log.h"
@@ -43,7 +37,7 @@
 #define S3_ID_OBJ "tensorfs.dev"
 #define S3_CHECK_OBJ "tensorfs.write-check"
 #define S3_BLK_DIR "blk/"
-#define S3_ID_MAX 160
+#define S3_ID_MAX 160 /* the one line of tensorfs.dev */
 #define S3_BACKOFF_MIN_MS 50
 #define S3_BACKOFF_MAX_MS 2000
 #define S3_CONNECT_TIMEOUT_MS 3000 /* per attempt, so a lost SYN is tried again */
@@ -52,8 +46,12 @@
 #define S3_RECV_BUFFER (512L << 10)
 #define S3_SEND_BUFFER (1L << 20)
 #define S3_LOG_INTERVAL_S 10
+#define S3_DOWN_AFTER_NO_SERVER 3 /* attempts in a row that found no server */
+#define S3_TAKE_MAX 64		  /* requests taken at once, at most one per idle handle */
+#define XORSHIFT64_MULT 2685821657736338717ULL
 #define SHA256_HEX_LEN (2 * SHA256_DIGEST_LENGTH)
 #define NS_PER_MS 1000000ULL
+#define NS_PER_SEC 1000000000ULL
 
 enum s3_method { S3_GET, S3_PUT, S3_HEAD, S3_DELETE };
 
@@ -107,8 +105,9 @@ struct s3_priv {
 	struct s3_xfer probe; /* health probe, and the checks at open */
 	bool probing;
 	uint64_t next_probe_ns;
+	unsigned no_server; /* attempts in a row that could not connect */
 	uint64_t rng;
-	long err_log_sec;
+	long err_log_sec[2]; /* reads and writes, rate-limited apart */
 	pthread_t thread;
 };
 
@@ -357,6 +356,16 @@ static void s3_xfer_reset(struct s3_xfer *x)
 	x->len = 0;
 }
 
+/* Append a header line; on failure free the list and return NULL. */
+static struct curl_slist *slist_add(struct curl_slist *h, const char *line)
+{
+	struct curl_slist *n = h ? curl_slist_append(h, line) : NULL;
+
+	if (h && !n)
+		curl_slist_free_all(h);
+	return n;
+}
+
 /*
  * Aim x at key (below the store's key folder) with a method and a body, and
  * sign the payload: its SHA-256 over plain http, UNSIGNED-PAYLOAD over TLS.
@@ -386,16 +395,15 @@ static int s3_xfer_set(struct s3_xfer *x, enum s3_method m, const char *key, con
 		sha256_hex(body, len, sha);
 	else
 		memcpy(sha, p->empty_sha, sizeof(sha));
+	/* No "Expect:" to turn 100-continue off: libcurl 7.88 would sign it empty. */
 	snprintf(hdr, sizeof(hdr), "x-amz-content-sha256: %s", sha);
 	h = curl_slist_append(NULL, hdr);
-	if (h && m == S3_GET) {
+	if (m == S3_GET) {
 		snprintf(hdr, sizeof(hdr), "Range: bytes=0-%zu", len - 1);
-		h = curl_slist_append(h, hdr) ? h : NULL;
+		h = slist_add(h, hdr);
 	}
-	if (h && p->token_hdr && !curl_slist_append(h, p->token_hdr)) {
-		curl_slist_free_all(h);
-		h = NULL;
-	}
+	if (p->token_hdr)
+		h = slist_add(h, p->token_hdr);
 	x->hdrs = h;
 	return h ? 0 : -ENOMEM;
 }
@@ -475,7 +483,7 @@ static uint64_t s3_random(struct s3_priv *p)
 	p->rng ^= p->rng >> 12;
 	p->rng ^= p->rng << 25;
 	p->rng ^= p->rng >> 27;
-	return p->rng * 2685821657736338717ULL;
+	return p->rng * XORSHIFT64_MULT;
 }
 
 /* Exponential backoff with jitter: half the step, plus up to as much again. */
@@ -516,7 +524,7 @@ static enum s3_verdict s3_perform(struct s3_xfer *x, int *err)
 		now = dev_now_ns();
 		if (now + wait >= x->deadline_ns)
 			return v;
-		struct timespec ts = {(time_t)(wait / 1000000000ULL), (long)(wait % 1000000000ULL)};
+		struct timespec ts = {(time_t)(wait / NS_PER_SEC), (long)(wait % NS_PER_SEC)};
 		nanosleep(&ts, NULL);
 	}
 }
@@ -642,15 +650,13 @@ static void s3_log_failure(struct s3_priv *p, struct s3_xfer *x)
 {
 	char why[CURL_ERROR_SIZE + 64];
 
-	if (!log_ratelimit(&p->err_log_sec, S3_LOG_INTERVAL_S))
+	if (!log_ratelimit(&p->err_log_sec[x->method == S3_GET], S3_LOG_INTERVAL_S))
 		return;
 	s3_describe(x, why, sizeof(why));
 	log_err("%s: %s of slot %llu failed after %u attempt%s: %s", p->d->name,
 		x->method == S3_GET ? "GET" : "PUT", (unsigned long long)x->r->slot, x->attempts,
 		x->attempts == 1 ? "" : "s", why);
 }
-
-static void s3_launch(struct s3_priv *p, struct s3_xfer *x);
 
 /* The request on x ended with res (its length, or -errno). */
 static void s3_complete(struct s3_priv *p, struct s3_xfer *x, long res)
@@ -682,13 +688,13 @@ static void s3_launch(struct s3_priv *p, struct s3_xfer *x)
 /* Take what the queue allows onto idle handles and start it. */
 static void s3_take(struct s3_priv *p)
 {
-	struct tb_io *batch[64];
+	struct tb_io *batch[S3_TAKE_MAX];
 	unsigned nidle = 0, n;
 
 	for (struct s3_xfer *x = p->idle; x; x = x->next)
 		nidle++;
-	if (nidle > sizeof(batch) / sizeof(batch[0]))
-		nidle = sizeof(batch) / sizeof(batch[0]);
+	if (nidle > S3_TAKE_MAX)
+		nidle = S3_TAKE_MAX;
 	n = nidle ? dev_take(p->d, batch, nidle) : 0;
 	for (unsigned i = 0; i < n; i++) {
 		struct tb_io *r = batch[i];
@@ -722,6 +728,22 @@ static bool s3_dev_down(struct tb_dev *d)
 	return down;
 }
 
+/*
+ * Attempts that find no server at all take the device down at once, without
+ * waiting for requests to run out of time: writes then go elsewhere and
+ * stop holding connections that reads need.
+ */
+static void s3_count_no_server(struct s3_priv *p, struct s3_xfer *x)
+{
+	if (x->code != CURLE_COULDNT_CONNECT && x->code != CURLE_COULDNT_RESOLVE_HOST) {
+		if (x->code == CURLE_OK)
+			p->no_server = 0;
+		return;
+	}
+	if (++p->no_server == S3_DOWN_AFTER_NO_SERVER)
+		dev_set_health(p->d, false);
+}
+
 /* An attempt of a request ended: finish it, or put it in backoff. */
 static void s3_attempt_done(struct s3_priv *p, struct s3_xfer *x)
 {
@@ -729,6 +751,7 @@ static void s3_attempt_done(struct s3_priv *p, struct s3_xfer *x)
 	uint64_t now, wait;
 	int err;
 
+	s3_count_no_server(p, x);
 	if (x == &p->probe) {
 		p->probing = false;
 		if (s3_judge(x, &err) == S3_DONE)

@@ -9,8 +9,8 @@
 # $T/s3data, so that it can be killed and started again on the same port
 # over the same data. Each test run gets credentials of its own, registered
 # with the server at start, so that a grep for the secret finds nothing but
-# a leak. Exported: S3_ENDPOINT, S3_BUCKET, AWS_ACCESS_KEY_ID,
-# AWS_SECRET_ACCESS_KEY.
+# a leak: $S3_KEY and $S3_SECRET, exported as AWS_ACCESS_KEY_ID and
+# AWS_SECRET_ACCESS_KEY. Also exported: S3_ENDPOINT, S3_BUCKET.
 #
 #   s3_start      start the server (on $S3_PORT when set, else a free port)
 #   s3_stop       stop it (SIGTERM), by pid
@@ -36,9 +36,9 @@ S3_REGION=us-east-1
 S3_START_WAIT=${S3_START_WAIT:-30} # seconds; node starts slowly on a busy machine
 
 # Credentials of this run only; the server knows them from its environment.
-AWS_ACCESS_KEY_ID="TFSKEY$(od -An -N6 -tx1 /dev/urandom | tr -d ' \n' | tr a-f A-F)"
-AWS_SECRET_ACCESS_KEY="tfs-secret-$(od -An -N12 -tx1 /dev/urandom | tr -d ' \n')"
-export AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY
+S3_KEY="TFSKEY$(od -An -N6 -tx1 /dev/urandom | tr -d ' \n' | tr a-f A-F)"
+S3_SECRET="tfs-secret-$(od -An -N12 -tx1 /dev/urandom | tr -d ' \n')"
+export AWS_ACCESS_KEY_ID="$S3_KEY" AWS_SECRET_ACCESS_KEY="$S3_SECRET"
 unset AWS_SESSION_TOKEN
 # The server is local: no proxy in between.
 unset http_proxy https_proxy HTTP_PROXY HTTPS_PROXY all_proxy ALL_PROXY
@@ -53,16 +53,15 @@ require(dir + "/lib/cli").parseAsync(["node", "s3rver", ...process.argv.slice(1)
 '
 
 s3_start() {
-	local i port
+	local port
 	[ -z "$S3_PID" ] || fail "s3_start: s3rver is already running (pid $S3_PID)"
 	mkdir -p "$S3_DATA"
 	: >"$S3_LOG.start"
-	S3RVER_DIR="$S3RVER_DIR" S3_TEST_KEY="$AWS_ACCESS_KEY_ID" \
-		S3_TEST_SECRET="$AWS_SECRET_ACCESS_KEY" \
+	S3RVER_DIR="$S3RVER_DIR" S3_TEST_KEY="$S3_KEY" S3_TEST_SECRET="$S3_SECRET" \
 		node -e "$S3RVER_MAIN" -- -d "$S3_DATA" -a 127.0.0.1 -p "${S3_PORT:-0}" --silent \
 		--configure-bucket "$S3_BUCKET" >"$S3_LOG.start" 2>&1 &
 	S3_PID=$!
-	for i in $(seq 1 $((S3_START_WAIT * 20))); do
+	for _ in $(seq 1 $((S3_START_WAIT * 20))); do
 		port=$(sed -n 's/^S3rver listening on 127\.0\.0\.1:\([0-9]*\)$/\1/p' "$S3_LOG.start")
 		if [ -n "$port" ]; then
 			cat "$S3_LOG.start" >>"$S3_LOG"
@@ -109,7 +108,7 @@ s3_secret_leaks() {
 	local f
 	for f in "$@"; do
 		[ -e "$f" ] || continue
-		if grep -aqF -e "$AWS_SECRET_ACCESS_KEY" -e "$AWS_ACCESS_KEY_ID" "$f"; then
+		if grep -aqF -e "$S3_SECRET" -e "$S3_KEY" "$f"; then
 			fail "credentials appear in $f"
 		fi
 	done

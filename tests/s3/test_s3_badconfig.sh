@@ -41,24 +41,21 @@ expect_refused() {
 		cat "$out" >&2
 		fail "$what: no message matching '$pattern'"
 	}
-	s3_secret_leaks "$out"
-	if grep -qF "wrong-$AWS_SECRET_ACCESS_KEY" "$out"; then
-		fail "$what: the secret appears in the output"
-	fi
+	s3_secret_leaks "$out" # the wrong secrets below hold the right one
 	echo "   $what: exit $rc in $(($(date +%s) - start)) s: $(grep -m1 -- "$pattern" "$out")"
 }
 
 GOOD="$(s3_mount_opts bad)"
 
 expect_refused "wrong secret" "wrong credentials (SignatureDoesNotMatch)" "$GOOD" \
-	AWS_SECRET_ACCESS_KEY="wrong-$AWS_SECRET_ACCESS_KEY"
+	AWS_SECRET_ACCESS_KEY="wrong-$S3_SECRET"
 expect_refused "unknown access key id" "wrong credentials (InvalidAccessKeyId)" "$GOOD" \
-	AWS_ACCESS_KEY_ID="NO$AWS_ACCESS_KEY_ID"
+	AWS_ACCESS_KEY_ID="NO$S3_KEY"
 
 # The same through a config file, mode 600, with no credentials in the environment.
 CONF="$T/tensorfs.conf"
 printf '[s3]\naccess_key_id = %s\nsecret_access_key = wrong-%s\n' \
-	"$AWS_ACCESS_KEY_ID" "$AWS_SECRET_ACCESS_KEY" >"$CONF"
+	"$S3_KEY" "$S3_SECRET" >"$CONF"
 chmod 600 "$CONF"
 expect_refused "wrong secret in a config file" "wrong credentials" "$GOOD,config=$CONF" \
 	-u AWS_ACCESS_KEY_ID -u AWS_SECRET_ACCESS_KEY
