@@ -97,13 +97,13 @@ static json_t *stats_json(struct fs *fs)
 {
 	struct tb_stats *st = calloc(1, sizeof(*st));
 	struct fs_counters c;
-	uint64_t inodes, blocks;
+	uint64_t inodes, blocks, mapped;
 	json_t *root, *tiers, *t;
 
 	if (!st)
 		return NULL;
 	tb_get_stats(fs->tb, st);
-	meta_counts(fs->meta, &inodes, &blocks);
+	meta_counts(fs->meta, &inodes, &blocks, &mapped);
 	memcpy(&c, &fs->cnt, sizeof(c));
 
 	root = json_object();
@@ -176,6 +176,14 @@ static json_t *stats_json(struct fs *fs)
 	json_object_set_new(root, "fuse", f);
 	json_object_set_new(root, "meta", json_pack("{sIsI}", "inodes", (json_int_t)inodes,
 						    "blocks", (json_int_t)blocks));
+	/* Committed blocks: mapped by files (logical) against stored (physical). */
+	json_object_set_new(
+		root, "dedup",
+		json_pack("{sIsIsfsIsI}", "logical_bytes", (json_int_t)(mapped * st->block_size),
+			  "physical_bytes", (json_int_t)(blocks * st->block_size), "ratio",
+			  blocks ? (double)mapped / (double)blocks : 1.0, "hits",
+			  (json_int_t)st->dedup_hits, "verify_mismatches",
+			  (json_int_t)st->dedup_verify_mismatch));
 	free(st);
 	return root;
 }
@@ -199,6 +207,8 @@ static json_t *config_json(struct fs *fs)
 	json_object_set_new(root, "flush_delay_ms", json_integer(c->flush_delay_ms));
 	json_object_set_new(root, "sync_interval_ms", json_integer(c->sync_interval_ms));
 	json_object_set_new(root, "default_permissions", json_boolean(!c->no_default_permissions));
+	static const char *const dedups[] = {"off", "trust", "verify"};
+	json_object_set_new(root, "dedup", json_string(dedups[c->dedup]));
 	if (c->config_file)
 		json_object_set_new(root, "config", json_string(c->config_file));
 	if (c->has_s3) {

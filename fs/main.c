@@ -59,6 +59,7 @@ static const struct fuse_opt tfs_opts[] = {
 	OPT("s3_cap=%s", s3_cap_s),
 	OPT("pfs_bw=%s", pfs_bw_s),
 	OPT("pfs_cap=%s", pfs_cap_s),
+	OPT("dedup=%s", dedup_s),
 	{"no_default_permissions", offsetof(struct fs_config, no_default_permissions), 1},
 	FUSE_OPT_KEY("-h", KEY_HELP),
 	FUSE_OPT_KEY("--help", KEY_HELP),
@@ -107,6 +108,9 @@ static void usage(const char *prog)
 	       "    -o remote_bw=SIZE      cap the remote tier at SIZE bytes per second\n"
 	       "    -o remote_cap=SIZE     store at most SIZE bytes in the remote tier\n"
 	       "    -o s3_bw= s3_cap= pfs_bw= pfs_cap=  the same for one kind of remote\n"
+	       "    -o dedup=MODE          verify (default), trust or off: store a block whose\n"
+	       "                           XXH3-128 hash is already stored as a reference to\n"
+	       "                           it; verify compares the bytes first\n"
 	       "    -o no_default_permissions  do not let the kernel check permissions\n"
 	       "\n"
 	       "SIZE is a number with an optional K, M, G or T suffix (powers of 1024).\n"
@@ -228,12 +232,19 @@ static int owner_commit(void *ctx, const struct tb_commit *c, size_t n)
 
 	if (ret)
 		return ret;
-	for (size_t i = 0; i < n && !ret; i++)
-		ret = meta_bmap_store(fs->meta, txn, c[i].obj, c[i].idx, c[i].loc, &freed);
+	for (size_t i = 0; i < n && !ret; i++) {
+		if (c[i].share_id)
+			ret = meta_bmap_share_block(fs->meta, txn, c[i].obj, c[i].idx,
+						    c[i].share_id, c[i].hash, &freed);
+		else
+			ret = meta_bmap_store(fs->meta, txn, c[i].obj, c[i].idx, c[i].loc,
+					      c[i].hashed ? c[i].hash : NULL, &freed);
+	}
 	if (ret) {
 		meta_abort(txn);
 		locvec_free(&freed);
-		log_err("cannot commit %zu written blocks: %s", n, strerror(-ret));
+		if (ret != -ESTALE)
+			log_err("cannot commit %zu written blocks: %s", n, strerror(-ret));
 		return ret;
 	}
 	ret = meta_commit(txn);
@@ -243,6 +254,19 @@ static int owner_commit(void *ctx, const struct tb_commit *c, size_t n)
 		return ret;
 	}
 	return fs_release_locs(fs, &freed);
+}
+
+static int owner_dedup_find(void *ctx, const uint8_t *hash, uint64_t *id, uint64_t *loc)
+{
+	struct fs *fs = ctx;
+	MDB_txn *txn;
+	int ret = meta_begin(fs->meta, false, &txn);
+
+	if (ret)
+		return ret;
+	ret = meta_dedup_find(fs->meta, txn, hash, id, loc);
+	meta_abort(txn);
+	return ret;
 }
 
 static int owner_sync(void *ctx)
@@ -282,7 +306,7 @@ static int open_stores(struct fs *fs, char *err, size_t errlen)
 {
 	struct fs_config *c = fs->cfg;
 	struct tb_config tc = {0};
-	struct tb_owner owner = {fs, owner_resolve, owner_commit, owner_sync};
+	struct tb_owner owner = {fs, owner_resolve, owner_commit, owner_dedup_find, owner_sync};
 	struct locvec freed = {0};
 	char store_id[40];
 	uint64_t orphans;
@@ -307,6 +331,9 @@ static int open_stores(struct fs *fs, char *err, size_t errlen)
 	tc.flush_delay_ms = c->flush_delay_ms;
 	tc.sync_interval_ms = c->sync_interval_ms;
 	tc.max_pinned = max_pinned(c, bs);
+	tc.dedup = c->dedup;
+	/* Test hook only: makes every block's hash collide, to prove verify. */
+	tc.test_collide = getenv("TENSORFS_TEST_HASH_COLLIDE") != NULL;
 	ret = tb_open(&tc, &owner, &fs->tb, err, errlen);
 	if (ret)
 		return ret;

@@ -39,7 +39,7 @@ struct meta_format {
 
 struct fs_meta {
 	MDB_env *env;
-	MDB_dbi inode, dirent, dircook, bmap, block, xattr, symlink, info;
+	MDB_dbi inode, dirent, dircook, bmap, block, xattr, symlink, info, dedup;
 	int lock_fd;
 	bool locked; /* we hold the flock, so the pid in the file is ours */
 	bool created; /* this open made the store */
@@ -189,7 +189,7 @@ static int open_dbs(struct fs_meta *m, MDB_txn *txn)
 		MDB_dbi *dbi;
 	} dbs[] = {{"inode", &m->inode},	 {"dirent", &m->dirent}, {"dircook", &m->dircook},
 		   {"bmap", &m->bmap},		 {"block", &m->block},	 {"xattr", &m->xattr},
-		   {"symlink", &m->symlink}, {"info", &m->info}};
+		   {"symlink", &m->symlink}, {"info", &m->info},	 {"dedup", &m->dedup}};
 
 	for (size_t i = 0; i < sizeof(dbs) / sizeof(dbs[0]); i++) {
 		int rc = mdb_dbi_open(txn, dbs[i].name, MDB_CREATE, dbs[i].dbi);
@@ -650,7 +650,9 @@ int meta_block_get(struct fs_meta *m, MDB_txn *txn, uint64_t id, struct meta_blo
 	ret = mdb_err(mdb_get(txn, m->block, &k, &v));
 	if (ret)
 		return ret == -ENOENT ? -EIO : ret;
-	memcpy(b, v.mv_data, sizeof(*b));
+	/* Records written before blocks carried a hash are shorter. */
+	memset(b, 0, sizeof(*b));
+	memcpy(b, v.mv_data, v.mv_size < sizeof(*b) ? v.mv_size : sizeof(*b));
 	return 0;
 }
 
@@ -661,6 +663,41 @@ static int block_put(struct fs_meta *m, MDB_txn *txn, uint64_t id, const struct 
 
 	put_be64(kb, id);
 	return mdb_err(mdb_put(txn, m->block, &k, &v, 0));
+}
+
+/* Drop the index entry of hash if it names block id. */
+static int dedup_forget(struct fs_meta *m, MDB_txn *txn, const uint8_t *hash, uint64_t id)
+{
+	MDB_val k = {META_HASH_LEN, (void *)hash}, v;
+	uint64_t have;
+	int ret = mdb_err(mdb_get(txn, m->dedup, &k, &v));
+
+	if (ret == -ENOENT)
+		return 0;
+	if (ret)
+		return ret;
+	memcpy(&have, v.mv_data, sizeof(have));
+	if (have != id)
+		return 0;
+	ret = mdb_err(mdb_del(txn, m->dedup, &k, NULL));
+	return ret == -ENOENT ? 0 : ret;
+}
+
+int meta_dedup_find(struct fs_meta *m, MDB_txn *txn, const uint8_t *hash, uint64_t *id,
+		    uint64_t *loc)
+{
+	MDB_val k = {META_HASH_LEN, (void *)hash}, v;
+	struct meta_block b;
+	int ret = mdb_err(mdb_get(txn, m->dedup, &k, &v));
+
+	if (ret)
+		return ret;
+	memcpy(id, v.mv_data, sizeof(*id));
+	ret = meta_block_get(m, txn, *id, &b);
+	if (ret)
+		return ret == -EIO ? -ENOENT : ret;
+	*loc = b.loc;
+	return 0;
 }
 
 static int block_ref(struct fs_meta *m, MDB_txn *txn, uint64_t id, int delta,
@@ -676,6 +713,8 @@ static int block_ref(struct fs_meta *m, MDB_txn *txn, uint64_t id, int delta,
 	if (delta < 0 && b.refs <= (uint32_t)-delta) {
 		put_be64(kb, id);
 		ret = mdb_err(mdb_del(txn, m->block, &k, NULL));
+		if (!ret && (b.flags & META_BLOCK_HASHED))
+			ret = dedup_forget(m, txn, b.hash, id);
 		if (!ret)
 			ret = locvec_push(freed, b.loc);
 		return ret;
@@ -685,7 +724,7 @@ static int block_ref(struct fs_meta *m, MDB_txn *txn, uint64_t id, int delta,
 }
 
 int meta_bmap_store(struct fs_meta *m, MDB_txn *txn, uint64_t ino, uint64_t idx, uint64_t loc,
-		    struct locvec *freed)
+		    const uint8_t *hash, struct locvec *freed)
 {
 	unsigned char kb[16];
 	MDB_val k = {16, kb}, v;
@@ -706,11 +745,53 @@ int meta_bmap_store(struct fs_meta *m, MDB_txn *txn, uint64_t ino, uint64_t idx,
 	}
 	id = __atomic_fetch_add(&m->next_block, 1, __ATOMIC_RELAXED);
 	struct meta_block b = {.loc = loc, .refs = 1};
+	if (hash) {
+		b.flags |= META_BLOCK_HASHED;
+		memcpy(b.hash, hash, META_HASH_LEN);
+	}
 	ret = block_put(m, txn, id, &b);
 	if (ret)
 		return ret;
+	if (hash) {
+		/* The newest block with this content is the one others share. */
+		MDB_val hk = {META_HASH_LEN, (void *)hash}, hv = {sizeof(id), &id};
+
+		ret = mdb_err(mdb_put(txn, m->dedup, &hk, &hv, 0));
+		if (ret)
+			return ret;
+	}
 	v.mv_size = sizeof(id);
 	v.mv_data = &id;
+	return mdb_err(mdb_put(txn, m->bmap, &k, &v, 0));
+}
+
+int meta_bmap_share_block(struct fs_meta *m, MDB_txn *txn, uint64_t ino, uint64_t idx,
+			  uint64_t id, const uint8_t *hash, struct locvec *freed)
+{
+	unsigned char kb[16];
+	MDB_val k = {16, kb}, v = {sizeof(id), &id};
+	struct meta_block b;
+	uint64_t old;
+	int ret;
+
+	ret = meta_block_get(m, txn, id, &b);
+	if (ret == -EIO || (ret == 0 && (!(b.flags & META_BLOCK_HASHED) ||
+					 memcmp(b.hash, hash, META_HASH_LEN) != 0)))
+		return -ESTALE;
+	if (ret)
+		return ret;
+	/* Take the new reference before dropping the old: they may be one block. */
+	ret = block_ref(m, txn, id, 1, freed);
+	if (ret)
+		return ret;
+	ret = meta_bmap_get(m, txn, ino, idx, &old);
+	if (ret == 0)
+		ret = block_ref(m, txn, old, -1, freed);
+	else if (ret == -ENOENT)
+		ret = 0;
+	if (ret)
+		return ret;
+	bmap_key(kb, ino, idx);
 	return mdb_err(mdb_put(txn, m->bmap, &k, &v, 0));
 }
 
@@ -1015,17 +1096,19 @@ int meta_purge_orphans(struct fs_meta *m, struct locvec *freed, uint64_t *count)
 	return meta_commit(txn);
 }
 
-void meta_counts(struct fs_meta *m, uint64_t *inodes, uint64_t *blocks)
+void meta_counts(struct fs_meta *m, uint64_t *inodes, uint64_t *blocks, uint64_t *mapped)
 {
 	MDB_txn *txn;
 	MDB_stat st;
 
-	*inodes = *blocks = 0;
+	*inodes = *blocks = *mapped = 0;
 	if (mdb_txn_begin(m->env, NULL, MDB_RDONLY, &txn))
 		return;
 	if (mdb_stat(txn, m->inode, &st) == 0)
 		*inodes = st.ms_entries;
 	if (mdb_stat(txn, m->block, &st) == 0)
 		*blocks = st.ms_entries;
+	if (mdb_stat(txn, m->bmap, &st) == 0)
+		*mapped = st.ms_entries;
 	mdb_txn_abort(txn);
 }

@@ -12,7 +12,8 @@
  *   dirent  parent, name          -> struct meta_dirent (child ino, cookie)
  *   dircook parent, cookie        -> name (readdir order and offsets)
  *   bmap    ino, block index      -> block id
- *   block   block id              -> struct meta_block (location, refcount)
+ *   block   block id              -> struct meta_block (location, refcount, hash)
+ *   dedup   hash                  -> block id (blocks written with a hash)
  *   xattr   ino, name             -> value
  *   symlink ino                   -> target
  *   info    "format"              -> struct meta_format
@@ -38,11 +39,16 @@ struct meta_inode {
 	uint32_t flags;
 };
 
+#define META_HASH_LEN 16 /* XXH3-128 of the block's bytes */
+
 struct meta_block {
 	uint64_t loc;
 	uint32_t refs;
-	uint32_t flags;
+	uint32_t flags; /* META_BLOCK_HASHED when hash is set */
+	uint8_t hash[META_HASH_LEN];
 };
+
+#define META_BLOCK_HASHED 1u
 
 /* Locations whose last reference went away in a transaction. */
 struct locvec {
@@ -96,9 +102,21 @@ int meta_readdir(struct fs_meta *m, MDB_txn *txn, uint64_t dir, uint64_t after,
 /* Block id of (ino, idx): 0, or -ENOENT for a hole. */
 int meta_bmap_get(struct fs_meta *m, MDB_txn *txn, uint64_t ino, uint64_t idx, uint64_t *id);
 int meta_block_get(struct fs_meta *m, MDB_txn *txn, uint64_t id, struct meta_block *b);
-/* Point (ino, idx) at a new block at loc (or a hole for TB_LOC_NONE). */
+/*
+ * Point (ino, idx) at a new block at loc (or a hole for TB_LOC_NONE); hash,
+ * if not NULL, enters the new block in the dedup index.
+ */
 int meta_bmap_store(struct fs_meta *m, MDB_txn *txn, uint64_t ino, uint64_t idx, uint64_t loc,
-		    struct locvec *freed);
+		    const uint8_t *hash, struct locvec *freed);
+/*
+ * Point (ino, idx) at the existing block id, which must still hold hash:
+ * -ESTALE if it went away since it was found.
+ */
+int meta_bmap_share_block(struct fs_meta *m, MDB_txn *txn, uint64_t ino, uint64_t idx,
+			  uint64_t id, const uint8_t *hash, struct locvec *freed);
+/* A stored block with this hash: 0 with its id and location, or -ENOENT. */
+int meta_dedup_find(struct fs_meta *m, MDB_txn *txn, const uint8_t *hash, uint64_t *id,
+		    uint64_t *loc);
 /* Drop the mappings of blocks [from, to) of ino. */
 int meta_bmap_clear(struct fs_meta *m, MDB_txn *txn, uint64_t ino, uint64_t from, uint64_t to,
 		    struct locvec *freed);
@@ -126,8 +144,8 @@ int meta_foreach_block(struct fs_meta *m, int (*fn)(void *arg, uint64_t id,
 		       void *arg);
 /* Inodes with no name left (open-unlinked at a crash): purge them. */
 int meta_purge_orphans(struct fs_meta *m, struct locvec *freed, uint64_t *count);
-/* Totals for statfs and stats. */
-void meta_counts(struct fs_meta *m, uint64_t *inodes, uint64_t *blocks);
+/* Totals for statfs and stats: inodes, stored blocks, mapped blocks. */
+void meta_counts(struct fs_meta *m, uint64_t *inodes, uint64_t *blocks, uint64_t *mapped);
 
 int locvec_push(struct locvec *v, uint64_t loc);
 void locvec_free(struct locvec *v);

@@ -1600,12 +1600,12 @@ static void fs_statfs(fuse_req_t req, fuse_ino_t ino)
 {
 	struct fs *fs = req_fs(req);
 	struct statvfs sv = {0};
-	uint64_t total, avail, inodes, blocks;
+	uint64_t total, avail, inodes, blocks, mapped;
 	const unsigned long frag = 4096;
 
 	(void)ino;
 	tb_space(fs->tb, &total, &avail);
-	meta_counts(fs->meta, &inodes, &blocks);
+	meta_counts(fs->meta, &inodes, &blocks, &mapped);
 	sv.f_bsize = fs->bs;
 	sv.f_frsize = frag;
 	sv.f_blocks = total / frag;

@@ -117,7 +117,8 @@ static int on_ini_value(void *user, const char *section, const char *name, const
 		    {"s3_bw", &c->s3_bw_s},
 		    {"s3_cap", &c->s3_cap_s},
 		    {"pfs_bw", &c->pfs_bw_s},
-		    {"pfs_cap", &c->pfs_cap_s}};
+		    {"pfs_cap", &c->pfs_cap_s},
+		    {"dedup", &c->dedup_s}};
 	struct {
 		const char *key;
 		char **field;
@@ -498,6 +499,15 @@ int fs_config_resolve(struct fs_config *c, char *err, size_t errlen)
 				   "must be error, warning, info or debug");
 		c->log_level = found;
 	}
+	c->dedup = TB_DEDUP_VERIFY;
+	if (c->dedup_s) {
+		if (strcmp(c->dedup_s, "trust") == 0)
+			c->dedup = TB_DEDUP_TRUST;
+		else if (strcmp(c->dedup_s, "off") == 0)
+			c->dedup = TB_DEDUP_OFF;
+		else if (strcmp(c->dedup_s, "verify") != 0)
+			return bad(err, errlen, "dedup", c->dedup_s, "must be verify, trust or off");
+	}
 	c->engine = TB_ENGINE_AUTO;
 	if (c->engine_s) {
 		if (strcmp(c->engine_s, "io_uring") == 0)
@@ -558,7 +568,7 @@ void fs_config_free(struct fs_config *c)
 			 &c->remote_timeout_s, &c->nvme_bw_s,	   &c->nvme_cap_s, &c->remote_bw_s,
 			 &c->remote_cap_s,    &c->s3_key,	   &c->s3_token,  &c->s3_bucket,
 			 &c->s3_prefix,	      &c->s3_bw_s,	   &c->s3_cap_s,  &c->pfs_bw_s,
-			 &c->pfs_cap_s};
+			 &c->pfs_cap_s,	      &c->dedup_s};
 
 	if (c->s3_secret) {
 		/* Do not leave the secret in freed memory. */

@@ -43,6 +43,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <xxhash.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,6 +73,9 @@ struct tb_entry {
 	uint64_t *written; /* sector bitmap, meaningful while partial */
 	uint32_t nwritten;
 	uint64_t base_loc; /* the persisted block a partial entry completes from */
+	uint64_t share_id; /* WB: commit as a reference to this stored block */
+	bool hashed;
+	uint8_t hash[TB_HASH_LEN];
 	int pins, wpins;
 	int err;	   /* last write-back error */
 	unsigned retries;  /* failed write-backs in a row */
@@ -147,6 +151,7 @@ struct tb_store {
 	size_t sector_words;
 	uint32_t nsectors;
 	uint64_t partial_created, partial_merged;
+	uint64_t dedup_hits, dedup_mismatch;
 	uint64_t pf_issued, pf_used, pf_wasted, pf_late;
 	uint64_t dram_read_bytes, dram_write_bytes, dram_read_ops, dram_write_ops;
 	uint64_t wb_bytes;
@@ -1110,6 +1115,45 @@ static size_t take_dirty(struct tb_store *s, struct tb_entry **out, size_t max, 
 	return n;
 }
 
+/*
+ * Hash the block; if a stored block has the same hash (and, in verify mode,
+ * the same bytes as read back from its device), the entry is committed as
+ * a reference to it. No lock held; the entry is in WB.
+ */
+static bool dedup_match(struct tb_store *s, struct tb_entry *e)
+{
+	XXH128_hash_t h = XXH3_128bits(slot_data(s, e), s->bs);
+	uint64_t id, loc;
+	char *bounce = NULL;
+	bool same;
+
+	if (s->cfg.test_collide)
+		h.low64 = h.high64 = 1; /* every block collides: verify must hold */
+	memcpy(e->hash, &h.low64, 8);
+	memcpy(e->hash + 8, &h.high64, 8);
+	e->hashed = true;
+	if (s->owner.dedup_find(s->owner.ctx, e->hash, &id, &loc) != 0)
+		return false;
+	if (s->cfg.dedup == TB_DEDUP_VERIFY) {
+		if (posix_memalign((void **)&bounce, IO_ALIGN, s->bs))
+			return false;
+		same = read_sync(s, loc, bounce) == 0 &&
+		       memcmp(bounce, slot_data(s, e), s->bs) == 0;
+		free(bounce);
+		if (!same) {
+			pthread_mutex_lock(&s->lock);
+			s->dedup_mismatch++;
+			pthread_mutex_unlock(&s->lock);
+			/* Not the same bytes: store it, outside the index. */
+			e->hashed = false;
+			return false;
+		}
+	}
+	e->share_id = id;
+	e->new_loc = loc;
+	return true;
+}
+
 /* Outside the lock: holes go straight to commit, the rest to a device. */
 static void start_writes(struct tb_store *s, struct tb_entry **batch, size_t n,
 			 struct tb_entry **holes, size_t *nholes)
@@ -1132,9 +1176,15 @@ static void start_writes(struct tb_store *s, struct tb_entry **batch, size_t n,
 			pthread_cond_broadcast(&s->state_cv);
 			pthread_mutex_unlock(&s->lock);
 		}
+		e->share_id = 0;
+		e->hashed = false;
 		if (all_zero(slot_data(s, e), s->bs)) {
 			e->new_loc = TB_LOC_NONE;
 			holes[(*nholes)++] = e;
+			continue;
+		}
+		if (s->cfg.dedup != TB_DEDUP_OFF && dedup_match(s, e)) {
+			holes[(*nholes)++] = e; /* no I/O: committed as a shared block */
 			continue;
 		}
 		pthread_mutex_lock(&s->lock);
@@ -1170,6 +1220,9 @@ static void commit_batch(struct tb_store *s, struct tb_entry **v, size_t n)
 		c[i].obj = v[i]->obj;
 		c[i].idx = v[i]->idx;
 		c[i].loc = v[i]->new_loc;
+		c[i].share_id = v[i]->share_id;
+		c[i].hashed = v[i]->hashed;
+		memcpy(c[i].hash, v[i]->hash, TB_HASH_LEN);
 	}
 	if (c)
 		ret = s->owner.commit(s->owner.ctx, c, n);
@@ -1179,16 +1232,31 @@ static void commit_batch(struct tb_store *s, struct tb_entry **v, size_t n)
 	for (size_t i = 0; i < n; i++) {
 		struct tb_entry *e = v[i];
 
-		if (ret < 0) {
-			if (e->new_loc != TB_LOC_NONE)
+		if (ret == -ESTALE) {
+			/* A block to share went away: write these again, no error. */
+			if (e->new_loc != TB_LOC_NONE && !e->share_id)
 				dev_free(s->dev[tb_loc_dev(e->new_loc)], tb_loc_slot(e->new_loc));
+			e->share_id = 0;
+			e->state = ES_DIRTY;
+			e->urgent = true;
+			elist_append(&s->dirty_list, e);
+			s->wb_inflight--;
+			continue;
+		}
+		if (ret < 0) {
+			if (e->new_loc != TB_LOC_NONE && !e->share_id)
+				dev_free(s->dev[tb_loc_dev(e->new_loc)], tb_loc_slot(e->new_loc));
+			e->share_id = 0;
 			wb_failed(s, e, ret);
 			continue;
 		}
+		if (e->share_id)
+			s->dedup_hits++;
 		if (e->new_loc == TB_LOC_NONE)
 			s->holes++;
-		else
+		else if (!e->share_id)
 			s->wb_bytes += s->bs;
+		e->share_id = 0;
 		e->loc = e->new_loc;
 		e->state = ES_CLEAN;
 		e->retries = 0;
@@ -1539,6 +1607,8 @@ void tb_get_stats(struct tb_store *s, struct tb_stats *st)
 	st->prefetch_late = s->pf_late;
 	st->partial_created = s->partial_created;
 	st->partial_merged = s->partial_merged;
+	st->dedup_hits = s->dedup_hits;
+	st->dedup_verify_mismatch = s->dedup_mismatch;
 	st->huge_pages = s->arena.huge;
 	st->locked = s->arena.locked;
 	pthread_mutex_unlock(&s->lock);

@@ -44,6 +44,9 @@ static inline uint64_t tb_loc_slot(uint64_t loc)
 
 enum tb_engine { TB_ENGINE_AUTO, TB_ENGINE_URING, TB_ENGINE_AIO };
 enum tb_kind { TB_KIND_NVME, TB_KIND_PFS, TB_KIND_S3 };
+enum tb_dedup { TB_DEDUP_OFF, TB_DEDUP_TRUST, TB_DEDUP_VERIFY };
+
+#define TB_HASH_LEN 16 /* XXH3-128 */
 
 /* An S3 bucket as a tier. Secrets live here and nowhere else. */
 struct tb_s3_config {
@@ -78,21 +81,31 @@ struct tb_config {
 	unsigned flush_delay_ms;   /* a partly written block waits this long */
 	unsigned sync_interval_ms; /* periodic durability point */
 	unsigned max_pinned;	   /* worst case of blocks pinned by readers */
+	enum tb_dedup dedup;	   /* share blocks whose bytes are already stored */
+	bool test_collide;	   /* test hook: every block hashes alike */
 };
 
 /* One write-back result handed to the owner. */
 struct tb_commit {
 	uint64_t obj;
 	uint64_t idx;
-	uint64_t loc; /* new location, or TB_LOC_NONE for a hole */
+	uint64_t loc;	   /* new location, or TB_LOC_NONE for a hole */
+	uint64_t share_id; /* non-zero: point at this stored block instead */
+	bool hashed;	   /* hash is set */
+	uint8_t hash[TB_HASH_LEN];
 };
 
 struct tb_owner {
 	void *ctx;
 	/* Location of persisted block (obj, idx): 0 and *loc, or -ENOENT for a hole. */
 	int (*resolve)(void *ctx, uint64_t obj, uint64_t idx, uint64_t *loc);
-	/* Make n write-back results part of the block maps, atomically. */
+	/*
+	 * Make n write-back results part of the block maps, atomically;
+	 * -ESTALE when a block to share went away meanwhile (nothing changed).
+	 */
 	int (*commit)(void *ctx, const struct tb_commit *c, size_t n);
+	/* A stored block with these bytes' hash: 0 with its id and location. */
+	int (*dedup_find)(void *ctx, const uint8_t *hash, uint64_t *id, uint64_t *loc);
 	/* Make every commit so far durable. */
 	int (*sync)(void *ctx);
 };
@@ -134,6 +147,7 @@ struct tb_stats {
 	uint64_t holes_written, wb_errors, syncs, backpressure_waits;
 	uint64_t prefetch_issued, prefetch_used, prefetch_wasted, prefetch_late;
 	uint64_t partial_created, partial_merged; /* reads saved, and paid later */
+	uint64_t dedup_hits, dedup_verify_mismatch;
 	bool huge_pages, locked;
 	unsigned n_devs;
 	struct tb_dev_stats dev[TB_MAX_DEVS];

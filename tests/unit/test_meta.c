@@ -101,11 +101,11 @@ int main(void)
 	CHECK(strcmp(names.seen[0], "alpha") == 0);
 
 	/* Block maps: store, replace (old block freed), share, clear. */
-	CHECK_EQ(meta_bmap_store(m, txn, f1, 0, tb_loc(0, 10), &freed), 0);
-	CHECK_EQ(meta_bmap_store(m, txn, f1, 1, tb_loc(1, 11), &freed), 0);
-	CHECK_EQ(meta_bmap_store(m, txn, f1, 5, tb_loc(0, 15), &freed), 0);
+	CHECK_EQ(meta_bmap_store(m, txn, f1, 0, tb_loc(0, 10), NULL, &freed), 0);
+	CHECK_EQ(meta_bmap_store(m, txn, f1, 1, tb_loc(1, 11), NULL, &freed), 0);
+	CHECK_EQ(meta_bmap_store(m, txn, f1, 5, tb_loc(0, 15), NULL, &freed), 0);
 	CHECK_EQ(freed.n, 0);
-	CHECK_EQ(meta_bmap_store(m, txn, f1, 0, tb_loc(0, 20), &freed), 0);
+	CHECK_EQ(meta_bmap_store(m, txn, f1, 0, tb_loc(0, 20), NULL, &freed), 0);
 	CHECK_EQ(freed.n, 1);
 	CHECK(has_loc(&freed, tb_loc(0, 10)));
 	freed.n = 0;
@@ -128,7 +128,7 @@ int main(void)
 	CHECK_EQ(b.refs, 1);
 	freed.n = 0;
 	/* A hole stored over a block frees it. */
-	CHECK_EQ(meta_bmap_store(m, txn, f2, 1, TB_LOC_NONE, &freed), 0);
+	CHECK_EQ(meta_bmap_store(m, txn, f2, 1, TB_LOC_NONE, NULL, &freed), 0);
 	CHECK(has_loc(&freed, tb_loc(1, 11)));
 	CHECK_EQ(meta_bmap_get(m, txn, f2, 1, &id), -ENOENT);
 	freed.n = 0;
@@ -154,7 +154,7 @@ int main(void)
 	CHECK(strcmp(buf, "../target") == 0);
 
 	/* f1 becomes an orphan: unlinked but still with blocks. */
-	CHECK_EQ(meta_bmap_store(m, txn, f1, 3, tb_loc(0, 33), &freed), 0);
+	CHECK_EQ(meta_bmap_store(m, txn, f1, 3, tb_loc(0, 33), NULL, &freed), 0);
 	CHECK_EQ(meta_dirent_del(m, txn, META_ROOT_INO, "zeta"), 0);
 	rec.nlink = 0;
 	CHECK_EQ(meta_inode_put(m, txn, f1, &rec), 0);
