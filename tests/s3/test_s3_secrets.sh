@@ -31,7 +31,7 @@ s3_start
 OPTS="$(s3_mount_opts secrets),log_level=debug"
 tfs_mount "$OPTS"
 head -c 8M /dev/urandom >"$T/data"
-cp "$T/data" "$MNT/f" && sync -f "$MNT/f" || fail "write through s3 with a session token"
+cp "$T/data" "$MNT/f" && sync "$MNT/f" || fail "write through s3 with a session token"
 [ "$(tfs_stat_json tiers s3 write_bytes)" -gt 0 ] || fail "nothing was written to s3"
 check_no_leak "credentials from the environment"
 tfs_umount || fail "tensorfs exited $? after unmount"
