@@ -151,6 +151,15 @@ static json_t *stats_json(struct fs *fs)
 		json_pack("{sIsIsIsI}", "issued", (json_int_t)st->prefetch_issued, "used",
 			  (json_int_t)st->prefetch_used, "wasted", (json_int_t)st->prefetch_wasted,
 			  "late", (json_int_t)st->prefetch_late));
+	struct fs_learn_stats ls;
+	static const char *const policies[] = {"auto", "clock", "lru"};
+	fs_learn_stats(&fs->learn, &ls);
+	json_object_set_new(root, "learner",
+			    json_pack("{sssIsIsfsIsI}", "policy", policies[fs->cfg->policy],
+				      "cycle_files", (json_int_t)ls.period, "cycle_bytes",
+				      (json_int_t)ls.bytes, "confidence", ls.confidence,
+				      "position", (json_int_t)ls.position, "records",
+				      (json_int_t)ls.records));
 	json_t *f = json_object();
 	struct {
 		const char *name;

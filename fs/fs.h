@@ -15,6 +15,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "learn.h"
 #include "meta.h"
 #include "opts.h"
 #include "tb.h"
@@ -54,6 +55,7 @@ struct fs {
 	size_t itab_mask;
 	struct fs_counters cnt; /* atomic adds */
 	bool new_store; /* created by this start: removed again if the start fails */
+	struct fs_learner learn;
 };
 
 #define FS_COUNT(fs, field, n) __atomic_fetch_add(&(fs)->cnt.field, (n), __ATOMIC_RELAXED)

@@ -60,6 +60,8 @@ static const struct fuse_opt tfs_opts[] = {
 	OPT("pfs_bw=%s", pfs_bw_s),
 	OPT("pfs_cap=%s", pfs_cap_s),
 	OPT("dedup=%s", dedup_s),
+	OPT("cache_policy=%s", policy_s),
+	OPT("readahead=%s", readahead_s),
 	{"no_default_permissions", offsetof(struct fs_config, no_default_permissions), 1},
 	FUSE_OPT_KEY("-h", KEY_HELP),
 	FUSE_OPT_KEY("--help", KEY_HELP),
@@ -112,6 +114,9 @@ static void usage(const char *prog)
 	       "    -o dedup=MODE          verify (default), trust or off: store a block whose\n"
 	       "                           XXH3-128 hash is already stored as a reference to\n"
 	       "                           it; verify compares the bytes first\n"
+	       "    -o cache_policy=P      auto (default: Belady on the learned access cycle,\n"
+	       "                           else clock), clock, or lru (sampled)\n"
+	       "    -o readahead=SIZE      load this far ahead of a sequential reader (8M; 0: off)\n"
 	       "    -o no_default_permissions  do not let the kernel check permissions\n"
 	       "\n"
 	       "SIZE is a number with an optional K, M, G or T suffix (powers of 1024).\n"
@@ -270,6 +275,20 @@ static int owner_dedup_find(void *ctx, const uint8_t *hash, uint64_t *id, uint64
 	return ret;
 }
 
+static bool owner_cycle_known(void *ctx)
+{
+	struct fs *fs = ctx;
+
+	return __atomic_load_n(&fs->learn.period, __ATOMIC_RELAXED) != 0;
+}
+
+static uint64_t owner_next_use(void *ctx, uint64_t obj)
+{
+	struct fs *fs = ctx;
+
+	return fs_learn_distance(&fs->learn, obj);
+}
+
 static int owner_sync(void *ctx)
 {
 	struct fs *fs = ctx;
@@ -307,7 +326,8 @@ static int open_stores(struct fs *fs, char *err, size_t errlen)
 {
 	struct fs_config *c = fs->cfg;
 	struct tb_config tc = {0};
-	struct tb_owner owner = {fs, owner_resolve, owner_commit, owner_dedup_find, owner_sync};
+	struct tb_owner owner = {fs,	     owner_resolve,	 owner_commit, owner_dedup_find,
+				 owner_sync, owner_cycle_known, owner_next_use};
 	struct locvec freed = {0};
 	char store_id[40];
 	uint64_t orphans;
@@ -333,6 +353,7 @@ static int open_stores(struct fs *fs, char *err, size_t errlen)
 	tc.sync_interval_ms = c->sync_interval_ms;
 	tc.max_pinned = max_pinned(c, bs);
 	tc.dedup = c->dedup;
+	tc.policy = c->policy;
 	/* Test hook only: makes every block's hash collide, to prove verify. */
 	tc.test_collide = getenv("TENSORFS_TEST_HASH_COLLIDE") != NULL;
 	ret = tb_open(&tc, &owner, &fs->tb, err, errlen);
@@ -539,7 +560,7 @@ int main(int argc, char *argv[])
 	fs.cfg = &cfg;
 	fs.attr_timeout = ATTR_TIMEOUT;
 	fs.entry_timeout = ENTRY_TIMEOUT;
-	if (fs_itab_init(&fs) < 0)
+	if (fs_itab_init(&fs) < 0 || fs_learn_init(&fs.learn) < 0)
 		goto out;
 	se = fuse_session_new(&args, &fs_ops, sizeof(fs_ops), &fs);
 	if (!se) {
@@ -559,6 +580,8 @@ out:
 	if (se)
 		fuse_session_destroy(se);
 	fs_itab_fini(&fs);
+	if (fs.learn.ring)
+		fs_learn_fini(&fs.learn);
 	free(fo.mountpoint);
 	fuse_opt_free_args(&args);
 	fs_config_free(&cfg);

@@ -26,7 +26,6 @@
 #define FS_MAX_READAHEAD (1U << 20)
 #define FS_MAX_BACKGROUND 256
 #define FS_CONGESTION 192
-#define FS_READAHEAD (8U << 20)	 /* bytes loaded ahead of a sequential reader */
 #define FS_READAHEAD_SLACK (8U << 20) /* concurrent readers arrive out of order */
 
 static struct fs *req_fs(fuse_req_t req)
@@ -1123,10 +1122,10 @@ static void fs_readahead(struct fs *fs, struct fs_inode *in, uint64_t off, size_
 	if (off + size > in->ra_next || !seq)
 		in->ra_next = off + size;
 	pthread_mutex_unlock(&in->lock);
-	if (!seq)
+	if (!seq || !fs->cfg->readahead)
 		return;
 	first = (off + size - 1) / fs->bs + 1;
-	last = first + (FS_READAHEAD + fs->bs - 1) / fs->bs;
+	last = first + (fs->cfg->readahead + fs->bs - 1) / fs->bs;
 	end_blk = (fsize + fs->bs - 1) / fs->bs;
 	for (uint64_t b = first; b < last && b < end_blk; b++)
 		if (tb_prefetch(fs->tb, in->ino, b) == -EAGAIN)
@@ -1162,6 +1161,7 @@ static void fs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	}
 	if ((uint64_t)off + size > fsize)
 		size = (size_t)(fsize - (uint64_t)off);
+	fs_learn_touch(&fs->learn, ino, fsize);
 
 	uint64_t first = (uint64_t)off / fs->bs, last = ((uint64_t)off + size - 1) / fs->bs;
 	unsigned nblk = (unsigned)(last - first + 1);
@@ -1223,6 +1223,7 @@ static void fs_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 		reply_err(fs, req, ret);
 		return;
 	}
+	fs_learn_touch(&fs->learn, ino, (uint64_t)off + size);
 	pthread_rwlock_rdlock(&in->io);
 	ret = write_data(fs, in, buf, size, off);
 	pthread_rwlock_unlock(&in->io);

@@ -31,6 +31,7 @@
 #define DEF_REGION "us-east-1"
 #define DEF_REMOTE_TIMEOUT_MS 30000
 #define DEF_S3_CONNECTIONS 16
+#define DEF_READAHEAD (8UL << 20)
 
 int fs_parse_size(const char *s, size_t *out)
 {
@@ -118,7 +119,9 @@ static int on_ini_value(void *user, const char *section, const char *name, const
 		    {"s3_cap", &c->s3_cap_s},
 		    {"pfs_bw", &c->pfs_bw_s},
 		    {"pfs_cap", &c->pfs_cap_s},
-		    {"dedup", &c->dedup_s}};
+		    {"dedup", &c->dedup_s},
+		    {"cache_policy", &c->policy_s},
+		    {"readahead", &c->readahead_s}};
 	struct {
 		const char *key;
 		char **field;
@@ -508,6 +511,22 @@ int fs_config_resolve(struct fs_config *c, char *err, size_t errlen)
 		else if (strcmp(c->dedup_s, "verify") != 0)
 			return bad(err, errlen, "dedup", c->dedup_s, "must be verify, trust or off");
 	}
+	c->policy = TB_POLICY_AUTO;
+	if (c->policy_s) {
+		if (strcmp(c->policy_s, "clock") == 0)
+			c->policy = TB_POLICY_CLOCK;
+		else if (strcmp(c->policy_s, "lru") == 0)
+			c->policy = TB_POLICY_LRU;
+		else if (strcmp(c->policy_s, "auto") != 0)
+			return bad(err, errlen, "cache_policy", c->policy_s,
+				   "must be auto, clock or lru");
+	}
+	c->readahead = DEF_READAHEAD;
+	if (c->readahead_s && strcmp(c->readahead_s, "0") != 0 &&
+	    fs_parse_size(c->readahead_s, &c->readahead) < 0)
+		return bad(err, errlen, "readahead", c->readahead_s, "not a size (0 turns it off)");
+	if (c->readahead_s && strcmp(c->readahead_s, "0") == 0)
+		c->readahead = 0;
 	c->engine = TB_ENGINE_AUTO;
 	if (c->engine_s) {
 		if (strcmp(c->engine_s, "io_uring") == 0)
@@ -568,7 +587,7 @@ void fs_config_free(struct fs_config *c)
 			 &c->remote_timeout_s, &c->nvme_bw_s,	   &c->nvme_cap_s, &c->remote_bw_s,
 			 &c->remote_cap_s,    &c->s3_key,	   &c->s3_token,  &c->s3_bucket,
 			 &c->s3_prefix,	      &c->s3_bw_s,	   &c->s3_cap_s,  &c->pfs_bw_s,
-			 &c->pfs_cap_s,	      &c->dedup_s};
+			 &c->pfs_cap_s,	      &c->dedup_s,	   &c->policy_s,  &c->readahead_s};
 
 	if (c->s3_secret) {
 		/* Do not leave the secret in freed memory. */

@@ -55,6 +55,7 @@
 #define COMMIT_BATCH_MAX 1024
 #define PREFETCH_SHARE 8 /* prefetches in flight hold at most 1/8 of the slots */
 #define SECTOR 1024	 /* granularity of a partial block's written map */
+#define EVICT_SAMPLE 32	 /* candidates a sampled eviction compares */
 #define IO_ALIGN 4096	 /* O_DIRECT alignment of a merge's bounce buffer */
 
 enum entry_state { ES_FREE, ES_LOADING, ES_CLEAN, ES_DIRTY, ES_WB };
@@ -67,6 +68,7 @@ struct tb_entry {
 	enum entry_state state;
 	bool in_hash, dead, ref_bit, reserved, urgent;
 	bool prefetched; /* loaded ahead of use and not yet read */
+	uint64_t last_use; /* s->ticks at its last pin, for lru */
 	bool placeholder; /* LOADING only while the owner resolves a write's block */
 	bool partial;	  /* DIRTY or WB with only some sectors written */
 	bool merging;	  /* a partial entry is being completed */
@@ -152,6 +154,7 @@ struct tb_store {
 	uint32_t nsectors;
 	uint64_t partial_created, partial_merged;
 	uint64_t dedup_hits, dedup_mismatch;
+	uint64_t ticks; /* counts pins, for lru */
 	uint64_t pf_issued, pf_used, pf_wasted, pf_late;
 	uint64_t dram_read_bytes, dram_write_bytes, dram_read_ops, dram_write_ops;
 	uint64_t wb_bytes;
@@ -319,7 +322,81 @@ static void entry_free(struct tb_store *s, struct tb_entry *e)
 	pthread_cond_broadcast(&s->space_cv);
 }
 
-/* A free entry: a free slot, else the CLOCK victim among clean unpinned ones. */
+/* CLOCK: the first clean, unpinned entry not referenced since the hand passed. */
+static struct tb_entry *victim_clock(struct tb_store *s)
+{
+	for (uint64_t step = 0; step < 2ULL * s->nslots; step++) {
+		struct tb_entry *e = &s->entries[s->clock_hand];
+
+		s->clock_hand = (s->clock_hand + 1) % s->nslots;
+		if (e->state != ES_CLEAN || e->pins)
+			continue;
+		if (e->ref_bit) {
+			e->ref_bit = false;
+			continue;
+		}
+		return e;
+	}
+	return NULL;
+}
+
+/*
+ * Sampled policies, as Redis samples for LRU: look at up to EVICT_SAMPLE
+ * clean, unpinned entries from the hand on and evict the best of them.
+ *   lru   the least recently used
+ *   cycle the one whose object the owner expects to use furthest ahead
+ *         (Belady's rule on the learned cycle); within an object, the
+ *         highest block; a prefetched block not yet read is kept.
+ */
+static struct tb_entry *victim_sampled(struct tb_store *s, bool cycle)
+{
+	struct tb_entry *best = NULL;
+	uint64_t best_key = 0;
+	unsigned seen = 0;
+
+	for (uint64_t step = 0; step < s->nslots && seen < EVICT_SAMPLE; step++) {
+		struct tb_entry *e = &s->entries[s->clock_hand];
+		uint64_t key;
+
+		s->clock_hand = (s->clock_hand + 1) % s->nslots;
+		if (e->state != ES_CLEAN || e->pins)
+			continue;
+		seen++;
+		if (!cycle) {
+			key = UINT64_MAX - e->last_use; /* older: larger */
+		} else if (e->prefetched) {
+			key = 0;
+		} else {
+			uint64_t d = s->owner.next_use(s->owner.ctx, e->obj);
+
+			/* Unknown objects go first; then the furthest next use. */
+			key = d == UINT64_MAX ? UINT64_MAX
+					      : (d < (1ULL << 40) ? d : (1ULL << 40)) << 20 |
+							(e->idx & ((1ULL << 20) - 1));
+		}
+		if (!best || key > best_key) {
+			best = e;
+			best_key = key;
+		}
+	}
+	return best;
+}
+
+static struct tb_entry *pick_victim(struct tb_store *s)
+{
+	switch (s->cfg.policy) {
+	case TB_POLICY_LRU:
+		return victim_sampled(s, false);
+	case TB_POLICY_CLOCK:
+		return victim_clock(s);
+	default:
+		if (s->owner.next_use && s->owner.cycle_known && s->owner.cycle_known(s->owner.ctx))
+			return victim_sampled(s, true);
+		return victim_clock(s);
+	}
+}
+
+/* A free entry: a free slot, else a victim among clean unpinned ones. */
 static struct tb_entry *entry_alloc(struct tb_store *s)
 {
 	struct tb_entry *e = s->free_list.head;
@@ -328,22 +405,13 @@ static struct tb_entry *entry_alloc(struct tb_store *s)
 		elist_remove(&s->free_list, e);
 		goto got;
 	}
-	for (uint64_t step = 0; step < 2ULL * s->nslots; step++) {
-		e = &s->entries[s->clock_hand];
-		s->clock_hand = (s->clock_hand + 1) % s->nslots;
-		if (e->state != ES_CLEAN || e->pins)
-			continue;
-		if (e->ref_bit) {
-			e->ref_bit = false;
-			continue;
-		}
-		entry_unhash(s, e);
-		s->evictions++;
-		if (e->prefetched)
-			s->pf_wasted++;
-		goto got;
-	}
-	return NULL;
+	e = pick_victim(s);
+	if (!e)
+		return NULL;
+	entry_unhash(s, e);
+	s->evictions++;
+	if (e->prefetched)
+		s->pf_wasted++;
 got:
 	e->state = ES_FREE;
 	e->pins = e->wpins = 0;
@@ -475,6 +543,7 @@ static void read_done(struct tb_io *r, int err)
 			entry_free(s, e);
 	} else {
 		e->state = ES_CLEAN;
+		e->last_use = ++s->ticks;
 		pin_waiters(s, e, w);
 	}
 	pthread_cond_broadcast(&s->state_cv);
@@ -701,6 +770,7 @@ int tb_get(struct tb_store *s, uint64_t obj, uint64_t idx, struct tb_ref *ref,
 		if (e && e->state != ES_LOADING && !e->merging) {
 			e->pins++;
 			e->ref_bit = true;
+			e->last_use = ++s->ticks;
 			s->hits++;
 			if (e->prefetched) {
 				e->prefetched = false;
@@ -968,6 +1038,7 @@ int tb_get_write(struct tb_store *s, uint64_t obj, uint64_t idx, size_t off, siz
 	e->pins++;
 	e->wpins++;
 	e->ref_bit = true;
+	e->last_use = ++s->ticks;
 	pthread_mutex_unlock(&s->lock);
 	ref->e = e;
 	ref->data = slot_data(s, e);

@@ -45,6 +45,8 @@ static inline uint64_t tb_loc_slot(uint64_t loc)
 enum tb_engine { TB_ENGINE_AUTO, TB_ENGINE_URING, TB_ENGINE_AIO };
 enum tb_kind { TB_KIND_NVME, TB_KIND_PFS, TB_KIND_S3 };
 enum tb_dedup { TB_DEDUP_OFF, TB_DEDUP_TRUST, TB_DEDUP_VERIFY };
+/* auto: Belady on the owner's learned cycle while one is known, else clock. */
+enum tb_policy { TB_POLICY_AUTO, TB_POLICY_CLOCK, TB_POLICY_LRU };
 
 #define TB_HASH_LEN 16 /* XXH3-128 */
 
@@ -82,6 +84,7 @@ struct tb_config {
 	unsigned sync_interval_ms; /* periodic durability point */
 	unsigned max_pinned;	   /* worst case of blocks pinned by readers */
 	enum tb_dedup dedup;	   /* share blocks whose bytes are already stored */
+	enum tb_policy policy;	   /* eviction */
 	bool test_collide;	   /* test hook: every block hashes alike */
 };
 
@@ -108,6 +111,13 @@ struct tb_owner {
 	int (*dedup_find)(void *ctx, const uint8_t *hash, uint64_t *id, uint64_t *loc);
 	/* Make every commit so far durable. */
 	int (*sync)(void *ctx);
+	/*
+	 * For eviction, called with the store lock held (it must take no lock
+	 * of the store's): whether a cycle is known, and how far ahead obj is
+	 * next used (UINT64_MAX: unknown).
+	 */
+	bool (*cycle_known)(void *ctx);
+	uint64_t (*next_use)(void *ctx, uint64_t obj);
 };
 
 struct tb_store;

@@ -1,0 +1,188 @@
+/*
+ * learn.c - the access-trace learner: finds the cycle in which an offloader
+ * touches its swap files, and ranks files by when they will be used next.
+ *
+ * A file is "touched" when a read or write reaches it after other files were
+ * used. A touch within REPEAT_GAP touches of the file's last one (two
+ * readers taking turns) is the same use and is not recorded; a file read and
+ * later written back in one optimizer step is recorded twice, which only
+ * makes the cycle longer. The recorded sequence is kept in a ring. When a file
+ * comes back, the distance to its last record is a candidate period; it is
+ * accepted when the records before it match the records one period earlier.
+ * Each record also checks the previous prediction, and the hit rate (a
+ * moving average) is the confidence: a skipped or an extra file lowers it a
+ * little, a different workload lowers it until the cycle is dropped.
+ *
+ * With a cycle known, a file last recorded at position p is next used at
+ * p + period; the block cache evicts the blocks used furthest ahead first.
+ */
+#include "learn.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define RING 8192	    /* records kept */
+#define REPEAT_GAP 2	    /* touches within this many are one use */
+#define MATCH_WINDOW 32	    /* records compared to accept a period */
+#define MATCH_SHARE 0.9	    /* of them that must match */
+#define CONF_ALPHA 0.1	    /* weight of the latest prediction */
+#define CONF_KEEP 0.5	    /* below this the cycle is dropped */
+#define FILES_BUCKETS 4096
+
+struct learn_file {
+	uint64_t ino;
+	uint64_t last_touch; /* touch counter at its last touch */
+	uint64_t last_pos;   /* record index of its last record, or UINT64_MAX */
+	uint64_t size;
+	struct learn_file *next;
+};
+
+static struct learn_file *file_get(struct fs_learner *l, uint64_t ino)
+{
+	struct learn_file **b = &l->files[(ino * 0x9E3779B97F4A7C15ULL >> 50) % FILES_BUCKETS];
+	struct learn_file *f;
+
+	for (f = *b; f; f = f->next)
+		if (f->ino == ino)
+			return f;
+	f = calloc(1, sizeof(*f));
+	if (!f)
+		return NULL;
+	f->ino = ino;
+	f->last_pos = UINT64_MAX;
+	f->next = *b;
+	*b = f;
+	return f;
+}
+
+static struct learn_file *file_find(struct fs_learner *l, uint64_t ino)
+{
+	struct learn_file *f = l->files[(ino * 0x9E3779B97F4A7C15ULL >> 50) % FILES_BUCKETS];
+
+	while (f && f->ino != ino)
+		f = f->next;
+	return f;
+}
+
+int fs_learn_init(struct fs_learner *l)
+{
+	memset(l, 0, sizeof(*l));
+	pthread_mutex_init(&l->lock, NULL);
+	l->ring = calloc(RING, sizeof(*l->ring));
+	l->files = calloc(FILES_BUCKETS, sizeof(*l->files));
+	return l->ring && l->files ? 0 : -1;
+}
+
+void fs_learn_fini(struct fs_learner *l)
+{
+	for (size_t b = 0; l->files && b < FILES_BUCKETS; b++)
+		while (l->files[b]) {
+			struct learn_file *f = l->files[b];
+
+			l->files[b] = f->next;
+			free(f);
+		}
+	free(l->files);
+	free(l->ring);
+	pthread_mutex_destroy(&l->lock);
+}
+
+static uint64_t at(const struct fs_learner *l, uint64_t pos)
+{
+	return l->ring[pos % RING];
+}
+
+/* Does the period p explain the records before the newest one? */
+static bool period_fits(const struct fs_learner *l, uint64_t p)
+{
+	uint64_t window = p < MATCH_WINDOW ? p : MATCH_WINDOW, match = 0;
+
+	if (p == 0 || p >= RING / 2 || l->n < p + window)
+		return false;
+	for (uint64_t j = 1; j <= window; j++)
+		match += at(l, l->n - j) == at(l, l->n - j - p);
+	return match >= MATCH_SHARE * (double)window;
+}
+
+/* Sum of the sizes of the files of one period. */
+static uint64_t cycle_bytes(struct fs_learner *l)
+{
+	uint64_t sum = 0;
+
+	for (uint64_t j = 1; j <= l->period; j++) {
+		struct learn_file *f = file_find(l, at(l, l->n - j));
+
+		/* A file that comes twice in a period is counted at its last record. */
+		if (f && f->last_pos == l->n - j)
+			sum += f->size;
+	}
+	return sum;
+}
+
+static void record(struct fs_learner *l, struct learn_file *f)
+{
+	uint64_t prev = f->last_pos;
+
+	if (l->period) {
+		bool hit = l->n >= l->period && at(l, l->n - l->period) == f->ino;
+
+		l->confidence = (1 - CONF_ALPHA) * l->confidence + CONF_ALPHA * (hit ? 1 : 0);
+		if (l->confidence < CONF_KEEP)
+			l->period = 0;
+	}
+	l->ring[l->n % RING] = f->ino;
+	f->last_pos = l->n;
+	l->n++;
+	if (prev != UINT64_MAX && l->n - 1 - prev != l->period && period_fits(l, l->n - 1 - prev)) {
+		l->period = l->n - 1 - prev;
+		l->confidence = MATCH_SHARE;
+	}
+	if (l->period)
+		l->bytes = cycle_bytes(l);
+}
+
+void fs_learn_touch(struct fs_learner *l, uint64_t ino, uint64_t size)
+{
+	struct learn_file *f;
+
+	if (__atomic_load_n(&l->last_ino, __ATOMIC_RELAXED) == ino)
+		return; /* the same file again: the common case, no lock */
+	pthread_mutex_lock(&l->lock);
+	__atomic_store_n(&l->last_ino, ino, __ATOMIC_RELAXED);
+	l->touches++;
+	f = file_get(l, ino);
+	if (f) {
+		f->size = size;
+		if (f->last_pos == UINT64_MAX || l->touches - f->last_touch > REPEAT_GAP)
+			record(l, f);
+		f->last_touch = l->touches;
+	}
+	pthread_mutex_unlock(&l->lock);
+}
+
+uint64_t fs_learn_distance(struct fs_learner *l, uint64_t ino)
+{
+	struct learn_file *f;
+	uint64_t d = FS_LEARN_UNKNOWN;
+
+	pthread_mutex_lock(&l->lock);
+	if (l->period && (f = file_find(l, ino)) && f->last_pos != UINT64_MAX) {
+		uint64_t next = f->last_pos + l->period;
+
+		/* Overdue means it was skipped this round: due any time now. */
+		d = next > l->n ? next - l->n : 0;
+	}
+	pthread_mutex_unlock(&l->lock);
+	return d;
+}
+
+void fs_learn_stats(struct fs_learner *l, struct fs_learn_stats *st)
+{
+	pthread_mutex_lock(&l->lock);
+	st->period = l->period;
+	st->bytes = l->period ? l->bytes : 0;
+	st->confidence = l->period ? l->confidence : 0;
+	st->position = l->period ? l->n % l->period : 0;
+	st->records = l->n;
+	pthread_mutex_unlock(&l->lock);
+}

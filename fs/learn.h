@@ -1,0 +1,40 @@
+/*
+ * learn.h - the access-trace learner (see learn.c).
+ */
+#ifndef TENSORFS_LEARN_H
+#define TENSORFS_LEARN_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#define FS_LEARN_UNKNOWN UINT64_MAX
+
+struct learn_file;
+
+struct fs_learner {
+	pthread_mutex_t lock; /* guards all but last_ino */
+	uint64_t last_ino;    /* atomic: the file touched last */
+	uint64_t *ring;	      /* recorded files, by record index % size */
+	uint64_t n;	      /* records so far */
+	uint64_t touches;
+	uint64_t period;      /* files in the cycle; 0 while none is known */
+	uint64_t bytes;	      /* bytes of the files of one cycle */
+	double confidence;    /* moving hit rate of the predictions */
+	struct learn_file **files;
+};
+
+struct fs_learn_stats {
+	uint64_t period, bytes, position, records;
+	double confidence;
+};
+
+int fs_learn_init(struct fs_learner *l);
+void fs_learn_fini(struct fs_learner *l);
+/* A read or write reached file ino (of this size). */
+void fs_learn_touch(struct fs_learner *l, uint64_t ino, uint64_t size);
+/* Records until ino is used again, or FS_LEARN_UNKNOWN without a cycle. */
+uint64_t fs_learn_distance(struct fs_learner *l, uint64_t ino);
+void fs_learn_stats(struct fs_learner *l, struct fs_learn_stats *st);
+
+#endif
