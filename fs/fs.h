@@ -56,6 +56,13 @@ struct fs {
 	struct fs_counters cnt; /* atomic adds */
 	bool new_store; /* created by this start: removed again if the start fails */
 	struct fs_learner learn;
+	/* prefetch.c */
+	pthread_t pf_thread;
+	pthread_mutex_t pf_lock; /* guards the hints and pf_stop */
+	pthread_cond_t pf_cv;
+	uint64_t pf_hints[64];
+	unsigned pf_nhints;
+	bool pf_stop, pf_running;
 };
 
 #define FS_COUNT(fs, field, n) __atomic_fetch_add(&(fs)->cnt.field, (n), __ATOMIC_RELAXED)
@@ -87,6 +94,12 @@ void fs_ctl_release(fuse_req_t req, struct fuse_file_info *fi);
 void fs_ctl_readdir(struct fs *fs, fuse_req_t req, uint64_t ino, size_t size, off_t off,
 		    bool plus);
 void fs_ctl_root_stat(struct stat *st, uint64_t ino);
+
+/* prefetch.c: the next files of the learned cycle, and hints */
+int fs_prefetch_start(struct fs *fs);
+void fs_prefetch_stop(struct fs *fs);
+void fs_prefetch_kick(struct fs *fs);
+int fs_prefetch_hint(struct fs *fs, uint64_t ino);
 
 /* ops.c */
 extern const struct fuse_lowlevel_ops fs_ops;

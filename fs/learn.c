@@ -133,6 +133,7 @@ static void record(struct fs_learner *l, struct learn_file *f)
 	l->ring[l->n % RING] = f->ino;
 	f->last_pos = l->n;
 	l->n++;
+	l->generation++;
 	if (prev != UINT64_MAX && l->n - 1 - prev != l->period && period_fits(l, l->n - 1 - prev)) {
 		l->period = l->n - 1 - prev;
 		l->confidence = MATCH_SHARE;
@@ -174,6 +175,33 @@ uint64_t fs_learn_distance(struct fs_learner *l, uint64_t ino)
 	}
 	pthread_mutex_unlock(&l->lock);
 	return d;
+}
+
+unsigned fs_learn_next(struct fs_learner *l, uint64_t *inos, unsigned max, uint64_t budget,
+		       uint64_t *generation)
+{
+	unsigned k = 0;
+	uint64_t bytes = 0;
+
+	pthread_mutex_lock(&l->lock);
+	*generation = l->generation;
+	/* The record one period back was this file; those after it come next. */
+	for (uint64_t j = 0; l->period && j < l->period - 1 && k < max; j++) {
+		uint64_t ino = at(l, l->n - l->period + j);
+		struct learn_file *f = file_find(l, ino);
+		bool dup = false;
+
+		for (unsigned i = 0; i < k; i++)
+			dup |= inos[i] == ino;
+		if (dup || !f)
+			continue;
+		if (k && bytes + f->size > budget)
+			break;
+		bytes += f->size;
+		inos[k++] = ino;
+	}
+	pthread_mutex_unlock(&l->lock);
+	return k;
 }
 
 void fs_learn_stats(struct fs_learner *l, struct fs_learn_stats *st)

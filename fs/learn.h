@@ -22,6 +22,7 @@ struct fs_learner {
 	uint64_t bytes;	      /* bytes of the files of one cycle */
 	double confidence;    /* moving hit rate of the predictions */
 	struct learn_file **files;
+	uint64_t generation; /* bumps at every record, for the prefetcher */
 };
 
 struct fs_learn_stats {
@@ -36,5 +37,11 @@ void fs_learn_touch(struct fs_learner *l, uint64_t ino, uint64_t size);
 /* Records until ino is used again, or FS_LEARN_UNKNOWN without a cycle. */
 uint64_t fs_learn_distance(struct fs_learner *l, uint64_t ino);
 void fs_learn_stats(struct fs_learner *l, struct fs_learn_stats *st);
+/*
+ * The files that come next in the cycle, soonest first, up to max files and
+ * about budget bytes: what the prefetcher loads. Returns how many.
+ */
+unsigned fs_learn_next(struct fs_learner *l, uint64_t *inos, unsigned max, uint64_t budget,
+		       uint64_t *generation);
 
 #endif

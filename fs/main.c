@@ -62,6 +62,7 @@ static const struct fuse_opt tfs_opts[] = {
 	OPT("dedup=%s", dedup_s),
 	OPT("cache_policy=%s", policy_s),
 	OPT("readahead=%s", readahead_s),
+	OPT("prefetch=%s", prefetch_s),
 	{"no_default_permissions", offsetof(struct fs_config, no_default_permissions), 1},
 	FUSE_OPT_KEY("-h", KEY_HELP),
 	FUSE_OPT_KEY("--help", KEY_HELP),
@@ -117,6 +118,7 @@ static void usage(const char *prog)
 	       "    -o cache_policy=P      auto (default: Belady on the learned access cycle,\n"
 	       "                           else clock), clock, or lru (sampled)\n"
 	       "    -o readahead=SIZE      load this far ahead of a sequential reader (8M; 0: off)\n"
+	       "    -o prefetch=on|off     load the next files of the learned cycle (on)\n"
 	       "    -o no_default_permissions  do not let the kernel check permissions\n"
 	       "\n"
 	       "SIZE is a number with an optional K, M, G or T suffix (powers of 1024).\n"
@@ -391,6 +393,7 @@ static void close_stores(struct fs *fs, bool failed)
 {
 	bool discard = failed && fs->new_store;
 
+	fs_prefetch_stop(fs);
 	if (fs->tb) {
 		if (discard)
 			tb_forget_identity(fs->tb);
@@ -450,6 +453,11 @@ static int run(struct fs *fs, struct fuse_session *se, struct fuse_cmdline_opts 
 	ret = open_stores(fs, err, sizeof(err));
 	if (ret)
 		goto fail;
+	if (c->prefetch && fs_prefetch_start(fs) < 0) {
+		snprintf(err, sizeof(err), "cannot start the prefetch thread");
+		ret = -EAGAIN;
+		goto fail;
+	}
 	if (fuse_set_signal_handlers(se) != 0) {
 		snprintf(err, sizeof(err), "cannot install signal handlers");
 		ret = -EIO;

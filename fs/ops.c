@@ -26,6 +26,7 @@
 #define FS_MAX_READAHEAD (1U << 20)
 #define FS_MAX_BACKGROUND 256
 #define FS_CONGESTION 192
+#define FS_XATTR_PREFETCH "user.tensorfs.prefetch"
 #define FS_READAHEAD_SLACK (8U << 20) /* concurrent readers arrive out of order */
 
 static struct fs *req_fs(fuse_req_t req)
@@ -1109,6 +1110,17 @@ static void read_blk_ready(struct tb_waiter *w, int err)
 		read_finish(c);
 }
 
+/* Tell the learner; when it records a step of a known cycle, wake the prefetcher. */
+static void learn_touch(struct fs *fs, uint64_t ino, uint64_t size)
+{
+	uint64_t gen = __atomic_load_n(&fs->learn.generation, __ATOMIC_RELAXED);
+
+	fs_learn_touch(&fs->learn, ino, size);
+	if (__atomic_load_n(&fs->learn.generation, __ATOMIC_RELAXED) != gen &&
+	    __atomic_load_n(&fs->learn.period, __ATOMIC_RELAXED))
+		fs_prefetch_kick(fs);
+}
+
 /* A reader near where the last read ended is sequential: load ahead of it. */
 static void fs_readahead(struct fs *fs, struct fs_inode *in, uint64_t off, size_t size,
 		      uint64_t fsize)
@@ -1161,7 +1173,7 @@ static void fs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	}
 	if ((uint64_t)off + size > fsize)
 		size = (size_t)(fsize - (uint64_t)off);
-	fs_learn_touch(&fs->learn, ino, fsize);
+	learn_touch(fs, ino, fsize);
 
 	uint64_t first = (uint64_t)off / fs->bs, last = ((uint64_t)off + size - 1) / fs->bs;
 	unsigned nblk = (unsigned)(last - first + 1);
@@ -1223,7 +1235,7 @@ static void fs_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 		reply_err(fs, req, ret);
 		return;
 	}
-	fs_learn_touch(&fs->learn, ino, (uint64_t)off + size);
+	learn_touch(fs, ino, (uint64_t)off + size);
 	pthread_rwlock_rdlock(&in->io);
 	ret = write_data(fs, in, buf, size, off);
 	pthread_rwlock_unlock(&in->io);
@@ -1636,6 +1648,13 @@ static void fs_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const 
 
 	if (fs_ctl_ino(ino) || xattr_refused(name)) {
 		reply_err(fs, req, EOPNOTSUPP);
+		return;
+	}
+	if (strcmp(name, FS_XATTR_PREFETCH) == 0) {
+		/* A hint, not stored: load this file into the DRAM tier now. */
+		(void)value;
+		(void)size;
+		reply_err(fs, req, fs->pf_running ? fs_prefetch_hint(fs, ino) : -EOPNOTSUPP);
 		return;
 	}
 	ret = meta_begin(fs->meta, true, &txn);

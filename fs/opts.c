@@ -121,7 +121,8 @@ static int on_ini_value(void *user, const char *section, const char *name, const
 		    {"pfs_cap", &c->pfs_cap_s},
 		    {"dedup", &c->dedup_s},
 		    {"cache_policy", &c->policy_s},
-		    {"readahead", &c->readahead_s}};
+		    {"readahead", &c->readahead_s},
+		    {"prefetch", &c->prefetch_s}};
 	struct {
 		const char *key;
 		char **field;
@@ -521,6 +522,13 @@ int fs_config_resolve(struct fs_config *c, char *err, size_t errlen)
 			return bad(err, errlen, "cache_policy", c->policy_s,
 				   "must be auto, clock or lru");
 	}
+	c->prefetch = true;
+	if (c->prefetch_s) {
+		if (strcmp(c->prefetch_s, "off") == 0)
+			c->prefetch = false;
+		else if (strcmp(c->prefetch_s, "on") != 0)
+			return bad(err, errlen, "prefetch", c->prefetch_s, "must be on or off");
+	}
 	c->readahead = DEF_READAHEAD;
 	if (c->readahead_s && strcmp(c->readahead_s, "0") != 0 &&
 	    fs_parse_size(c->readahead_s, &c->readahead) < 0)
@@ -587,7 +595,8 @@ void fs_config_free(struct fs_config *c)
 			 &c->remote_timeout_s, &c->nvme_bw_s,	   &c->nvme_cap_s, &c->remote_bw_s,
 			 &c->remote_cap_s,    &c->s3_key,	   &c->s3_token,  &c->s3_bucket,
 			 &c->s3_prefix,	      &c->s3_bw_s,	   &c->s3_cap_s,  &c->pfs_bw_s,
-			 &c->pfs_cap_s,	      &c->dedup_s,	   &c->policy_s,  &c->readahead_s};
+			 &c->pfs_cap_s,	      &c->dedup_s,	   &c->policy_s,  &c->readahead_s,
+			 &c->prefetch_s};
 
 	if (c->s3_secret) {
 		/* Do not leave the secret in freed memory. */

@@ -25,6 +25,7 @@ struct fs_config {
 	char *endpoint_s, *region_s, *s3_addressing_s, *remote_timeout_s;
 	char *nvme_bw_s, *nvme_cap_s, *remote_bw_s, *remote_cap_s;
 	char *s3_bw_s, *s3_cap_s, *pfs_bw_s, *pfs_cap_s, *dedup_s, *policy_s, *readahead_s;
+	char *prefetch_s;
 	char *s3_key, *s3_secret, *s3_token; /* from the file's [s3] or AWS_* only */
 	char *source, *mountpoint;
 	int no_default_permissions;
@@ -41,6 +42,7 @@ struct fs_config {
 	enum tb_dedup dedup;
 	enum tb_policy policy;
 	size_t readahead;
+	bool prefetch;
 	int log_level;
 	bool default_nvme; /* the folder is ours to create */
 	/* persistent devices: the nvme folders, then the remote tier if any */

@@ -823,8 +823,8 @@ void tb_put(struct tb_store *s, struct tb_ref *ref, size_t bytes_read)
 
 /*
  * Start loading (obj, idx) ahead of use, in the prefetch class. Never waits:
- * skipped when the block is cached, no slot is free without evicting a
- * block used recently, or too many prefetches are in flight.
+ * 0 when issued or already cached, -EAGAIN when too many prefetches are in
+ * flight, dirty data is at its mark, or no slot can be taken.
  */
 int tb_prefetch(struct tb_store *s, uint64_t obj, uint64_t idx)
 {
@@ -832,10 +832,13 @@ int tb_prefetch(struct tb_store *s, uint64_t obj, uint64_t idx)
 	int ret;
 
 	pthread_mutex_lock(&s->lock);
-	if (hash_find(s, obj, idx) || s->prefetch_inflight >= s->prefetch_max ||
-	    s->ndirty >= s->dirty_max) {
+	if (hash_find(s, obj, idx)) {
 		pthread_mutex_unlock(&s->lock);
 		return 0;
+	}
+	if (s->prefetch_inflight >= s->prefetch_max || s->ndirty >= s->dirty_max) {
+		pthread_mutex_unlock(&s->lock);
+		return -EAGAIN; /* try again once some have landed */
 	}
 	e = entry_alloc(s);
 	if (!e) {

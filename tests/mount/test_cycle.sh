@@ -1,9 +1,11 @@
 #!/bin/bash
-# Cycle-aware eviction: 16 files read in the same order 5 times over a DRAM
-# tier a quarter of their size. With the learned cycle (cache_policy=auto)
-# the hit rate of the last passes is within 5 points of C/N = 25%; LRU, on
-# the same run, gets about 0. Reads are O_DIRECT so the kernel's page cache
-# stays out of it, and readahead is off so that every hit is the policy's.
+# Cycle-aware eviction and prefetch: 16 files read in the same order 5 times
+# over a DRAM tier a quarter of their size. With the learned cycle
+# (cache_policy=auto) the hit rate of the last passes is within 5 points of
+# C/N = 25%; LRU, on the same run, gets about 0. Reads are O_DIRECT so the
+# kernel's page cache stays out of it; readahead and prefetch are off there
+# so that every hit is the policy's. Then, with prefetch on, reading file k
+# of the known cycle makes file k+1 resident before it is read.
 . "$(dirname "$0")/lib.sh"
 
 FILES=16
@@ -41,17 +43,38 @@ TFS_DRAM=32M TFS_THREADS=4 tfs_mount "readahead=0,cache_policy=auto"
 write_files
 tfs_umount || fail "unmount"
 
-TFS_DRAM=32M TFS_THREADS=4 tfs_mount "readahead=0,cache_policy=auto"
+TFS_DRAM=32M TFS_THREADS=4 tfs_mount "readahead=0,prefetch=off,cache_policy=auto"
 auto=$(hit_rate)
 cycle=$(tfs_stat_json learner cycle_files) || fail "stats"
 [ "$cycle" -eq $FILES ] || fail "learned a cycle of $cycle files, want $FILES"
 tfs_umount || fail "unmount"
 
-TFS_DRAM=32M TFS_THREADS=4 tfs_mount "readahead=0,cache_policy=lru"
+TFS_DRAM=32M TFS_THREADS=4 tfs_mount "readahead=0,prefetch=off,cache_policy=lru"
 lru=$(hit_rate)
 tfs_umount || fail "unmount"
 
 echo "hit rate of the last $((2)) passes: auto ${auto}%, lru ${lru}% (C/N = 25%)"
 [ "$auto" -ge 20 ] && [ "$auto" -le 30 ] || fail "auto: ${auto}% is not within 5 points of 25%"
 [ "$lru" -le 5 ] || fail "lru: ${lru}% where about 0 was expected"
-echo "PASS: cycle-aware eviction"
+
+# Prefetch along the cycle: after reading f1, f2's blocks arrive without a read.
+TFS_DRAM=32M TFS_THREADS=4 tfs_mount "readahead=0,cache_policy=auto"
+for p in 1 2 3; do read_pass; done
+[ "$(tfs_stat_json learner cycle_files)" -eq $FILES ] || fail "no cycle learned with prefetch on"
+dd if="$MNT/f$FILES" of=/dev/null bs=1M iflag=direct status=none # the end of a pass
+dd if="$MNT/f1" of=/dev/null bs=1M iflag=direct status=none || fail "reading f1"
+for i in $(seq 1 100); do # bounded wait for the prefetch of f2 to be used up front
+	[ "$(tfs_stat_json prefetch issued)" -gt 0 ] && break
+	sleep 0.05
+done
+sleep 0.5
+h0=$(tfs_stat_json cache hits) && m0=$(tfs_stat_json cache misses) || fail "stats"
+dd if="$MNT/f2" of=/dev/null bs=1M iflag=direct status=none || fail "reading f2"
+h1=$(tfs_stat_json cache hits) && m1=$(tfs_stat_json cache misses) || fail "stats"
+used=$(tfs_stat_json prefetch used)
+echo "reading f2 after f1: $((h1 - h0)) hits, $((m1 - m0)) misses; prefetches used: $used"
+[ $((h1 - h0)) -eq $BLOCKS ] && [ $((m1 - m0)) -eq 0 ] ||
+	fail "f2 was not prefetched while f1 was read"
+[ "$used" -gt 0 ] || fail "no prefetched block was used"
+tfs_umount || fail "unmount"
+echo "PASS: cycle-aware eviction and prefetch"
