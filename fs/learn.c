@@ -28,11 +28,13 @@
 #define CONF_ALPHA 0.1	    /* weight of the latest prediction */
 #define CONF_KEEP 0.5	    /* below this the cycle is dropped */
 #define FILES_BUCKETS 4096
+#define POSITIONS 4	    /* records of a file remembered: uses per cycle */
 
 struct learn_file {
 	uint64_t ino;
 	uint64_t last_touch; /* touch counter at its last touch */
 	uint64_t last_pos;   /* record index of its last record, or UINT64_MAX */
+	uint64_t pos[POSITIONS]; /* its last records, newest first; UINT64_MAX unused */
 	uint64_t size;
 	struct learn_file *next;
 };
@@ -50,6 +52,8 @@ static struct learn_file *file_get(struct fs_learner *l, uint64_t ino)
 		return NULL;
 	f->ino = ino;
 	f->last_pos = UINT64_MAX;
+	for (int i = 0; i < POSITIONS; i++)
+		f->pos[i] = UINT64_MAX;
 	f->next = *b;
 	*b = f;
 	return f;
@@ -112,17 +116,34 @@ static uint64_t cycle_bytes(struct fs_learner *l)
 	for (uint64_t j = 1; j <= l->period; j++) {
 		struct learn_file *f = file_find(l, at(l, l->n - j));
 
-		/* A file that comes twice in a period is counted at its last record. */
+		/* A file used twice in a period is counted at its last record. */
 		if (f && f->last_pos == l->n - j)
 			sum += f->size;
 	}
 	return sum;
 }
 
+/*
+ * A file used k times per cycle comes back k records of its own later: each
+ * of its remembered records gives a candidate period, nearest first.
+ */
+static void find_period(struct fs_learner *l, struct learn_file *f)
+{
+	for (int i = 1; i < POSITIONS && f->pos[i] != UINT64_MAX; i++) {
+		uint64_t p = l->n - 1 - f->pos[i];
+
+		if (p == l->period)
+			return;
+		if (period_fits(l, p)) {
+			l->period = p;
+			l->confidence = MATCH_SHARE;
+			return;
+		}
+	}
+}
+
 static void record(struct fs_learner *l, struct learn_file *f)
 {
-	uint64_t prev = f->last_pos;
-
 	if (l->period) {
 		bool hit = l->n >= l->period && at(l, l->n - l->period) == f->ino;
 
@@ -132,12 +153,11 @@ static void record(struct fs_learner *l, struct learn_file *f)
 	}
 	l->ring[l->n % RING] = f->ino;
 	f->last_pos = l->n;
+	memmove(f->pos + 1, f->pos, (POSITIONS - 1) * sizeof(f->pos[0]));
+	f->pos[0] = l->n;
 	l->n++;
 	l->generation++;
-	if (prev != UINT64_MAX && l->n - 1 - prev != l->period && period_fits(l, l->n - 1 - prev)) {
-		l->period = l->n - 1 - prev;
-		l->confidence = MATCH_SHARE;
-	}
+	find_period(l, f);
 	if (l->period)
 		l->bytes = cycle_bytes(l);
 }
@@ -168,10 +188,17 @@ uint64_t fs_learn_distance(struct fs_learner *l, uint64_t ino)
 
 	pthread_mutex_lock(&l->lock);
 	if (l->period && (f = file_find(l, ino)) && f->last_pos != UINT64_MAX) {
-		uint64_t next = f->last_pos + l->period;
+		/* The soonest of its uses in the last cycle, one cycle on. */
+		for (int i = 0; i < POSITIONS && f->pos[i] != UINT64_MAX; i++) {
+			uint64_t next = f->pos[i] + l->period;
 
-		/* Overdue means it was skipped this round: due any time now. */
-		d = next > l->n ? next - l->n : 0;
+			if (f->pos[i] + l->period < l->n)
+				break; /* older than a cycle */
+			if (next - l->n < d || d == FS_LEARN_UNKNOWN)
+				d = next - l->n;
+		}
+		if (d == FS_LEARN_UNKNOWN)
+			d = 0; /* overdue: skipped this round, due any time now */
 	}
 	pthread_mutex_unlock(&l->lock);
 	return d;

@@ -4,7 +4,7 @@
  *
  * One thread (tfs-prefetch) wakes when the learner records a file or a
  * hint arrives. It asks the learner for the next files within a budget of
- * half the DRAM tier and issues their blocks in the prefetch class, which
+ * a quarter of the DRAM tier and issues their blocks in the prefetch class, which
  * devices serve after demand reads and before write-back. tb_prefetch
  * never waits: when the in-flight bound is reached the thread sleeps a
  * little and goes on, starting over whenever the cycle moves.
@@ -20,6 +20,7 @@
 #define RETRY_NS 2000000L    /* when the prefetch class is full */
 #define IDLE_MS 200	     /* wake to check the learner anyway */
 #define HINTS_MAX 64
+#define PREFETCH_SHARE 4 /* files ahead may fill a quarter of the DRAM tier */
 
 /* Issue the blocks of one file; false when the cycle moved on (start over). */
 static bool prefetch_file(struct fs *fs, uint64_t ino, uint64_t gen, bool hinted)
@@ -71,7 +72,7 @@ static void *prefetch_main(void *arg)
 
 		for (unsigned i = 0; i < nh; i++)
 			prefetch_file(fs, hints[i], 0, true);
-		n = fs_learn_next(&fs->learn, inos, AHEAD_MAX, fs->cfg->dram / 2, &gen);
+		n = fs_learn_next(&fs->learn, inos, AHEAD_MAX, fs->cfg->dram / PREFETCH_SHARE, &gen);
 		if (gen != seen_gen) {
 			seen_gen = gen;
 			for (unsigned i = 0; i < n && !fs->pf_stop; i++)
