@@ -723,19 +723,27 @@ static int block_ref(struct fs_meta *m, MDB_txn *txn, uint64_t id, int delta,
 	return block_put(m, txn, id, &b);
 }
 
+/* Drop the reference the mapping (ino, idx) holds, if it has one. */
+static int unref_mapping(struct fs_meta *m, MDB_txn *txn, uint64_t ino, uint64_t idx,
+			 struct locvec *freed)
+{
+	uint64_t old;
+	int ret = meta_bmap_get(m, txn, ino, idx, &old);
+
+	if (ret == -ENOENT)
+		return 0;
+	return ret ? ret : block_ref(m, txn, old, -1, freed);
+}
+
 int meta_bmap_store(struct fs_meta *m, MDB_txn *txn, uint64_t ino, uint64_t idx, uint64_t loc,
 		    const uint8_t *hash, struct locvec *freed)
 {
 	unsigned char kb[16];
 	MDB_val k = {16, kb}, v;
-	uint64_t old, id;
+	uint64_t id;
 	int ret;
 
-	ret = meta_bmap_get(m, txn, ino, idx, &old);
-	if (ret == 0)
-		ret = block_ref(m, txn, old, -1, freed);
-	else if (ret == -ENOENT)
-		ret = 0;
+	ret = unref_mapping(m, txn, ino, idx, freed);
 	if (ret)
 		return ret;
 	bmap_key(kb, ino, idx);
@@ -771,7 +779,6 @@ int meta_bmap_share_block(struct fs_meta *m, MDB_txn *txn, uint64_t ino, uint64_
 	unsigned char kb[16];
 	MDB_val k = {16, kb}, v = {sizeof(id), &id};
 	struct meta_block b;
-	uint64_t old;
 	int ret;
 
 	ret = meta_block_get(m, txn, id, &b);
@@ -782,13 +789,8 @@ int meta_bmap_share_block(struct fs_meta *m, MDB_txn *txn, uint64_t ino, uint64_
 		return ret;
 	/* Take the new reference before dropping the old: they may be one block. */
 	ret = block_ref(m, txn, id, 1, freed);
-	if (ret)
-		return ret;
-	ret = meta_bmap_get(m, txn, ino, idx, &old);
-	if (ret == 0)
-		ret = block_ref(m, txn, old, -1, freed);
-	else if (ret == -ENOENT)
-		ret = 0;
+	if (!ret)
+		ret = unref_mapping(m, txn, ino, idx, freed);
 	if (ret)
 		return ret;
 	bmap_key(kb, ino, idx);
@@ -842,7 +844,7 @@ int meta_bmap_share(struct fs_meta *m, MDB_txn *txn, uint64_t src, uint64_t sidx
 	int ret;
 
 	for (uint64_t i = 0; i < n; i++) {
-		uint64_t id, old;
+		uint64_t id;
 
 		ret = meta_bmap_get(m, txn, src, sidx + i, &id);
 		if (ret && ret != -ENOENT)
@@ -853,11 +855,7 @@ int meta_bmap_share(struct fs_meta *m, MDB_txn *txn, uint64_t src, uint64_t sidx
 			if (ret)
 				return ret;
 		}
-		ret = meta_bmap_get(m, txn, dst, didx + i, &old);
-		if (ret == 0)
-			ret = block_ref(m, txn, old, -1, freed);
-		else if (ret == -ENOENT)
-			ret = 0;
+		ret = unref_mapping(m, txn, dst, didx + i, freed);
 		if (ret)
 			return ret;
 		bmap_key(kb, dst, didx + i);

@@ -62,12 +62,14 @@ TFS_DRAM=32M TFS_THREADS=4 tfs_mount "readahead=0,cache_policy=auto"
 for p in 1 2 3; do read_pass; done
 [ "$(tfs_stat_json learner cycle_files)" -eq $FILES ] || fail "no cycle learned with prefetch on"
 dd if="$MNT/f$FILES" of=/dev/null bs=1M iflag=direct status=none # the end of a pass
+issued0=$(tfs_stat_json prefetch issued) || fail "stats"
 dd if="$MNT/f1" of=/dev/null bs=1M iflag=direct status=none || fail "reading f1"
-for i in $(seq 1 100); do # bounded wait for the prefetch of f2 to be used up front
-	[ "$(tfs_stat_json prefetch issued)" -gt 0 ] && break
+# Bounded wait: f2's blocks issued after the read of f1, and none in flight.
+for i in $(seq 1 100); do
+	[ "$(tfs_stat_json prefetch issued)" -ge $((issued0 + BLOCKS)) ] &&
+		[ "$(tfs_stat_json tiers nvme0 inflight_prefetch)" -eq 0 ] && break
 	sleep 0.05
 done
-sleep 0.5
 h0=$(tfs_stat_json cache hits) && m0=$(tfs_stat_json cache misses) || fail "stats"
 dd if="$MNT/f2" of=/dev/null bs=1M iflag=direct status=none || fail "reading f2"
 h1=$(tfs_stat_json cache hits) && m1=$(tfs_stat_json cache misses) || fail "stats"

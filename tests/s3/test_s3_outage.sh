@@ -83,7 +83,18 @@ with open(committed, "a") as log:
         time.sleep(0.05)
 PY
 WRITER_PID=$!
-sleep 2
+
+# wait_committed N: until the writer has committed N files (bounded, 30 s).
+wait_committed() {
+	local i
+	for i in $(seq 1 300); do
+		[ "$(wc -l <"$T/committed")" -ge "$1" ] && return 0
+		[ -s "$T/writer.err" ] && fail "the writer failed: $(cat "$T/writer.err")"
+		sleep 0.1
+	done
+	fail "the writer committed fewer than $1 files in 30 s"
+}
+wait_committed 10
 s3_kill
 echo "   s3rver killed after $(wc -l <"$T/committed") committed files"
 
@@ -134,12 +145,12 @@ grep -q "s3: GET of slot [0-9]* failed after .*onnect" "$LOG" ||
 S3_WB=$(stat_tier s3 write_bytes)
 NVME_WB=$(stat_tier nvme0 write_bytes)
 N_DOWN=$(wc -l <"$T/committed")
-sleep 4
+wait_committed $((N_DOWN + 10))
 [ -s "$T/writer.err" ] && fail "the writer failed while s3 was down: $(cat "$T/writer.err")"
 [ "$(wc -l <"$T/committed")" -gt "$N_DOWN" ] || fail "no file was committed while s3 was down"
 [ "$(stat_tier nvme0 write_bytes)" -gt "$NVME_WB" ] || fail "nvme0 took no writes while s3 was down"
 [ "$(stat_tier s3 write_bytes)" -eq "$S3_WB" ] || fail "s3 counted writes while down"
-echo "   while down: $(($(wc -l <"$T/committed") - N_DOWN)) files committed in 4 s," \
+echo "   while down: $(($(wc -l <"$T/committed") - N_DOWN)) files committed," \
 	"all on nvme0"
 
 # s3rver comes back on the same port over the same data.
@@ -155,7 +166,7 @@ for _ in $(seq 1 100); do
 	sleep 0.1
 done
 [ "$(stat_tier s3 write_bytes)" -gt "$S3_WB" ] || fail "s3 takes no new blocks after it came back"
-sleep 1
+wait_committed $((N_UP + 5))
 touch "$T/stop"
 wait "$WRITER_PID" || fail "the writer exited $?"
 WRITER_PID=""
