@@ -8,8 +8,13 @@
  *
  *   stats   JSON: per tier, the cache, FUSE operations, the store
  *   config  JSON: the effective configuration (never a secret)
+ *   metrics the same counters in Prometheus' text exposition format
+ *   ctl     write-only: one command per write (see ctlcmd.h); only the
+ *           mount's owner or root may open it
  */
+#include "ctlcmd.h"
 #include "fs.h"
+#include "log.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -17,6 +22,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <fcntl.h>
+#include <time.h>
 #include <unistd.h>
 
 struct ctl_buf {
@@ -27,7 +33,10 @@ struct ctl_buf {
 static const struct {
 	const char *name;
 	uint64_t ino;
-} ctl_files[] = {{"stats", FS_CTL_STATS_INO}, {"config", FS_CTL_CONFIG_INO}};
+} ctl_files[] = {{"stats", FS_CTL_STATS_INO},
+		 {"config", FS_CTL_CONFIG_INO},
+		 {"ctl", FS_CTL_CTL_INO},
+		 {"metrics", FS_CTL_METRICS_INO}};
 
 #define N_CTL_FILES (sizeof(ctl_files) / sizeof(ctl_files[0]))
 
@@ -45,6 +54,9 @@ void fs_ctl_root_stat(struct stat *st, uint64_t ino)
 	if (ino == FS_CTL_DIR_INO) {
 		st->st_mode = S_IFDIR | 0555;
 		st->st_nlink = 2;
+	} else if (ino == FS_CTL_CTL_INO) {
+		st->st_mode = S_IFREG | 0200;
+		st->st_nlink = 1;
 	} else {
 		st->st_mode = S_IFREG | 0444;
 		st->st_nlink = 1;
@@ -93,6 +105,55 @@ static json_t *tier_json(uint64_t cap, uint64_t used, uint64_t rb, uint64_t wb, 
 			 (json_int_t)ro, "write_ops", (json_int_t)wo, "errors", (json_int_t)errors);
 }
 
+static uint64_t mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/*
+ * Current bytes per second of each tier (0: dram, i + 1: device i): the
+ * change since the last sample at least a second old, so that a reader
+ * polling every second sees the last second's rate.
+ */
+static void update_rates(struct fs *fs, const struct tb_stats *st)
+{
+	uint64_t now = mono_ms(), rb[TB_MAX_DEVS + 1], wb[TB_MAX_DEVS + 1];
+	unsigned n = st->n_devs + 1;
+
+	rb[0] = st->dram_read_bytes;
+	wb[0] = st->dram_write_bytes;
+	for (unsigned i = 0; i < st->n_devs; i++) {
+		rb[i + 1] = st->dev[i].read_bytes;
+		wb[i + 1] = st->dev[i].write_bytes;
+	}
+	pthread_mutex_lock(&fs->rate_lock);
+	if (fs->rate_ms == 0 || now - fs->rate_ms >= 1000) {
+		double dt = fs->rate_ms ? (double)(now - fs->rate_ms) / 1000.0 : 0;
+
+		for (unsigned i = 0; i < n; i++) {
+			fs->rate_rbps[i] = dt > 0 ? (double)(rb[i] - fs->rate_rb[i]) / dt : 0;
+			fs->rate_wbps[i] = dt > 0 ? (double)(wb[i] - fs->rate_wb[i]) / dt : 0;
+			fs->rate_rb[i] = rb[i];
+			fs->rate_wb[i] = wb[i];
+		}
+		fs->rate_ms = now;
+	}
+	pthread_mutex_unlock(&fs->rate_lock);
+}
+
+static void set_rates(struct fs *fs, json_t *t, unsigned i)
+{
+	pthread_mutex_lock(&fs->rate_lock);
+	json_object_set_new(t, "read_bps", json_integer((json_int_t)fs->rate_rbps[i]));
+	json_object_set_new(t, "write_bps", json_integer((json_int_t)fs->rate_wbps[i]));
+	pthread_mutex_unlock(&fs->rate_lock);
+}
+
+static const char *const policy_names[] = {"auto", "clock", "lru", "2q"};
+
 static json_t *stats_json(struct fs *fs)
 {
 	struct tb_stats *st = calloc(1, sizeof(*st));
@@ -103,6 +164,7 @@ static json_t *stats_json(struct fs *fs)
 	if (!st)
 		return NULL;
 	tb_get_stats(fs->tb, st);
+	update_rates(fs, st);
 	meta_counts(fs->meta, &inodes, &blocks, &mapped);
 	memcpy(&c, &fs->cnt, sizeof(c));
 
@@ -114,6 +176,7 @@ static json_t *stats_json(struct fs *fs)
 		      st->dram_read_ops, st->dram_write_ops, 0);
 	json_object_set_new(t, "huge_pages", json_boolean(st->huge_pages));
 	json_object_set_new(t, "locked", json_boolean(st->locked));
+	set_rates(fs, t, 0);
 	json_object_set_new(tiers, "dram", t);
 	for (unsigned i = 0; i < st->n_devs; i++) {
 		struct tb_dev_stats *d = &st->dev[i];
@@ -130,6 +193,7 @@ static json_t *stats_json(struct fs *fs)
 		json_object_set_new(t, "inflight_demand", json_integer(d->inflight_demand));
 		json_object_set_new(t, "inflight_prefetch", json_integer(d->inflight_prefetch));
 		json_object_set_new(t, "inflight_writeback", json_integer(d->inflight_wb));
+		set_rates(fs, t, i + 1);
 		json_object_set_new(tiers, d->name, t);
 	}
 	json_object_set_new(root, "tiers", tiers);
@@ -146,16 +210,27 @@ static json_t *stats_json(struct fs *fs)
 			    json_integer((json_int_t)st->partial_created));
 	json_object_set_new(json_object_get(root, "cache"), "partial_merged",
 			    json_integer((json_int_t)st->partial_merged));
+	json_t *cj = json_object_get(root, "cache");
+	uint64_t lookups = st->hits + st->misses;
+	json_object_set_new(cj, "hit_rate",
+			    json_real(lookups ? (double)st->hits / (double)lookups : 0.0));
+	json_object_set_new(cj, "pinned_bytes", json_integer((json_int_t)st->pinned_bytes));
+	json_object_set_new(cj, "pin_limit_bytes", json_integer((json_int_t)st->pin_limit_bytes));
+	json_object_set_new(cj, "policy", json_string(policy_names[fs->cfg->policy]));
+	json_object_set_new(cj, "hot_bytes", json_integer((json_int_t)st->hot_bytes));
+	json_object_set_new(cj, "ghost_hits", json_integer((json_int_t)st->ghost_hits));
 	json_object_set_new(
 		root, "prefetch",
-		json_pack("{sIsIsIsI}", "issued", (json_int_t)st->prefetch_issued, "used",
+		json_pack("{sIsIsIsIsf}", "issued", (json_int_t)st->prefetch_issued, "used",
 			  (json_int_t)st->prefetch_used, "wasted", (json_int_t)st->prefetch_wasted,
-			  "late", (json_int_t)st->prefetch_late));
+			  "late", (json_int_t)st->prefetch_late, "accuracy",
+			  st->prefetch_issued
+				  ? (double)st->prefetch_used / (double)st->prefetch_issued
+				  : 0.0));
 	struct fs_learn_stats ls;
-	static const char *const policies[] = {"auto", "clock", "lru"};
 	fs_learn_stats(&fs->learn, &ls);
 	json_object_set_new(root, "learner",
-			    json_pack("{sssIsIsfsIsI}", "policy", policies[fs->cfg->policy],
+			    json_pack("{sssIsIsfsIsI}", "policy", policy_names[fs->cfg->policy],
 				      "cycle_files", (json_int_t)ls.period, "cycle_bytes",
 				      (json_int_t)ls.bytes, "confidence", ls.confidence,
 				      "position", (json_int_t)ls.position, "records",
@@ -256,42 +331,525 @@ static json_t *config_json(struct fs *fs)
 	return root;
 }
 
+/* ---- metrics: Prometheus text exposition format, version 0.0.4 ---- */
+
+static void metric_head(FILE *f, const char *name, const char *type, const char *help)
+{
+	fprintf(f, "# HELP tensorfs_%s %s\n# TYPE tensorfs_%s %s\n", name, help, name, type);
+}
+
+/* One sample; label is "" or 'key="value"' (values here need no escaping). */
+static void metric(FILE *f, const char *name, const char *label, double v)
+{
+	if (label[0])
+		fprintf(f, "tensorfs_%s{%s} %.17g\n", name, label, v);
+	else
+		fprintf(f, "tensorfs_%s %.17g\n", name, v);
+}
+
+static void metric1(FILE *f, const char *name, const char *type, const char *help, double v)
+{
+	metric_head(f, name, type, help);
+	metric(f, name, "", v);
+}
+
+/* A metric with one sample per tier, from a field of struct tier_row. */
+struct tier_row {
+	char label[48];
+	double cap, used, rb, wb, ro, wo, err, up, rbps, wbps;
+	double q, in_demand, in_prefetch, in_wb;
+	bool dev;
+};
+
+#define TIER_METRIC(f, rows, n, name, type, help, field, devs_only)                       \
+	do {                                                                               \
+		metric_head(f, name, type, help);                                          \
+		for (unsigned i_ = 0; i_ < (n); i_++)                                      \
+			if (!(devs_only) || (rows)[i_].dev)                                \
+				metric(f, name, (rows)[i_].label, (rows)[i_].field);       \
+	} while (0)
+
+static char *metrics_text(struct fs *fs, size_t *len)
+{
+	struct tb_stats *st = calloc(1, sizeof(*st));
+	struct tier_row rows[TB_MAX_DEVS + 1];
+	struct fs_counters c;
+	struct fs_learn_stats ls;
+	uint64_t inodes, blocks, mapped;
+	char *buf = NULL;
+	unsigned n;
+	FILE *f;
+
+	if (!st)
+		return NULL;
+	f = open_memstream(&buf, len);
+	if (!f) {
+		free(st);
+		return NULL;
+	}
+	tb_get_stats(fs->tb, st);
+	update_rates(fs, st);
+	meta_counts(fs->meta, &inodes, &blocks, &mapped);
+	memcpy(&c, &fs->cnt, sizeof(c));
+	fs_learn_stats(&fs->learn, &ls);
+
+	memset(rows, 0, sizeof(rows));
+	snprintf(rows[0].label, sizeof(rows[0].label), "tier=\"dram\"");
+	rows[0].cap = (double)st->dram_capacity;
+	rows[0].used = (double)st->dram_used;
+	rows[0].rb = (double)st->dram_read_bytes;
+	rows[0].wb = (double)st->dram_write_bytes;
+	rows[0].ro = (double)st->dram_read_ops;
+	rows[0].wo = (double)st->dram_write_ops;
+	rows[0].up = 1;
+	for (unsigned i = 0; i < st->n_devs; i++) {
+		struct tb_dev_stats *d = &st->dev[i];
+		struct tier_row *r = &rows[i + 1];
+
+		snprintf(r->label, sizeof(r->label), "tier=\"%s\"", d->name);
+		r->dev = true;
+		r->cap = (double)d->capacity;
+		r->used = (double)d->used;
+		r->rb = (double)d->read_bytes;
+		r->wb = (double)d->write_bytes;
+		r->ro = (double)d->read_ops;
+		r->wo = (double)d->write_ops;
+		r->err = (double)d->errors;
+		r->up = d->up;
+		r->q = d->queued;
+		r->in_demand = d->inflight_demand;
+		r->in_prefetch = d->inflight_prefetch;
+		r->in_wb = d->inflight_wb;
+	}
+	n = st->n_devs + 1;
+	pthread_mutex_lock(&fs->rate_lock);
+	for (unsigned i = 0; i < n; i++) {
+		rows[i].rbps = fs->rate_rbps[i];
+		rows[i].wbps = fs->rate_wbps[i];
+	}
+	pthread_mutex_unlock(&fs->rate_lock);
+
+	metric_head(f, "build_info", "gauge", "Version of the running tensorfs.");
+	fprintf(f, "tensorfs_build_info{version=\"%s\"} 1\n", TFS_VERSION);
+	metric1(f, "block_size_bytes", "gauge", "Block size of the store.",
+		(double)st->block_size);
+	TIER_METRIC(f, rows, n, "tier_capacity_bytes", "gauge", "Capacity of the tier.", cap, 0);
+	TIER_METRIC(f, rows, n, "tier_used_bytes", "gauge", "Bytes in use in the tier.", used, 0);
+	TIER_METRIC(f, rows, n, "tier_read_bytes_total", "counter", "Bytes read from the tier.",
+		    rb, 0);
+	TIER_METRIC(f, rows, n, "tier_write_bytes_total", "counter", "Bytes written to the tier.",
+		    wb, 0);
+	TIER_METRIC(f, rows, n, "tier_read_ops_total", "counter", "Reads served by the tier.", ro,
+		    0);
+	TIER_METRIC(f, rows, n, "tier_write_ops_total", "counter", "Writes made to the tier.", wo,
+		    0);
+	TIER_METRIC(f, rows, n, "tier_read_bytes_per_second", "gauge",
+		    "Read rate of the tier over about the last second.", rbps, 0);
+	TIER_METRIC(f, rows, n, "tier_write_bytes_per_second", "gauge",
+		    "Write rate of the tier over about the last second.", wbps, 0);
+	TIER_METRIC(f, rows, n, "tier_errors_total", "counter", "I/O errors of the device.", err,
+		    1);
+	TIER_METRIC(f, rows, n, "tier_up", "gauge", "1 while the device is healthy.", up, 1);
+	TIER_METRIC(f, rows, n, "tier_queued", "gauge", "Requests waiting for the device.", q, 1);
+	metric_head(f, "tier_inflight", "gauge", "Requests in flight, by scheduling class.");
+	for (unsigned i = 1; i < n; i++) {
+		static const char *const cls[] = {"demand", "prefetch", "writeback"};
+		double v[] = {rows[i].in_demand, rows[i].in_prefetch, rows[i].in_wb};
+
+		for (unsigned k = 0; k < 3; k++) {
+			char label[96];
+
+			snprintf(label, sizeof(label), "%s,class=\"%s\"", rows[i].label, cls[k]);
+			metric(f, "tier_inflight", label, v[k]);
+		}
+	}
+
+	metric1(f, "cache_hits_total", "counter", "Block lookups served from DRAM.",
+		(double)st->hits);
+	metric1(f, "cache_misses_total", "counter", "Block lookups that had to load.",
+		(double)st->misses);
+	metric1(f, "cache_evictions_total", "counter", "Blocks evicted from DRAM.",
+		(double)st->evictions);
+	metric1(f, "cache_dirty_bytes", "gauge", "Bytes written and not yet written back.",
+		(double)st->dirty_bytes);
+	metric1(f, "cache_pinned_bytes", "gauge", "Resident bytes of pinned files.",
+		(double)st->pinned_bytes);
+	metric1(f, "cache_writeback_bytes_total", "counter", "Bytes written back from DRAM.",
+		(double)st->writeback_bytes);
+	metric1(f, "cache_writeback_errors_total", "counter", "Failed write-backs.",
+		(double)st->wb_errors);
+	metric1(f, "cache_syncs_total", "counter", "Sync points made durable.",
+		(double)st->syncs);
+	metric1(f, "cache_backpressure_waits_total", "counter",
+		"Writers that waited at the dirty mark.", (double)st->backpressure_waits);
+	metric1(f, "prefetch_issued_total", "counter", "Blocks loaded ahead of use.",
+		(double)st->prefetch_issued);
+	metric1(f, "prefetch_used_total", "counter", "Prefetched blocks read before eviction.",
+		(double)st->prefetch_used);
+	metric1(f, "prefetch_wasted_total", "counter", "Prefetched blocks evicted unread.",
+		(double)st->prefetch_wasted);
+	metric1(f, "prefetch_late_total", "counter",
+		"Demand reads that waited for a prefetch in flight.", (double)st->prefetch_late);
+	metric1(f, "learner_cycle_files", "gauge", "Files in the learned access cycle.",
+		(double)ls.period);
+	metric1(f, "learner_cycle_bytes", "gauge", "Bytes in the learned access cycle.",
+		(double)ls.bytes);
+	metric1(f, "learner_confidence", "gauge", "Confidence in the learned cycle, 0 to 1.",
+		ls.confidence);
+	metric1(f, "dedup_logical_bytes", "gauge", "Bytes of committed blocks mapped by files.",
+		(double)mapped * (double)st->block_size);
+	metric1(f, "dedup_physical_bytes", "gauge", "Bytes of committed blocks stored.",
+		(double)blocks * (double)st->block_size);
+	metric1(f, "dedup_hits_total", "counter", "Blocks stored as a reference at write-back.",
+		(double)st->dedup_hits);
+	metric1(f, "meta_inodes", "gauge", "Inodes in the metadata store.", (double)inodes);
+
+	struct {
+		const char *name;
+		uint64_t v;
+	} ops[] = {{"lookup", c.lookups},	  {"getattr", c.getattrs}, {"setattr", c.setattrs},
+		   {"open", c.opens},		  {"create", c.creates},   {"read", c.reads},
+		   {"write", c.writes},		  {"fsync", c.fsyncs},	   {"unlink", c.unlinks},
+		   {"rename", c.renames},	  {"copy_file_range", c.copies},
+		   {"fallocate", c.fallocates}};
+	metric_head(f, "fuse_ops_total", "counter", "FUSE requests, by operation.");
+	for (size_t i = 0; i < sizeof(ops) / sizeof(ops[0]); i++) {
+		char label[48];
+
+		snprintf(label, sizeof(label), "op=\"%s\"", ops[i].name);
+		metric(f, "fuse_ops_total", label, (double)ops[i].v);
+	}
+	metric1(f, "fuse_read_bytes_total", "counter", "Bytes read through FUSE.",
+		(double)c.read_bytes);
+	metric1(f, "fuse_write_bytes_total", "counter", "Bytes written through FUSE.",
+		(double)c.write_bytes);
+	metric1(f, "fuse_errors_total", "counter", "FUSE requests answered with an error.",
+		(double)c.errors);
+	free(st);
+	if (fclose(f) != 0) {
+		free(buf);
+		return NULL;
+	}
+	return buf;
+}
+
+/* Only the mount's owner (the daemon's user) or root may steer it. */
+static bool caller_may_steer(fuse_req_t req)
+{
+	const struct fuse_ctx *ctx = fuse_req_ctx(req);
+
+	return ctx->uid == 0 || ctx->uid == getuid();
+}
+
 void fs_ctl_open(struct fs *fs, fuse_req_t req, uint64_t ino, struct fuse_file_info *fi)
 {
 	struct ctl_buf *b;
-	json_t *j;
+	json_t *j = NULL;
 
 	if (ino == FS_CTL_DIR_INO) {
 		fuse_reply_err(req, EISDIR);
+		return;
+	}
+	if (ino == FS_CTL_CTL_INO) {
+		if ((fi->flags & O_ACCMODE) != O_WRONLY || !caller_may_steer(req)) {
+			fuse_reply_err(req, EACCES);
+			return;
+		}
+		fi->fh = 0;
+		fi->direct_io = 1;
+		fi->nonseekable = 1;
+		fuse_reply_open(req, fi);
 		return;
 	}
 	if ((fi->flags & O_ACCMODE) != O_RDONLY) {
 		fuse_reply_err(req, EACCES);
 		return;
 	}
-	j = ino == FS_CTL_STATS_INO ? stats_json(fs) : config_json(fs);
 	b = calloc(1, sizeof(*b));
-	if (!j || !b) {
-		json_decref(j);
-		free(b);
+	if (!b) {
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
-	b->data = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
-	json_decref(j);
+	if (ino == FS_CTL_METRICS_INO) {
+		b->data = metrics_text(fs, &b->len);
+	} else {
+		j = ino == FS_CTL_STATS_INO ? stats_json(fs) : config_json(fs);
+		b->data = j ? json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
+		json_decref(j);
+		if (b->data)
+			b->len = strlen(b->data);
+	}
 	if (!b->data) {
 		free(b);
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
-	b->len = strlen(b->data);
-	b->data[b->len] = 0;
 	fi->fh = (uint64_t)(uintptr_t)b;
 	fi->direct_io = 1;
 	if (fuse_reply_open(req, fi) != 0) {
 		free(b->data);
 		free(b);
 	}
+}
+
+/* ---- ctl: commands ---- */
+
+/* The inode a command names: a path walked from the root, or ino:N. */
+static int ctl_resolve(struct fs *fs, const struct fs_ctlcmd *cmd, uint64_t *ino)
+{
+	char path[FS_CTLCMD_MAX + 1], *save = NULL;
+	uint64_t cur = META_ROOT_INO;
+	MDB_txn *txn;
+	int ret;
+
+	if (cmd->ino) {
+		struct meta_inode rec;
+
+		if (fs_ctl_ino(cmd->ino))
+			return -ENOENT;
+		ret = meta_begin(fs->meta, false, &txn);
+		if (ret)
+			return ret;
+		ret = meta_inode_get(fs->meta, txn, cmd->ino, &rec);
+		meta_abort(txn);
+		*ino = cmd->ino;
+		return ret;
+	}
+	snprintf(path, sizeof(path), "%s", cmd->path);
+	ret = meta_begin(fs->meta, false, &txn);
+	if (ret)
+		return ret;
+	for (char *name = strtok_r(path, "/", &save); name && !ret;
+	     name = strtok_r(NULL, "/", &save))
+		ret = meta_dirent_lookup(fs->meta, txn, cur, name, &cur);
+	meta_abort(txn);
+	*ino = cur;
+	return ret;
+}
+
+struct ino_list {
+	uint64_t *v;
+	size_t n, cap;
+};
+
+static int ino_push(struct ino_list *l, uint64_t ino)
+{
+	if (l->n == l->cap) {
+		size_t cap = l->cap ? l->cap * 2 : 64;
+		uint64_t *v = realloc(l->v, cap * sizeof(*v));
+
+		if (!v)
+			return -ENOMEM;
+		l->v = v;
+		l->cap = cap;
+	}
+	l->v[l->n++] = ino;
+	return 0;
+}
+
+static int collect_child(void *arg, const char *name, size_t namelen, uint64_t ino,
+			 uint64_t cookie)
+{
+	(void)name;
+	(void)namelen;
+	(void)cookie;
+	return ino_push(arg, ino);
+}
+
+/*
+ * The regular files at or under ino, breadth first; the list of folders to
+ * visit is the same array, so a deep tree needs no recursion.
+ */
+static int ctl_files_under(struct fs *fs, uint64_t ino, struct ino_list *files)
+{
+	struct ino_list todo = {0};
+	MDB_txn *txn;
+	int ret = ino_push(&todo, ino);
+
+	for (size_t i = 0; i < todo.n && !ret; i++) {
+		struct meta_inode rec;
+
+		ret = meta_begin(fs->meta, false, &txn);
+		if (ret)
+			break;
+		ret = meta_inode_get(fs->meta, txn, todo.v[i], &rec);
+		if (ret == 0 && S_ISDIR(rec.mode))
+			ret = meta_readdir(fs->meta, txn, todo.v[i], 0, collect_child, &todo);
+		else if (ret == 0 && S_ISREG(rec.mode))
+			ret = ino_push(files, todo.v[i]);
+		meta_abort(txn);
+		if (ret == -ENOENT && i > 0)
+			ret = 0; /* removed meanwhile */
+	}
+	free(todo.v);
+	return ret;
+}
+
+/* Load every block of ino into DRAM and keep it there. */
+static int ctl_pin(struct fs *fs, uint64_t ino)
+{
+	struct fs_inode *in;
+	uint64_t nblk;
+	int ret = fs_iget(fs, ino, &in);
+
+	if (ret)
+		return ret;
+	pthread_mutex_lock(&in->lock);
+	nblk = (in->rec.size + fs->bs - 1) / fs->bs;
+	pthread_mutex_unlock(&in->lock);
+	ret = tb_pin_obj(fs->tb, ino, nblk);
+	for (uint64_t b = 0; b < nblk && !ret; b++) {
+		struct tb_ref ref;
+
+		pthread_rwlock_rdlock(&in->io);
+		ret = tb_get(fs->tb, ino, b, &ref, NULL);
+		pthread_rwlock_unlock(&in->io);
+		if (ret == 0)
+			tb_put(fs->tb, &ref, 0);
+		else if (ret == -ENOENT)
+			ret = 0; /* a hole takes no DRAM */
+	}
+	if (ret)
+		tb_unpin_obj(fs->tb, ino);
+	fs_iput(fs, in);
+	return ret;
+}
+
+static int ctl_apply(struct fs *fs, enum fs_ctlverb verb, uint64_t ino)
+{
+	switch (verb) {
+	case CTL_PREFETCH:
+		return fs_prefetch_hint(fs, ino);
+	case CTL_PIN:
+		return ctl_pin(fs, ino);
+	case CTL_UNPIN:
+		tb_unpin_obj(fs->tb, ino);
+		return 0;
+	case CTL_EVICT:
+		return tb_evict_obj(fs->tb, ino);
+	case CTL_FLUSH:
+		break;
+	}
+	return -EINVAL;
+}
+
+static int ctl_run(struct fs *fs, const struct fs_ctlcmd *cmd)
+{
+	struct ino_list files = {0};
+	uint64_t ino;
+	int ret;
+
+	if (cmd->verb == CTL_FLUSH) {
+		ret = fs_iflush_all(fs);
+		int r = tb_sync(fs->tb);
+
+		return ret ? ret : r;
+	}
+	ret = ctl_resolve(fs, cmd, &ino);
+	if (ret == 0)
+		ret = ctl_files_under(fs, ino, &files);
+	for (size_t i = 0; i < files.n && !ret; i++)
+		ret = ctl_apply(fs, cmd->verb, files.v[i]);
+	/* A pin that did not fit releases the files pinned before it. */
+	if (ret && cmd->verb == CTL_PIN)
+		for (size_t i = 0; i < files.n; i++)
+			tb_unpin_obj(fs->tb, files.v[i]);
+	free(files.v);
+	return ret;
+}
+
+void fs_ctl_write(struct fs *fs, fuse_req_t req, uint64_t ino, const char *buf, size_t size)
+{
+	static long bad_log_sec;
+	struct fs_ctlcmd *cmd;
+	const char *why = "";
+	int ret;
+
+	if (ino != FS_CTL_CTL_INO || !caller_may_steer(req)) {
+		fuse_reply_err(req, EACCES);
+		return;
+	}
+	cmd = malloc(sizeof(*cmd));
+	if (!cmd) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	ret = fs_ctlcmd_parse(buf, size, cmd, &why);
+	if (ret) {
+		if (log_ratelimit(&bad_log_sec, 1))
+			log_warn("ctl: rejected a command from uid %u: %s",
+				 (unsigned)fuse_req_ctx(req)->uid, why);
+	} else {
+		ret = ctl_run(fs, cmd);
+		if (cmd->ino)
+			log_info("ctl: %s ino:%llu: %s", fs_ctlverb_name(cmd->verb),
+				 (unsigned long long)cmd->ino, ret ? strerror(-ret) : "done");
+		else
+			log_info("ctl: %s%s%s: %s", fs_ctlverb_name(cmd->verb),
+				 cmd->path[0] ? " " : "", cmd->path, ret ? strerror(-ret) : "done");
+	}
+	free(cmd);
+	if (ret)
+		fuse_reply_err(req, -ret);
+	else
+		fuse_reply_write(req, size);
+}
+
+/* ---- user.tensorfs.tiers ---- */
+
+int fs_ctl_tiers_xattr(struct fs *fs, uint64_t ino, char **out, size_t *len)
+{
+	struct tb_stats *st = calloc(1, sizeof(*st));
+	uint64_t per_dev[TB_MAX_DEVS] = {0}, nblk, size;
+	struct meta_inode rec;
+	MDB_txn *txn;
+	json_t *j;
+	int ret;
+
+	if (!st)
+		return -ENOMEM;
+	tb_get_stats(fs->tb, st);
+	ret = meta_begin(fs->meta, false, &txn);
+	if (ret)
+		goto out;
+	ret = meta_inode_get(fs->meta, txn, ino, &rec);
+	if (ret == 0 && !S_ISREG(rec.mode))
+		ret = -ENODATA;
+	size = rec.size;
+	nblk = (size + fs->bs - 1) / fs->bs;
+	for (uint64_t b = 0; b < nblk && ret == 0; b++) {
+		struct meta_block blk;
+		uint64_t id;
+		int r = meta_bmap_get(fs->meta, txn, ino, b, &id);
+
+		if (r == -ENOENT)
+			continue;
+		if (r == 0)
+			r = meta_block_get(fs->meta, txn, id, &blk);
+		if (r == 0 && blk.loc != TB_LOC_NONE && tb_loc_dev(blk.loc) < st->n_devs)
+			per_dev[tb_loc_dev(blk.loc)] += size - b * fs->bs < fs->bs
+								? size - b * fs->bs
+								: fs->bs;
+		else if (r && r != -ENOENT)
+			ret = r;
+	}
+	meta_abort(txn);
+	if (ret)
+		goto out;
+	/* Resident blocks count whole, up to the file's size. */
+	uint64_t resident = tb_resident(fs->tb, ino, NULL) * fs->bs;
+	j = json_object();
+	json_object_set_new(j, "dram", json_integer((json_int_t)(resident < size ? resident : size)));
+	for (unsigned i = 0; i < st->n_devs; i++)
+		json_object_set_new(j, st->dev[i].name, json_integer((json_int_t)per_dev[i]));
+	*out = json_dumps(j, JSON_COMPACT);
+	json_decref(j);
+	ret = *out ? 0 : -ENOMEM;
+	if (*out)
+		*len = strlen(*out);
+out:
+	free(st);
+	return ret;
 }
 
 void fs_ctl_read(fuse_req_t req, size_t size, off_t off, struct fuse_file_info *fi)

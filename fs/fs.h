@@ -24,6 +24,8 @@
 #define FS_CTL_DIR_INO (1ULL << 62)
 #define FS_CTL_STATS_INO (FS_CTL_DIR_INO + 1)
 #define FS_CTL_CONFIG_INO (FS_CTL_DIR_INO + 2)
+#define FS_CTL_CTL_INO (FS_CTL_DIR_INO + 3)
+#define FS_CTL_METRICS_INO (FS_CTL_DIR_INO + 4)
 #define FS_CTL_NAME ".tensorfs"
 
 struct fs_inode {
@@ -63,6 +65,10 @@ struct fs {
 	uint64_t pf_hints[64];
 	unsigned pf_nhints;
 	bool pf_stop, pf_running;
+	/* ctl.c: per-tier byte counts of the last rate sample */
+	pthread_mutex_t rate_lock;
+	uint64_t rate_ms, rate_rb[TB_MAX_DEVS + 1], rate_wb[TB_MAX_DEVS + 1];
+	double rate_rbps[TB_MAX_DEVS + 1], rate_wbps[TB_MAX_DEVS + 1];
 };
 
 #define FS_COUNT(fs, field, n) __atomic_fetch_add(&(fs)->cnt.field, (n), __ATOMIC_RELAXED)
@@ -91,6 +97,9 @@ void fs_ctl_getattr(struct fs *fs, fuse_req_t req, uint64_t ino);
 void fs_ctl_open(struct fs *fs, fuse_req_t req, uint64_t ino, struct fuse_file_info *fi);
 void fs_ctl_read(fuse_req_t req, size_t size, off_t off, struct fuse_file_info *fi);
 void fs_ctl_release(fuse_req_t req, struct fuse_file_info *fi);
+void fs_ctl_write(struct fs *fs, fuse_req_t req, uint64_t ino, const char *buf, size_t size);
+/* user.tensorfs.tiers of a regular file: JSON of its bytes per tier. */
+int fs_ctl_tiers_xattr(struct fs *fs, uint64_t ino, char **out, size_t *len);
 void fs_ctl_readdir(struct fs *fs, fuse_req_t req, uint64_t ino, size_t size, off_t off,
 		    bool plus);
 void fs_ctl_root_stat(struct stat *st, uint64_t ino);

@@ -116,9 +116,10 @@ static void usage(const char *prog)
 	       "                           XXH3-128 hash is already stored as a reference to\n"
 	       "                           it; verify compares the bytes first\n"
 	       "    -o cache_policy=P      auto (default: Belady on the learned access cycle,\n"
-	       "                           else clock), clock, or lru (sampled)\n"
+	       "                           else 2q), 2q, clock, or lru (sampled)\n"
 	       "    -o readahead=SIZE      load this far ahead of a sequential reader (8M; 0: off)\n"
-	       "    -o prefetch=on|off     load the next files of the learned cycle (on)\n"
+	       "    -o prefetch=on|off     load the next files of the learned cycle (on);\n"
+	       "                           hints (xattr, ctl) work either way\n"
 	       "    -o no_default_permissions  do not let the kernel check permissions\n"
 	       "\n"
 	       "SIZE is a number with an optional K, M, G or T suffix (powers of 1024).\n"
@@ -453,7 +454,7 @@ static int run(struct fs *fs, struct fuse_session *se, struct fuse_cmdline_opts 
 	ret = open_stores(fs, err, sizeof(err));
 	if (ret)
 		goto fail;
-	if (c->prefetch && fs_prefetch_start(fs) < 0) {
+	if (fs_prefetch_start(fs) < 0) {
 		snprintf(err, sizeof(err), "cannot start the prefetch thread");
 		ret = -EAGAIN;
 		goto fail;
@@ -568,6 +569,7 @@ int main(int argc, char *argv[])
 	fs.cfg = &cfg;
 	fs.attr_timeout = ATTR_TIMEOUT;
 	fs.entry_timeout = ENTRY_TIMEOUT;
+	pthread_mutex_init(&fs.rate_lock, NULL);
 	if (fs_itab_init(&fs) < 0 || fs_learn_init(&fs.learn) < 0)
 		goto out;
 	se = fuse_session_new(&args, &fs_ops, sizeof(fs_ops), &fs);

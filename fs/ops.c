@@ -27,6 +27,7 @@
 #define FS_MAX_BACKGROUND 256
 #define FS_CONGESTION 192
 #define FS_XATTR_PREFETCH "user.tensorfs.prefetch"
+#define FS_XATTR_TIERS "user.tensorfs.tiers"
 #define FS_READAHEAD_SLACK (8U << 20) /* concurrent readers arrive out of order */
 
 static struct fs *req_fs(fuse_req_t req)
@@ -1223,7 +1224,7 @@ static void fs_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 	(void)fi;
 	FS_COUNT(fs, writes, 1);
 	if (fs_ctl_ino(ino)) {
-		reply_err(fs, req, EACCES);
+		fs_ctl_write(fs, req, ino, buf, size);
 		return;
 	}
 	if (off < 0) {
@@ -1650,6 +1651,10 @@ static void fs_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const 
 		reply_err(fs, req, EOPNOTSUPP);
 		return;
 	}
+	if (strcmp(name, FS_XATTR_TIERS) == 0) {
+		reply_err(fs, req, EPERM); /* computed, read-only */
+		return;
+	}
 	if (strcmp(name, FS_XATTR_PREFETCH) == 0) {
 		/* A hint, not stored: load this file into the DRAM tier now. */
 		(void)value;
@@ -1676,6 +1681,20 @@ static void fs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t
 
 	if (fs_ctl_ino(ino)) {
 		reply_err(fs, req, ENODATA);
+		return;
+	}
+	if (strcmp(name, FS_XATTR_TIERS) == 0) {
+		/* Computed, not stored: where the file's bytes are now. */
+		ret = fs_ctl_tiers_xattr(fs, ino, &buf, &len);
+		if (ret == 0 && size && len > size)
+			ret = -ERANGE;
+		if (ret)
+			reply_err(fs, req, ret);
+		else if (size == 0)
+			fuse_reply_xattr(req, len);
+		else
+			fuse_reply_buf(req, buf, len);
+		free(buf);
 		return;
 	}
 	if (size && !(buf = malloc(size))) {

@@ -518,9 +518,11 @@ int fs_config_resolve(struct fs_config *c, char *err, size_t errlen)
 			c->policy = TB_POLICY_CLOCK;
 		else if (strcmp(c->policy_s, "lru") == 0)
 			c->policy = TB_POLICY_LRU;
+		else if (strcmp(c->policy_s, "2q") == 0)
+			c->policy = TB_POLICY_2Q;
 		else if (strcmp(c->policy_s, "auto") != 0)
 			return bad(err, errlen, "cache_policy", c->policy_s,
-				   "must be auto, clock or lru");
+				   "must be auto, 2q, clock or lru");
 	}
 	c->prefetch = true;
 	if (c->prefetch_s) {

@@ -72,7 +72,12 @@ static void *prefetch_main(void *arg)
 
 		for (unsigned i = 0; i < nh; i++)
 			prefetch_file(fs, hints[i], 0, true);
-		n = fs_learn_next(&fs->learn, inos, AHEAD_MAX, fs->cfg->dram / PREFETCH_SHARE, &gen);
+		/* prefetch=off turns off the learned cycle's prefetch, not hints. */
+		n = 0;
+		gen = seen_gen;
+		if (fs->cfg->prefetch)
+			n = fs_learn_next(&fs->learn, inos, AHEAD_MAX,
+					  fs->cfg->dram / PREFETCH_SHARE, &gen);
 		if (gen != seen_gen) {
 			seen_gen = gen;
 			for (unsigned i = 0; i < n && !fs->pf_stop; i++)

@@ -68,7 +68,9 @@ struct tb_entry {
 	enum entry_state state;
 	bool in_hash, dead, ref_bit, reserved, urgent;
 	bool prefetched; /* loaded ahead of use and not yet read */
+	bool hot;	   /* 2q: in Am, the re-referenced set; else in A1in */
 	uint64_t last_use; /* s->ticks at its last pin, for lru */
+	uint64_t admit;	   /* s->ticks when it entered the cache, for 2q's FIFO */
 	bool placeholder; /* LOADING only while the owner resolves a write's block */
 	bool partial;	  /* DIRTY or WB with only some sectors written */
 	bool merging;	  /* a partial entry is being completed */
@@ -100,6 +102,7 @@ struct tb_obj {
 	struct tb_entry *head;
 	unsigned n;
 	int wb_err; /* reported once by the next tb_flush_obj */
+	bool pinned; /* its blocks stay resident (tb_pin_obj) */
 	struct tb_obj *hnext;
 };
 
@@ -155,6 +158,13 @@ struct tb_store {
 	uint64_t partial_created, partial_merged;
 	uint64_t dedup_hits, dedup_mismatch;
 	uint64_t ticks; /* counts pins, for lru */
+	/* 2q: blocks evicted from A1in, remembered by key in a ring */
+	uint64_t *ghost;
+	uint32_t *ghost_head, *ghost_next; /* chains of ring positions + 1 */
+	uint32_t nghost, ghost_pos, ghost_mask;
+	uint32_t n_hot;
+	uint64_t ghost_hits;
+	uint64_t n_pinned_res, pin_limit; /* resident blocks of pinned objects */
 	uint64_t pf_issued, pf_used, pf_wasted, pf_late;
 	uint64_t dram_read_bytes, dram_write_bytes, dram_read_ops, dram_write_ops;
 	uint64_t wb_bytes;
@@ -258,12 +268,84 @@ static void obj_maybe_free(struct tb_store *s, struct tb_obj *o)
 {
 	struct tb_obj **p;
 
-	if (o->n || o->wb_err)
+	if (o->n || o->wb_err || o->pinned)
 		return;
 	for (p = &s->ohash[mix(o->obj, 0) & s->ohash_mask]; *p != o; p = &(*p)->hnext)
 		;
 	*p = o->hnext;
 	free(o);
+}
+
+/* ---- 2q's ghost list A1out: keys of blocks evicted from A1in ---- */
+
+static uint64_t ghost_key(uint64_t obj, uint64_t idx)
+{
+	return mix(obj, idx) | 1; /* never 0, which marks a free ring position */
+}
+
+static void ghost_unlink(struct tb_store *s, uint32_t pos)
+{
+	uint32_t *p = &s->ghost_head[s->ghost[pos] & s->ghost_mask];
+
+	while (*p != pos + 1)
+		p = &s->ghost_next[*p - 1];
+	*p = s->ghost_next[pos];
+	s->ghost[pos] = 0;
+}
+
+/* Remember key, forgetting the oldest one when the ring is full. */
+static void ghost_add(struct tb_store *s, uint64_t key)
+{
+	uint32_t pos = s->ghost_pos;
+	uint32_t *head = &s->ghost_head[key & s->ghost_mask];
+
+	if (!s->nghost)
+		return;
+	s->ghost_pos = (pos + 1) % s->nghost;
+	if (s->ghost[pos])
+		ghost_unlink(s, pos);
+	s->ghost[pos] = key;
+	s->ghost_next[pos] = *head;
+	*head = pos + 1;
+}
+
+/* Whether key is remembered; it is forgotten if so. */
+static bool ghost_take(struct tb_store *s, uint64_t key)
+{
+	if (!s->nghost)
+		return false;
+	for (uint32_t i = s->ghost_head[key & s->ghost_mask]; i; i = s->ghost_next[i - 1])
+		if (s->ghost[i - 1] == key) {
+			ghost_unlink(s, i - 1);
+			return true;
+		}
+	return false;
+}
+
+/*
+ * A block enters the cache. Under 2q it goes to the re-referenced set Am
+ * when it was evicted from A1in recently (a second, uncorrelated use),
+ * else to A1in, which a one-time scan passes through without touching Am.
+ */
+static void admit(struct tb_store *s, struct tb_entry *e)
+{
+	e->admit = ++s->ticks;
+	e->hot = ghost_take(s, ghost_key(e->obj, e->idx));
+	if (e->hot) {
+		s->n_hot++;
+		s->ghost_hits++;
+	}
+}
+
+/* A block leaves the cache; evicted says whether 2q should remember it. */
+static void leave(struct tb_store *s, struct tb_entry *e, bool evicted)
+{
+	if (e->hot) {
+		e->hot = false;
+		s->n_hot--;
+	} else if (evicted) {
+		ghost_add(s, ghost_key(e->obj, e->idx));
+	}
 }
 
 static int entry_insert(struct tb_store *s, struct tb_entry *e, uint64_t obj, uint64_t idx)
@@ -280,6 +362,9 @@ static int entry_insert(struct tb_store *s, struct tb_entry *e, uint64_t obj, ui
 	e->hnext = *b;
 	*b = e;
 	e->in_hash = true;
+	admit(s, e);
+	if (o->pinned)
+		s->n_pinned_res++;
 	e->oprev = NULL;
 	e->onext = o->head;
 	if (o->head)
@@ -307,6 +392,8 @@ static void entry_unhash(struct tb_store *s, struct tb_entry *e)
 	if (e->onext)
 		e->onext->oprev = e->oprev;
 	o->n--;
+	if (o->pinned)
+		s->n_pinned_res--;
 	e->o = NULL;
 	obj_maybe_free(s, o);
 }
@@ -315,6 +402,7 @@ static void entry_unhash(struct tb_store *s, struct tb_entry *e)
 
 static void entry_free(struct tb_store *s, struct tb_entry *e)
 {
+	leave(s, e, false);
 	e->state = ES_FREE;
 	e->dead = false;
 	e->loc = TB_LOC_NONE;
@@ -322,14 +410,25 @@ static void entry_free(struct tb_store *s, struct tb_entry *e)
 	pthread_cond_broadcast(&s->space_cv);
 }
 
-/* CLOCK: the first clean, unpinned entry not referenced since the hand passed. */
+/*
+ * Clean, not pinned by a reader, and not of a pinned object, unless pinned
+ * objects hold more than their limit (their own writes can grow them).
+ */
+static bool evictable(const struct tb_store *s, const struct tb_entry *e)
+{
+	if (e->state != ES_CLEAN || e->pins)
+		return false;
+	return !(e->o && e->o->pinned) || s->n_pinned_res > s->pin_limit;
+}
+
+/* CLOCK: the first evictable entry not referenced since the hand passed. */
 static struct tb_entry *victim_clock(struct tb_store *s)
 {
 	for (uint64_t step = 0; step < 2ULL * s->nslots; step++) {
 		struct tb_entry *e = &s->entries[s->clock_hand];
 
 		s->clock_hand = (s->clock_hand + 1) % s->nslots;
-		if (e->state != ES_CLEAN || e->pins)
+		if (!evictable(s, e))
 			continue;
 		if (e->ref_bit) {
 			e->ref_bit = false;
@@ -359,7 +458,7 @@ static struct tb_entry *victim_sampled(struct tb_store *s, bool cycle)
 		uint64_t key;
 
 		s->clock_hand = (s->clock_hand + 1) % s->nslots;
-		if (e->state != ES_CLEAN || e->pins)
+		if (!evictable(s, e))
 			continue;
 		seen++;
 		if (!cycle) {
@@ -382,6 +481,38 @@ static struct tb_entry *victim_sampled(struct tb_store *s, bool cycle)
 	return best;
 }
 
+/*
+ * 2Q (Johnson and Shasha, VLDB 1994), full version, sampled: new blocks
+ * enter A1in, a FIFO of at most a quarter of the slots; a block evicted
+ * from A1in is remembered in the ghost list A1out (half the slots of keys)
+ * and goes to Am, managed as LRU, if it is used again while remembered.
+ * Re-reads within A1in (the kernel reading one block in 128 KiB pieces)
+ * do not promote, so a one-time scan never displaces the hot set.
+ */
+static struct tb_entry *victim_2q(struct tb_store *s)
+{
+	struct tb_entry *old_in = NULL, *lru_hot = NULL;
+	unsigned seen = 0;
+	uint64_t resident = s->nslots - s->free_list.n;
+	bool in_over = resident - s->n_hot > s->nslots / 4;
+
+	for (uint64_t step = 0; step < s->nslots && seen < EVICT_SAMPLE; step++) {
+		struct tb_entry *e = &s->entries[s->clock_hand];
+
+		s->clock_hand = (s->clock_hand + 1) % s->nslots;
+		if (!evictable(s, e))
+			continue;
+		seen++;
+		if (!e->hot && (!old_in || e->admit < old_in->admit))
+			old_in = e;
+		if (e->hot && (!lru_hot || e->last_use < lru_hot->last_use))
+			lru_hot = e;
+	}
+	if (old_in && (in_over || !lru_hot))
+		return old_in;
+	return lru_hot ? lru_hot : old_in;
+}
+
 static struct tb_entry *pick_victim(struct tb_store *s)
 {
 	switch (s->cfg.policy) {
@@ -389,10 +520,12 @@ static struct tb_entry *pick_victim(struct tb_store *s)
 		return victim_sampled(s, false);
 	case TB_POLICY_CLOCK:
 		return victim_clock(s);
+	case TB_POLICY_2Q:
+		return victim_2q(s);
 	default:
 		if (s->owner.next_use && s->owner.cycle_known && s->owner.cycle_known(s->owner.ctx))
 			return victim_sampled(s, true);
-		return victim_clock(s);
+		return victim_2q(s);
 	}
 }
 
@@ -408,6 +541,7 @@ static struct tb_entry *entry_alloc(struct tb_store *s)
 	e = pick_victim(s);
 	if (!e)
 		return NULL;
+	leave(s, e, true);
 	entry_unhash(s, e);
 	s->evictions++;
 	if (e->prefetched)
@@ -1609,6 +1743,93 @@ void tb_drop(struct tb_store *s, uint64_t obj, uint64_t from, uint64_t to)
 	pthread_mutex_unlock(&s->lock);
 }
 
+/* ---- pins, eviction on request, residency ---- */
+
+int tb_pin_obj(struct tb_store *s, uint64_t obj, uint64_t nblocks)
+{
+	struct tb_obj *o;
+	uint64_t have, need;
+	int ret = 0;
+
+	pthread_mutex_lock(&s->lock);
+	o = obj_get(s, obj);
+	if (!o) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	have = o->pinned ? 0 : o->n;
+	need = nblocks > o->n ? nblocks - o->n : 0;
+	if (s->n_pinned_res + have + need > s->pin_limit) {
+		obj_maybe_free(s, o);
+		ret = -ENOSPC;
+		goto out;
+	}
+	if (!o->pinned) {
+		o->pinned = true;
+		s->n_pinned_res += o->n;
+	}
+out:
+	pthread_mutex_unlock(&s->lock);
+	return ret;
+}
+
+void tb_unpin_obj(struct tb_store *s, uint64_t obj)
+{
+	struct tb_obj *o;
+
+	pthread_mutex_lock(&s->lock);
+	o = obj_find(s, obj);
+	if (o && o->pinned) {
+		o->pinned = false;
+		s->n_pinned_res -= o->n;
+		obj_maybe_free(s, o);
+	}
+	pthread_mutex_unlock(&s->lock);
+}
+
+int tb_evict_obj(struct tb_store *s, uint64_t obj)
+{
+	struct tb_obj *o;
+	struct tb_entry *e, *next;
+	int ret;
+
+	tb_unpin_obj(s, obj);
+	ret = tb_flush_obj(s, obj);
+	if (ret)
+		return ret;
+	pthread_mutex_lock(&s->lock);
+	o = obj_find(s, obj);
+	for (e = o ? o->head : NULL; e; e = next) {
+		next = e->onext;
+		/* Blocks in use or dirtied again since the flush stay. */
+		if (e->state != ES_CLEAN || e->pins)
+			continue;
+		if (e->prefetched)
+			s->pf_wasted++;
+		s->evictions++;
+		entry_unhash(s, e);
+		entry_free(s, e);
+	}
+	pthread_mutex_unlock(&s->lock);
+	return 0;
+}
+
+uint64_t tb_resident(struct tb_store *s, uint64_t obj, bool *pinned)
+{
+	struct tb_obj *o;
+	uint64_t n = 0;
+
+	pthread_mutex_lock(&s->lock);
+	o = obj_find(s, obj);
+	for (struct tb_entry *e = o ? o->head : NULL; e; e = e->onext)
+		if (e->state == ES_CLEAN || e->state == ES_DIRTY || e->state == ES_WB)
+			n++;
+	if (pinned)
+		*pinned = o && o->pinned;
+	pthread_mutex_unlock(&s->lock);
+	return n;
+}
+
 void tb_release(struct tb_store *s, uint64_t loc)
 {
 	pthread_mutex_lock(&s->lock);
@@ -1683,6 +1904,10 @@ void tb_get_stats(struct tb_store *s, struct tb_stats *st)
 	st->partial_merged = s->partial_merged;
 	st->dedup_hits = s->dedup_hits;
 	st->dedup_verify_mismatch = s->dedup_mismatch;
+	st->pinned_bytes = s->n_pinned_res * s->bs;
+	st->pin_limit_bytes = s->pin_limit * s->bs;
+	st->hot_bytes = (uint64_t)s->n_hot * s->bs;
+	st->ghost_hits = s->ghost_hits;
 	st->huge_pages = s->arena.huge;
 	st->locked = s->arena.locked;
 	pthread_mutex_unlock(&s->lock);
@@ -1766,7 +1991,17 @@ int tb_open(const struct tb_config *cfg, const struct tb_owner *owner, struct tb
 	s->hash = calloc(s->hash_mask + 1, sizeof(*s->hash));
 	s->ohash_mask = pow2_at_least(s->nslots) - 1;
 	s->ohash = calloc(s->ohash_mask + 1, sizeof(*s->ohash));
-	if (!s->zero || !s->entries || !s->hash || !s->ohash) {
+	s->nghost = s->nslots / 2 > 16 ? s->nslots / 2 : 16;
+	s->ghost_mask = (uint32_t)pow2_at_least(s->nghost) - 1;
+	s->ghost = calloc(s->nghost, sizeof(*s->ghost));
+	s->ghost_next = calloc(s->nghost, sizeof(*s->ghost_next));
+	s->ghost_head = calloc((size_t)s->ghost_mask + 1, sizeof(*s->ghost_head));
+	/* Pins may hold what neither dirty data nor readers' pins need. */
+	s->pin_limit = s->nslots > s->dirty_max + cfg->max_pinned + 16
+			       ? s->nslots - s->dirty_max - cfg->max_pinned - 16
+			       : 0;
+	if (!s->zero || !s->entries || !s->hash || !s->ohash || !s->ghost || !s->ghost_next ||
+	    !s->ghost_head) {
 		snprintf(err, errlen, "out of memory for %u cache entries", s->nslots);
 		ret = -ENOMEM;
 		goto fail;
@@ -1883,6 +2118,9 @@ int tb_close(struct tb_store *s)
 				free(o);
 			}
 	free(s->ohash);
+	free(s->ghost);
+	free(s->ghost_next);
+	free(s->ghost_head);
 	free(s->hash);
 	free(s->entries);
 	free(s->sector_bits);

@@ -46,7 +46,7 @@ enum tb_engine { TB_ENGINE_AUTO, TB_ENGINE_URING, TB_ENGINE_AIO };
 enum tb_kind { TB_KIND_NVME, TB_KIND_PFS, TB_KIND_S3 };
 enum tb_dedup { TB_DEDUP_OFF, TB_DEDUP_TRUST, TB_DEDUP_VERIFY };
 /* auto: Belady on the owner's learned cycle while one is known, else clock. */
-enum tb_policy { TB_POLICY_AUTO, TB_POLICY_CLOCK, TB_POLICY_LRU };
+enum tb_policy { TB_POLICY_AUTO, TB_POLICY_CLOCK, TB_POLICY_LRU, TB_POLICY_2Q };
 
 #define TB_HASH_LEN 16 /* XXH3-128 */
 
@@ -158,6 +158,8 @@ struct tb_stats {
 	uint64_t prefetch_issued, prefetch_used, prefetch_wasted, prefetch_late;
 	uint64_t partial_created, partial_merged; /* reads saved, and paid later */
 	uint64_t dedup_hits, dedup_verify_mismatch;
+	uint64_t pinned_bytes, pin_limit_bytes; /* resident blocks of pinned objects */
+	uint64_t hot_bytes, ghost_hits;		/* 2q: Am's size, promotions from A1out */
 	bool huge_pages, locked;
 	unsigned n_devs;
 	struct tb_dev_stats dev[TB_MAX_DEVS];
@@ -213,6 +215,18 @@ int tb_sync(struct tb_store *s);
 int tb_durable(struct tb_store *s);
 /* Forget cached blocks idx in [from, to) of obj, dirty ones included. */
 void tb_drop(struct tb_store *s, uint64_t obj, uint64_t from, uint64_t to);
+/*
+ * Keep obj's blocks resident: eviction passes them over while pinned
+ * blocks stay within the pin limit (DRAM less the dirty budget and the
+ * readers' worst case). nblocks is what the caller is about to load;
+ * -ENOSPC when that would not fit. Pins are not persistent.
+ */
+int tb_pin_obj(struct tb_store *s, uint64_t obj, uint64_t nblocks);
+void tb_unpin_obj(struct tb_store *s, uint64_t obj);
+/* Unpin obj, write back its dirty blocks, and drop the clean ones from DRAM. */
+int tb_evict_obj(struct tb_store *s, uint64_t obj);
+/* Blocks of obj resident in DRAM; *pinned, if given, says whether it is pinned. */
+uint64_t tb_resident(struct tb_store *s, uint64_t obj, bool *pinned);
 /* The owner no longer references loc; reuse it after the next sync. */
 void tb_release(struct tb_store *s, uint64_t loc);
 /* Check that n more blocks fit in the persistent tiers right now. */
