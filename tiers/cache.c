@@ -484,8 +484,10 @@ static struct tb_entry *victim_sampled(struct tb_store *s, bool cycle)
 /*
  * 2Q (Johnson and Shasha, VLDB 1994), full version, sampled: new blocks
  * enter A1in, a FIFO of at most a quarter of the slots; a block evicted
- * from A1in is remembered in the ghost list A1out (half the slots of keys)
- * and goes to Am, managed as LRU, if it is used again while remembered.
+ * from A1in is remembered in the ghost list A1out and goes to Am, managed
+ * as LRU, if it is used again while remembered. The paper sizes A1out at
+ * half the buffer; here it remembers twice the slots (16 bytes a key), so
+ * that data reused across a scan as large as the DRAM tier still gets in.
  * Re-reads within A1in (the kernel reading one block in 128 KiB pieces)
  * do not promote, so a one-time scan never displaces the hot set.
  */
@@ -1991,14 +1993,18 @@ int tb_open(const struct tb_config *cfg, const struct tb_owner *owner, struct tb
 	s->hash = calloc(s->hash_mask + 1, sizeof(*s->hash));
 	s->ohash_mask = pow2_at_least(s->nslots) - 1;
 	s->ohash = calloc(s->ohash_mask + 1, sizeof(*s->ohash));
-	s->nghost = s->nslots / 2 > 16 ? s->nslots / 2 : 16;
+	s->nghost = s->nslots * 2 > 16 ? s->nslots * 2 : 16;
 	s->ghost_mask = (uint32_t)pow2_at_least(s->nghost) - 1;
 	s->ghost = calloc(s->nghost, sizeof(*s->ghost));
 	s->ghost_next = calloc(s->nghost, sizeof(*s->ghost_next));
 	s->ghost_head = calloc((size_t)s->ghost_mask + 1, sizeof(*s->ghost_head));
-	/* Pins may hold what neither dirty data nor readers' pins need. */
-	s->pin_limit = s->nslots > s->dirty_max + cfg->max_pinned + 16
-			       ? s->nslots - s->dirty_max - cfg->max_pinned - 16
+	/*
+	 * Pins may hold what readers' pins do not need, less a quarter of
+	 * the slots that writers always have to cycle through: dirty blocks
+	 * become evictable once written back, pinned ones never do.
+	 */
+	s->pin_limit = s->nslots > cfg->max_pinned + 16 + s->nslots / 4
+			       ? s->nslots - cfg->max_pinned - 16 - s->nslots / 4
 			       : 0;
 	if (!s->zero || !s->entries || !s->hash || !s->ohash || !s->ghost || !s->ghost_next ||
 	    !s->ghost_head) {
@@ -2134,3 +2140,28 @@ int tb_close(struct tb_store *s)
 	free(s);
 	return ret;
 }
+
+/* ---- the arena, shared with local clients (fs/gpu.c) ---- */
+
+void tb_arena(const struct tb_store *s, struct tb_arena_info *a)
+{
+	a->base = s->arena.base;
+	a->bytes = s->arena.bytes;
+	a->fd = s->arena.sealed ? s->arena.fd : -1;
+	a->huge = s->arena.huge;
+	a->locked = s->arena.locked;
+}
+
+void tb_client_pins(const struct tb_store *s, uint64_t *pins, uint64_t *write_pins)
+{
+	uint64_t reserved = (uint64_t)s->cfg.max_pinned + 16;
+	uint64_t spare = s->nslots > reserved ? s->nslots - reserved : 0;
+
+	/* Half of what readers leave, so that loads and prefetch still find slots. */
+	*pins = spare / 2 ? spare / 2 : 1;
+	/* Below the dirty mark: a client's own write pins must never hold it up. */
+	*write_pins = s->dirty_max / 2 ? s->dirty_max / 2 : 1;
+	if (*write_pins > *pins)
+		*write_pins = *pins;
+}
+/* ---- end of the shared arena ---- */
