@@ -36,6 +36,7 @@ sum_before=$(cd "$MNT" && md5sum dir/p dir/sub/q s1 s2 s3 s4)
 out=$(ctl flush) || fail "flush: $out"
 [ "$(tfs_stat_json cache dirty_bytes)" -eq 0 ] || fail "dirty bytes left after flush"
 [ "$(tiers "$MNT/dir/p" nvme0)" -eq $((16 << 20)) ] || fail "p not all on nvme0 after flush"
+[ "$(tiers "$MNT/dir" nvme0)" -eq $((20 << 20)) ] || fail "the folder's tiers do not sum p and q"
 
 # evict, then the tiers xattr says nothing of p is in DRAM
 out=$(ctl "evict /dir") || fail "evict: $out"
