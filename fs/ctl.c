@@ -36,7 +36,8 @@ static const struct {
 } ctl_files[] = {{"stats", FS_CTL_STATS_INO},
 		 {"config", FS_CTL_CONFIG_INO},
 		 {"ctl", FS_CTL_CTL_INO},
-		 {"metrics", FS_CTL_METRICS_INO}};
+		 {"metrics", FS_CTL_METRICS_INO},
+		 {"gpu", FS_CTL_GPU_INO}};
 
 #define N_CTL_FILES (sizeof(ctl_files) / sizeof(ctl_files[0]))
 
@@ -115,8 +116,7 @@ static uint64_t mono_ms(void)
 
 /*
  * Current bytes per second of each tier (0: dram, i + 1: device i): the
- * change since the last sample at least a second old, so that a reader
- * polling every second sees the last second's rate.
+ * change over the last second, sampled by the tfs-rates thread.
  */
 static void update_rates(struct fs *fs, const struct tb_stats *st)
 {
@@ -130,7 +130,7 @@ static void update_rates(struct fs *fs, const struct tb_stats *st)
 		wb[i + 1] = st->dev[i].write_bytes;
 	}
 	pthread_mutex_lock(&fs->rate_lock);
-	if (fs->rate_ms == 0 || now - fs->rate_ms >= 1000) {
+	if (fs->rate_ms == 0 || now - fs->rate_ms >= 900) {
 		double dt = fs->rate_ms ? (double)(now - fs->rate_ms) / 1000.0 : 0;
 
 		for (unsigned i = 0; i < n; i++) {
@@ -142,6 +142,60 @@ static void update_rates(struct fs *fs, const struct tb_stats *st)
 		fs->rate_ms = now;
 	}
 	pthread_mutex_unlock(&fs->rate_lock);
+}
+
+static void *rates_main(void *arg)
+{
+	struct fs *fs = arg;
+	struct tb_stats *st = calloc(1, sizeof(*st));
+
+	pthread_setname_np(pthread_self(), "tfs-rates");
+	pthread_mutex_lock(&fs->rate_lock);
+	while (!fs->rate_stop) {
+		struct timespec ts;
+
+		pthread_mutex_unlock(&fs->rate_lock);
+		if (st) {
+			tb_get_stats(fs->tb, st);
+			update_rates(fs, st);
+		}
+		pthread_mutex_lock(&fs->rate_lock);
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		ts.tv_sec += 1;
+		while (!fs->rate_stop &&
+		       pthread_cond_timedwait(&fs->rate_cv, &fs->rate_lock, &ts) == 0)
+			;
+	}
+	pthread_mutex_unlock(&fs->rate_lock);
+	free(st);
+	return NULL;
+}
+
+int fs_ctl_start(struct fs *fs)
+{
+	pthread_condattr_t ca;
+
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&fs->rate_cv, &ca);
+	pthread_condattr_destroy(&ca);
+	fs->rate_stop = false;
+	if (pthread_create(&fs->rate_thread, NULL, rates_main, fs) != 0)
+		return -EAGAIN;
+	fs->rate_running = true;
+	return 0;
+}
+
+void fs_ctl_stop(struct fs *fs)
+{
+	if (!fs->rate_running)
+		return;
+	pthread_mutex_lock(&fs->rate_lock);
+	fs->rate_stop = true;
+	pthread_cond_signal(&fs->rate_cv);
+	pthread_mutex_unlock(&fs->rate_lock);
+	pthread_join(fs->rate_thread, NULL);
+	fs->rate_running = false;
 }
 
 static void set_rates(struct fs *fs, json_t *t, unsigned i)
@@ -164,7 +218,6 @@ static json_t *stats_json(struct fs *fs)
 	if (!st)
 		return NULL;
 	tb_get_stats(fs->tb, st);
-	update_rates(fs, st);
 	meta_counts(fs->meta, &inodes, &blocks, &mapped);
 	memcpy(&c, &fs->cnt, sizeof(c));
 
@@ -293,6 +346,7 @@ static json_t *config_json(struct fs *fs)
 	json_object_set_new(root, "default_permissions", json_boolean(!c->no_default_permissions));
 	static const char *const dedups[] = {"off", "trust", "verify"};
 	json_object_set_new(root, "dedup", json_string(dedups[c->dedup]));
+	json_object_set_new(root, "cuda", json_boolean(c->cuda));
 	if (c->config_file)
 		json_object_set_new(root, "config", json_string(c->config_file));
 	if (c->has_s3) {
@@ -388,7 +442,6 @@ static char *metrics_text(struct fs *fs, size_t *len)
 		return NULL;
 	}
 	tb_get_stats(fs->tb, st);
-	update_rates(fs, st);
 	meta_counts(fs->meta, &inodes, &blocks, &mapped);
 	memcpy(&c, &fs->cnt, sizeof(c));
 	fs_learn_stats(&fs->learn, &ls);
@@ -573,7 +626,9 @@ void fs_ctl_open(struct fs *fs, fuse_req_t req, uint64_t ino, struct fuse_file_i
 	if (ino == FS_CTL_METRICS_INO) {
 		b->data = metrics_text(fs, &b->len);
 	} else {
-		j = ino == FS_CTL_STATS_INO ? stats_json(fs) : config_json(fs);
+		j = ino == FS_CTL_STATS_INO ? stats_json(fs)
+		    : ino == FS_CTL_GPU_INO ? fs_gpu_json(fs)
+					     : config_json(fs);
 		b->data = j ? json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
 		json_decref(j);
 		if (b->data)
@@ -797,49 +852,77 @@ void fs_ctl_write(struct fs *fs, fuse_req_t req, uint64_t ino, const char *buf, 
 
 /* ---- user.tensorfs.tiers ---- */
 
+/* Add one regular file's bytes per device and in DRAM to the tallies. */
+static int tally_file(struct fs *fs, unsigned ndev, uint64_t ino, uint64_t *per_dev,
+		      uint64_t *dram)
+{
+	struct meta_inode rec;
+	uint64_t nblk, resident;
+	MDB_txn *txn;
+	int ret = meta_begin(fs->meta, false, &txn);
+
+	if (ret)
+		return ret;
+	ret = meta_inode_get(fs->meta, txn, ino, &rec);
+	nblk = ret == 0 ? (rec.size + fs->bs - 1) / fs->bs : 0;
+	for (uint64_t b = 0; b < nblk && ret == 0; b++) {
+		uint64_t in_file = rec.size - b * fs->bs < fs->bs ? rec.size - b * fs->bs : fs->bs;
+		struct meta_block blk;
+		uint64_t id;
+		int r = meta_bmap_get(fs->meta, txn, ino, b, &id);
+
+		if (r == 0)
+			r = meta_block_get(fs->meta, txn, id, &blk);
+		if (r == 0 && blk.loc != TB_LOC_NONE && tb_loc_dev(blk.loc) < ndev)
+			per_dev[tb_loc_dev(blk.loc)] += in_file;
+		else if (r && r != -ENOENT)
+			ret = r;
+	}
+	meta_abort(txn);
+	if (ret)
+		return ret;
+	/* Resident blocks count whole, up to the file's size. */
+	resident = tb_resident(fs->tb, ino, NULL) * fs->bs;
+	*dram += resident < rec.size ? resident : rec.size;
+	return 0;
+}
+
+/* A regular file's bytes per tier, or the sum over the files under a folder. */
 int fs_ctl_tiers_xattr(struct fs *fs, uint64_t ino, char **out, size_t *len)
 {
 	struct tb_stats *st = calloc(1, sizeof(*st));
-	uint64_t per_dev[TB_MAX_DEVS] = {0}, nblk, size;
-	struct meta_inode rec;
-	MDB_txn *txn;
+	uint64_t per_dev[TB_MAX_DEVS] = {0}, dram = 0;
+	struct ino_list files = {0};
 	json_t *j;
 	int ret;
 
 	if (!st)
 		return -ENOMEM;
 	tb_get_stats(fs->tb, st);
-	ret = meta_begin(fs->meta, false, &txn);
-	if (ret)
-		goto out;
-	ret = meta_inode_get(fs->meta, txn, ino, &rec);
-	if (ret == 0 && !S_ISREG(rec.mode))
-		ret = -ENODATA;
-	size = rec.size;
-	nblk = (size + fs->bs - 1) / fs->bs;
-	for (uint64_t b = 0; b < nblk && ret == 0; b++) {
-		struct meta_block blk;
-		uint64_t id;
-		int r = meta_bmap_get(fs->meta, txn, ino, b, &id);
-
-		if (r == -ENOENT)
-			continue;
-		if (r == 0)
-			r = meta_block_get(fs->meta, txn, id, &blk);
-		if (r == 0 && blk.loc != TB_LOC_NONE && tb_loc_dev(blk.loc) < st->n_devs)
-			per_dev[tb_loc_dev(blk.loc)] += size - b * fs->bs < fs->bs
-								? size - b * fs->bs
-								: fs->bs;
-		else if (r && r != -ENOENT)
-			ret = r;
+	ret = ctl_files_under(fs, ino, &files);
+	for (size_t i = 0; i < files.n && ret == 0; i++) {
+		ret = tally_file(fs, st->n_devs, files.v[i], per_dev, &dram);
+		if (ret == -ENOENT && files.v[i] != ino)
+			ret = 0; /* removed meanwhile */
 	}
-	meta_abort(txn);
+	free(files.v);
+	if (ret == 0 && files.n == 0) {
+		struct meta_inode rec;
+		MDB_txn *txn;
+
+		/* A symlink or device: no data of its own. An empty folder: zeros. */
+		ret = meta_begin(fs->meta, false, &txn);
+		if (ret == 0) {
+			ret = meta_inode_get(fs->meta, txn, ino, &rec);
+			meta_abort(txn);
+			if (ret == 0 && !S_ISDIR(rec.mode))
+				ret = -ENODATA;
+		}
+	}
 	if (ret)
 		goto out;
-	/* Resident blocks count whole, up to the file's size. */
-	uint64_t resident = tb_resident(fs->tb, ino, NULL) * fs->bs;
 	j = json_object();
-	json_object_set_new(j, "dram", json_integer((json_int_t)(resident < size ? resident : size)));
+	json_object_set_new(j, "dram", json_integer((json_int_t)dram));
 	for (unsigned i = 0; i < st->n_devs; i++)
 		json_object_set_new(j, st->dev[i].name, json_integer((json_int_t)per_dev[i]));
 	*out = json_dumps(j, JSON_COMPACT);

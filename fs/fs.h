@@ -26,6 +26,7 @@
 #define FS_CTL_CONFIG_INO (FS_CTL_DIR_INO + 2)
 #define FS_CTL_CTL_INO (FS_CTL_DIR_INO + 3)
 #define FS_CTL_METRICS_INO (FS_CTL_DIR_INO + 4)
+#define FS_CTL_GPU_INO (FS_CTL_DIR_INO + 5) /* gpu.c's socket, for GPU clients */
 #define FS_CTL_NAME ".tensorfs"
 
 struct fs_inode {
@@ -65,7 +66,11 @@ struct fs {
 	uint64_t pf_hints[64];
 	unsigned pf_nhints;
 	bool pf_stop, pf_running;
-	/* ctl.c: per-tier byte counts of the last rate sample */
+	struct fs_gpu *gpu; /* gpu.c: the shared-arena server, NULL unless cuda=on */
+	/* ctl.c: per-tier byte counts of the last rate sample, taken each second */
+	pthread_t rate_thread;
+	pthread_cond_t rate_cv;
+	bool rate_stop, rate_running;
 	pthread_mutex_t rate_lock;
 	uint64_t rate_ms, rate_rb[TB_MAX_DEVS + 1], rate_wb[TB_MAX_DEVS + 1];
 	double rate_rbps[TB_MAX_DEVS + 1], rate_wbps[TB_MAX_DEVS + 1];
@@ -98,7 +103,10 @@ void fs_ctl_open(struct fs *fs, fuse_req_t req, uint64_t ino, struct fuse_file_i
 void fs_ctl_read(fuse_req_t req, size_t size, off_t off, struct fuse_file_info *fi);
 void fs_ctl_release(fuse_req_t req, struct fuse_file_info *fi);
 void fs_ctl_write(struct fs *fs, fuse_req_t req, uint64_t ino, const char *buf, size_t size);
-/* user.tensorfs.tiers of a regular file: JSON of its bytes per tier. */
+/* The thread that samples each tier's byte counts once a second, for rates. */
+int fs_ctl_start(struct fs *fs);
+void fs_ctl_stop(struct fs *fs);
+/* user.tensorfs.tiers: JSON of the bytes per tier of a file, or of the files under a folder. */
 int fs_ctl_tiers_xattr(struct fs *fs, uint64_t ino, char **out, size_t *len);
 void fs_ctl_readdir(struct fs *fs, fuse_req_t req, uint64_t ino, size_t size, off_t off,
 		    bool plus);
@@ -109,6 +117,15 @@ int fs_prefetch_start(struct fs *fs);
 void fs_prefetch_stop(struct fs *fs);
 void fs_prefetch_kick(struct fs *fs);
 int fs_prefetch_hint(struct fs *fs, uint64_t ino);
+
+/* gpu.c: the shared DRAM arena for GPU clients (cuda=on) */
+struct json_t;
+/* With cuda=on: register the arena with CUDA if a GPU is there, serve the socket. */
+int fs_gpu_start(struct fs *fs, struct fuse_session *se, char *err, size_t errlen);
+/* Hang up on every client, releasing what they pinned; before the store closes. */
+void fs_gpu_stop(struct fs *fs);
+/* The contents of /.tensorfs/gpu. */
+struct json_t *fs_gpu_json(struct fs *fs);
 
 /* ops.c */
 extern const struct fuse_lowlevel_ops fs_ops;

@@ -63,7 +63,9 @@ static const struct fuse_opt tfs_opts[] = {
 	OPT("cache_policy=%s", policy_s),
 	OPT("readahead=%s", readahead_s),
 	OPT("prefetch=%s", prefetch_s),
+	OPT("cuda=%s", cuda_s),
 	{"no_default_permissions", offsetof(struct fs_config, no_default_permissions), 1},
+	{"syslog", offsetof(struct fs_config, use_syslog), 1},
 	FUSE_OPT_KEY("-h", KEY_HELP),
 	FUSE_OPT_KEY("--help", KEY_HELP),
 	FUSE_OPT_KEY("-V", KEY_VERSION),
@@ -101,6 +103,7 @@ static void usage(const char *prog)
 	       "    -o sync_interval_ms=N  how often write-backs are made durable (1000)\n"
 	       "    -o logfile=FILE        log here when running in the background\n"
 	       "    -o log_level=L         error, warning, info (default) or debug\n"
+	       "    -o syslog              log to syslog (facility daemon), not stderr\n"
 	       "    -o remote=URL          remote tier: s3://BUCKET[/PREFIX] or /pfs/folder;\n"
 	       "                           repeat it for several (one s3 at most)\n"
 	       "    -o endpoint=URL        S3 endpoint, http(s)://host[:port] (default: AWS)\n"
@@ -120,6 +123,9 @@ static void usage(const char *prog)
 	       "    -o readahead=SIZE      load this far ahead of a sequential reader (8M; 0: off)\n"
 	       "    -o prefetch=on|off     load the next files of the learned cycle (on);\n"
 	       "                           hints (xattr, ctl) work either way\n"
+	       "    -o cuda=on|off         share the DRAM arena with GPU clients "
+	       "(libtensorfs-cuda)\n"
+	       "                           and pin it with CUDA where a GPU is present (off)\n"
 	       "    -o no_default_permissions  do not let the kernel check permissions\n"
 	       "\n"
 	       "SIZE is a number with an optional K, M, G or T suffix (powers of 1024).\n"
@@ -394,6 +400,8 @@ static void close_stores(struct fs *fs, bool failed)
 {
 	bool discard = failed && fs->new_store;
 
+	fs_gpu_stop(fs);
+	fs_ctl_stop(fs);
 	fs_prefetch_stop(fs);
 	if (fs->tb) {
 		if (discard)
@@ -454,11 +462,14 @@ static int run(struct fs *fs, struct fuse_session *se, struct fuse_cmdline_opts 
 	ret = open_stores(fs, err, sizeof(err));
 	if (ret)
 		goto fail;
-	if (fs_prefetch_start(fs) < 0) {
-		snprintf(err, sizeof(err), "cannot start the prefetch thread");
+	if (fs_prefetch_start(fs) < 0 || fs_ctl_start(fs) < 0) {
+		snprintf(err, sizeof(err), "cannot start the prefetch or rates thread");
 		ret = -EAGAIN;
 		goto fail;
 	}
+	ret = fs_gpu_start(fs, se, err, sizeof(err));
+	if (ret)
+		goto fail;
 	if (fuse_set_signal_handlers(se) != 0) {
 		snprintf(err, sizeof(err), "cannot install signal handlers");
 		ret = -EIO;
@@ -559,6 +570,8 @@ int main(int argc, char *argv[])
 	if (fs_config_resolve(&cfg, err, sizeof(err)) < 0 || precheck(&cfg, err, sizeof(err)) < 0)
 		goto fail;
 	log_set_level((enum log_level)cfg.log_level);
+	if (cfg.use_syslog)
+		log_use_syslog();
 
 	snprintf(fsname, sizeof(fsname), "-ofsname=%s,subtype=tensorfs",
 		 cfg.source ? cfg.source : "tensorfs");

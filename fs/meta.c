@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #define META_MAP_SIZE (64ULL << 30)
+#define META_MAP_MIN (1ULL << 30) /* the least map taken when the whole is refused */
 #define META_MAX_DBS 16
 #define KEY_MAX 520 /* 8 bytes of parent + NAME_MAX and then some */
 
@@ -269,13 +270,23 @@ int meta_open(struct fs_meta **out, const char *dir, size_t *block_size, bool bl
 	ret = take_lock(m, dir, err, errlen);
 	if (ret < 0)
 		goto fail;
-	rc = mdb_env_create(&m->env);
-	if (!rc)
-		rc = mdb_env_set_maxdbs(m->env, META_MAX_DBS);
-	if (!rc)
-		rc = mdb_env_set_mapsize(m->env, META_MAP_SIZE);
-	if (!rc)
-		rc = mdb_env_open(m->env, dir, MDB_NOSYNC | MDB_NOTLS, 0600);
+	/*
+	 * An address-space limit (ulimit -v, as batch schedulers set it, or
+	 * valgrind's) may refuse a map this large: take less, down to a floor.
+	 */
+	for (uint64_t map = META_MAP_SIZE;; map /= 2) {
+		rc = mdb_env_create(&m->env);
+		if (!rc)
+			rc = mdb_env_set_maxdbs(m->env, META_MAX_DBS);
+		if (!rc)
+			rc = mdb_env_set_mapsize(m->env, map);
+		if (!rc)
+			rc = mdb_env_open(m->env, dir, MDB_NOSYNC | MDB_NOTLS, 0600);
+		if (!rc || (rc != ENOMEM && rc != EINVAL) || map / 2 < META_MAP_MIN)
+			break;
+		mdb_env_close(m->env);
+		m->env = NULL;
+	}
 	if (rc) {
 		snprintf(err, errlen, "meta folder %s: cannot open the metadata store: %s", dir,
 			 mdb_strerror(rc));
@@ -392,10 +403,7 @@ int meta_inode_get(struct fs_meta *m, MDB_txn *txn, uint64_t ino, struct meta_in
 	rc = mdb_get(txn, m->inode, &k, &v);
 	if (rc)
 		return mdb_err(rc);
-	if (v.mv_size != sizeof(*rec))
-		return -EIO;
-	memcpy(rec, v.mv_data, sizeof(*rec));
-	return 0;
+	return meta_decode_inode(v.mv_data, v.mv_size, rec);
 }
 
 int meta_inode_put(struct fs_meta *m, MDB_txn *txn, uint64_t ino, const struct meta_inode *rec)
@@ -477,7 +485,7 @@ int meta_dirent_lookup(struct fs_meta *m, MDB_txn *txn, uint64_t parent, const c
 {
 	unsigned char kb[KEY_MAX];
 	MDB_val k, v;
-	struct dirent_val dv;
+	uint64_t cookie;
 	int ret = name_key(kb, parent, name, &k);
 
 	if (ret)
@@ -485,9 +493,7 @@ int meta_dirent_lookup(struct fs_meta *m, MDB_txn *txn, uint64_t parent, const c
 	ret = mdb_err(mdb_get(txn, m->dirent, &k, &v));
 	if (ret)
 		return ret;
-	memcpy(&dv, v.mv_data, sizeof(dv));
-	*ino = dv.ino;
-	return 0;
+	return meta_decode_dirent(v.mv_data, v.mv_size, ino, &cookie);
 }
 
 /* The next cookie of a folder: one past its highest. */
@@ -554,7 +560,9 @@ int meta_dirent_del(struct fs_meta *m, MDB_txn *txn, uint64_t parent, const char
 	ret = mdb_err(mdb_get(txn, m->dirent, &k, &v));
 	if (ret)
 		return ret;
-	memcpy(&dv, v.mv_data, sizeof(dv));
+	ret = meta_decode_dirent(v.mv_data, v.mv_size, &dv.ino, &dv.cookie);
+	if (ret)
+		return ret;
 	ret = mdb_err(mdb_del(txn, m->dirent, &k, NULL));
 	if (ret)
 		return ret;
@@ -636,8 +644,7 @@ int meta_bmap_get(struct fs_meta *m, MDB_txn *txn, uint64_t ino, uint64_t idx, u
 	ret = mdb_err(mdb_get(txn, m->bmap, &k, &v));
 	if (ret)
 		return ret;
-	memcpy(id, v.mv_data, sizeof(*id));
-	return 0;
+	return meta_decode_id(v.mv_data, v.mv_size, id);
 }
 
 int meta_block_get(struct fs_meta *m, MDB_txn *txn, uint64_t id, struct meta_block *b)
@@ -650,10 +657,7 @@ int meta_block_get(struct fs_meta *m, MDB_txn *txn, uint64_t id, struct meta_blo
 	ret = mdb_err(mdb_get(txn, m->block, &k, &v));
 	if (ret)
 		return ret == -ENOENT ? -EIO : ret;
-	/* Records written before blocks carried a hash are shorter. */
-	memset(b, 0, sizeof(*b));
-	memcpy(b, v.mv_data, v.mv_size < sizeof(*b) ? v.mv_size : sizeof(*b));
-	return 0;
+	return meta_decode_block(v.mv_data, v.mv_size, b);
 }
 
 static int block_put(struct fs_meta *m, MDB_txn *txn, uint64_t id, const struct meta_block *b)
@@ -674,9 +678,10 @@ static int dedup_forget(struct fs_meta *m, MDB_txn *txn, const uint8_t *hash, ui
 
 	if (ret == -ENOENT)
 		return 0;
+	if (!ret)
+		ret = meta_decode_id(v.mv_data, v.mv_size, &have);
 	if (ret)
 		return ret;
-	memcpy(&have, v.mv_data, sizeof(have));
 	if (have != id)
 		return 0;
 	ret = mdb_err(mdb_del(txn, m->dedup, &k, NULL));
@@ -690,9 +695,10 @@ int meta_dedup_find(struct fs_meta *m, MDB_txn *txn, const uint8_t *hash, uint64
 	struct meta_block b;
 	int ret = mdb_err(mdb_get(txn, m->dedup, &k, &v));
 
+	if (!ret)
+		ret = meta_decode_id(v.mv_data, v.mv_size, id);
 	if (ret)
 		return ret;
-	memcpy(id, v.mv_data, sizeof(*id));
 	ret = meta_block_get(m, txn, *id, &b);
 	if (ret)
 		return ret == -EIO ? -ENOENT : ret;
@@ -810,12 +816,13 @@ int meta_bmap_clear(struct fs_meta *m, MDB_txn *txn, uint64_t ino, uint64_t from
 	if (rc)
 		return mdb_err(rc);
 	rc = mdb_cursor_get(c, &k, &v, MDB_SET_RANGE);
-	while (rc == 0 && get_be64(k.mv_data) == ino &&
+	while (rc == 0 && k.mv_size == 16 && get_be64(k.mv_data) == ino &&
 	       get_be64((unsigned char *)k.mv_data + 8) < to) {
 		uint64_t id;
 
-		memcpy(&id, v.mv_data, sizeof(id));
-		ret = block_ref(m, txn, id, -1, freed);
+		ret = meta_decode_id(v.mv_data, v.mv_size, &id);
+		if (!ret)
+			ret = block_ref(m, txn, id, -1, freed);
 		if (ret)
 			break;
 		rc = mdb_cursor_del(c, 0);
@@ -888,7 +895,7 @@ int meta_bmap_count(struct fs_meta *m, MDB_txn *txn, uint64_t ino, uint64_t from
 	if (rc)
 		return mdb_err(rc);
 	rc = mdb_cursor_get(c, &k, &v, MDB_SET_RANGE);
-	while (rc == 0 && get_be64(k.mv_data) == ino &&
+	while (rc == 0 && k.mv_size == 16 && get_be64(k.mv_data) == ino &&
 	       get_be64((unsigned char *)k.mv_data + 8) < to) {
 		(*count)++;
 		rc = mdb_cursor_get(c, &k, &v, MDB_NEXT);
@@ -1032,8 +1039,9 @@ int meta_foreach_block(struct fs_meta *m,
 	while (rc == 0) {
 		struct meta_block b;
 
-		memcpy(&b, v.mv_data, sizeof(b));
-		ret = fn(arg, get_be64(k.mv_data), &b);
+		ret = k.mv_size == 8 ? meta_decode_block(v.mv_data, v.mv_size, &b) : -EIO;
+		if (!ret)
+			ret = fn(arg, get_be64(k.mv_data), &b);
 		if (ret)
 			break;
 		rc = mdb_cursor_get(c, &k, &v, MDB_NEXT);
@@ -1067,8 +1075,9 @@ int meta_purge_orphans(struct fs_meta *m, struct locvec *freed, uint64_t *count)
 	while (rc == 0) {
 		struct meta_inode rec;
 
-		memcpy(&rec, v.mv_data, sizeof(rec));
-		if (rec.nlink == 0) {
+		/* A damaged record is fsck's to report, not ours to purge. */
+		if (k.mv_size == 8 && meta_decode_inode(v.mv_data, v.mv_size, &rec) == 0 &&
+		    rec.nlink == 0) {
 			if (n == cap) {
 				cap = cap ? cap * 2 : 16;
 				uint64_t *p = realloc(orphans, cap * sizeof(*p));
@@ -1109,4 +1118,253 @@ void meta_counts(struct fs_meta *m, uint64_t *inodes, uint64_t *blocks, uint64_t
 	if (mdb_stat(txn, m->bmap, &st) == 0)
 		*mapped = st.ms_entries;
 	mdb_txn_abort(txn);
+}
+
+/* ---- raw records, for the offline checker ---- */
+
+static MDB_dbi table_dbi(struct fs_meta *m, enum meta_table t)
+{
+	switch (t) {
+	case META_TAB_INODE:
+		return m->inode;
+	case META_TAB_DIRENT:
+		return m->dirent;
+	case META_TAB_DIRCOOK:
+		return m->dircook;
+	case META_TAB_BMAP:
+		return m->bmap;
+	case META_TAB_BLOCK:
+		return m->block;
+	case META_TAB_DEDUP:
+		return m->dedup;
+	case META_TAB_XATTR:
+		return m->xattr;
+	case META_TAB_SYMLINK:
+		return m->symlink;
+	}
+	return m->info;
+}
+
+/* Decode one record; sizes that no version of this file writes mark it malformed. */
+static void rec_decode(enum meta_table t, const MDB_val *k, const MDB_val *v, struct meta_rec *r)
+{
+	const unsigned char *kb = k->mv_data;
+	struct dirent_val dv;
+
+	memset(r, 0, sizeof(*r));
+	r->key = k->mv_data;
+	r->keylen = k->mv_size;
+	if (k->mv_size >= 8)
+		r->ino = get_be64(kb);
+	switch (t) {
+	case META_TAB_INODE:
+		r->malformed = k->mv_size != 8 || v->mv_size != sizeof(r->inode);
+		if (v->mv_size == sizeof(r->inode))
+			memcpy(&r->inode, v->mv_data, sizeof(r->inode));
+		break;
+	case META_TAB_DIRENT:
+	case META_TAB_XATTR:
+		r->malformed = k->mv_size <= 8 || k->mv_size > 8 + 255;
+		if (k->mv_size > 8) {
+			r->name = (const char *)kb + 8;
+			r->namelen = k->mv_size - 8;
+		}
+		if (t == META_TAB_XATTR)
+			break;
+		r->malformed |= v->mv_size != sizeof(dv);
+		if (v->mv_size == sizeof(dv)) {
+			memcpy(&dv, v->mv_data, sizeof(dv));
+			r->id = dv.ino;
+			r->idx = dv.cookie;
+		}
+		break;
+	case META_TAB_DIRCOOK:
+		r->malformed = k->mv_size != 16 || v->mv_size == 0 || v->mv_size > 255;
+		if (k->mv_size >= 16)
+			r->idx = get_be64(kb + 8);
+		r->name = v->mv_data;
+		r->namelen = v->mv_size;
+		break;
+	case META_TAB_BMAP:
+		r->malformed = k->mv_size != 16 || v->mv_size != sizeof(r->id);
+		if (k->mv_size >= 16)
+			r->idx = get_be64(kb + 8);
+		if (v->mv_size == sizeof(r->id))
+			memcpy(&r->id, v->mv_data, sizeof(r->id));
+		break;
+	case META_TAB_BLOCK:
+		/* Records written before blocks carried a hash end after flags. */
+		r->malformed = k->mv_size != 8 || v->mv_size < offsetof(struct meta_block, hash) ||
+			       v->mv_size > sizeof(r->block);
+		r->id = r->ino;
+		r->ino = 0;
+		memcpy(&r->block, v->mv_data,
+		       v->mv_size < sizeof(r->block) ? v->mv_size : sizeof(r->block));
+		break;
+	case META_TAB_DEDUP:
+		r->malformed = k->mv_size != META_HASH_LEN || v->mv_size != sizeof(r->id);
+		r->ino = 0;
+		r->hash = kb;
+		if (v->mv_size == sizeof(r->id))
+			memcpy(&r->id, v->mv_data, sizeof(r->id));
+		break;
+	case META_TAB_SYMLINK:
+		r->malformed = k->mv_size != 8;
+		r->name = v->mv_data;
+		r->namelen = v->mv_size;
+		break;
+	}
+}
+
+int meta_walk(struct fs_meta *m, MDB_txn *txn, enum meta_table t, meta_walk_fn fn, void *arg)
+{
+	MDB_cursor *c;
+	MDB_val k, v;
+	int rc, ret = 0;
+
+	rc = mdb_cursor_open(txn, table_dbi(m, t), &c);
+	if (rc)
+		return mdb_err(rc);
+	rc = mdb_cursor_get(c, &k, &v, MDB_FIRST);
+	while (rc == 0) {
+		struct meta_rec r;
+
+		rec_decode(t, &k, &v, &r);
+		ret = fn(arg, &r);
+		if (ret)
+			break;
+		rc = mdb_cursor_get(c, &k, &v, MDB_NEXT);
+	}
+	mdb_cursor_close(c);
+	if (ret)
+		return ret;
+	return rc == MDB_NOTFOUND ? 0 : mdb_err(rc);
+}
+
+/* The key of r in table t, from its fields. */
+static int rec_key(enum meta_table t, const struct meta_rec *r, unsigned char *kb, MDB_val *k)
+{
+	switch (t) {
+	case META_TAB_INODE:
+	case META_TAB_SYMLINK:
+	case META_TAB_BLOCK:
+		put_be64(kb, t == META_TAB_BLOCK ? r->id : r->ino);
+		k->mv_size = 8;
+		break;
+	case META_TAB_DIRENT:
+	case META_TAB_XATTR:
+		if (r->namelen == 0 || r->namelen > 255)
+			return -EINVAL;
+		put_be64(kb, r->ino);
+		memcpy(kb + 8, r->name, r->namelen);
+		k->mv_size = 8 + r->namelen;
+		break;
+	case META_TAB_DIRCOOK:
+	case META_TAB_BMAP:
+		put_be64(kb, r->ino);
+		put_be64(kb + 8, r->idx);
+		k->mv_size = 16;
+		break;
+	case META_TAB_DEDUP:
+		memcpy(kb, r->hash, META_HASH_LEN);
+		k->mv_size = META_HASH_LEN;
+		break;
+	}
+	k->mv_data = kb;
+	return 0;
+}
+
+int meta_rec_del(struct fs_meta *m, MDB_txn *txn, enum meta_table t, const struct meta_rec *r)
+{
+	unsigned char kb[KEY_MAX];
+	MDB_val k = {r->keylen, (void *)r->key};
+	int ret = 0;
+
+	if (!r->key)
+		ret = rec_key(t, r, kb, &k);
+	if (ret)
+		return ret;
+	return mdb_err(mdb_del(txn, table_dbi(m, t), &k, NULL));
+}
+
+int meta_rec_put(struct fs_meta *m, MDB_txn *txn, enum meta_table t, const struct meta_rec *r)
+{
+	unsigned char kb[16];
+	MDB_val k = {16, kb}, v = {sizeof(r->id), (void *)&r->id};
+
+	switch (t) {
+	case META_TAB_INODE:
+		return meta_inode_put(m, txn, r->ino, &r->inode);
+	case META_TAB_BLOCK:
+		return block_put(m, txn, r->id, &r->block);
+	case META_TAB_BMAP:
+		bmap_key(kb, r->ino, r->idx);
+		return mdb_err(mdb_put(txn, m->bmap, &k, &v, 0));
+	default:
+		return -EINVAL;
+	}
+}
+
+bool meta_store_exists(const char *dir)
+{
+	MDB_val k = {6, "format"}, v;
+	char path[4200];
+	struct stat st;
+	MDB_env *env;
+	MDB_txn *txn;
+	MDB_dbi dbi;
+	bool found = false;
+
+	snprintf(path, sizeof(path), "%s/data.mdb", dir);
+	if (stat(path, &st) < 0 || !S_ISREG(st.st_mode) || mdb_env_create(&env))
+		return false;
+	/* Read-only, beside a daemon if there is one: a format record makes a store. */
+	if (!mdb_env_set_maxdbs(env, META_MAX_DBS) && !mdb_env_set_mapsize(env, META_MAP_SIZE) &&
+	    !mdb_env_open(env, dir, MDB_RDONLY | MDB_NOTLS, 0600) &&
+	    !mdb_txn_begin(env, NULL, MDB_RDONLY, &txn)) {
+		found = mdb_dbi_open(txn, "info", 0, &dbi) == 0 && mdb_get(txn, dbi, &k, &v) == 0;
+		mdb_txn_abort(txn);
+	}
+	mdb_env_close(env);
+	return found;
+}
+
+/* ---- stored values, decoded with their sizes checked ---- */
+
+int meta_decode_inode(const void *v, size_t len, struct meta_inode *rec)
+{
+	if (len != sizeof(*rec))
+		return -EIO;
+	memcpy(rec, v, sizeof(*rec));
+	return 0;
+}
+
+int meta_decode_dirent(const void *v, size_t len, uint64_t *ino, uint64_t *cookie)
+{
+	struct dirent_val dv;
+
+	if (len != sizeof(dv))
+		return -EIO;
+	memcpy(&dv, v, sizeof(dv));
+	*ino = dv.ino;
+	*cookie = dv.cookie;
+	return 0;
+}
+
+int meta_decode_id(const void *v, size_t len, uint64_t *id)
+{
+	if (len != sizeof(*id))
+		return -EIO;
+	memcpy(id, v, sizeof(*id));
+	return 0;
+}
+
+int meta_decode_block(const void *v, size_t len, struct meta_block *b)
+{
+	/* Records written before blocks carried a hash end after flags. */
+	if (len < offsetof(struct meta_block, hash) || len > sizeof(*b))
+		return -EIO;
+	memset(b, 0, sizeof(*b));
+	memcpy(b, v, len);
+	return 0;
 }

@@ -150,4 +150,62 @@ void meta_counts(struct fs_meta *m, uint64_t *inodes, uint64_t *blocks, uint64_t
 int locvec_push(struct locvec *v, uint64_t loc);
 void locvec_free(struct locvec *v);
 
+/*
+ * Raw access for the offline checker (tfsctl fsck), which must see and
+ * repair records that the functions above refuse: a mapping to a block that
+ * is gone, a name without its listing entry, a wrong reference count.
+ * Nothing in the daemon uses these.
+ */
+enum meta_table {
+	META_TAB_INODE,
+	META_TAB_DIRENT,
+	META_TAB_DIRCOOK,
+	META_TAB_BMAP,
+	META_TAB_BLOCK,
+	META_TAB_DEDUP,
+	META_TAB_XATTR,
+	META_TAB_SYMLINK,
+};
+
+/* One record, decoded; the fields a table does not use are zero. */
+struct meta_rec {
+	uint64_t ino;	   /* owner: inode, bmap, xattr, symlink; parent: dirent, dircook */
+	uint64_t idx;	   /* bmap: block index; dirent, dircook: cookie */
+	uint64_t id;	   /* bmap, dedup, block: block id; dirent: the child inode */
+	const char *name;  /* dirent, dircook, xattr; not NUL-terminated */
+	size_t namelen;
+	const uint8_t *hash; /* dedup: the key */
+	struct meta_inode inode;
+	struct meta_block block;
+	bool malformed; /* key or value has a size the store never writes */
+	const void *key; /* the raw key: meta_rec_del uses it when set */
+	size_t keylen;
+};
+
+/*
+ * Every record of table t in key order, until fn returns non-zero (which is
+ * returned). Pointers in the record are valid until txn changes or ends.
+ */
+typedef int (*meta_walk_fn)(void *arg, const struct meta_rec *r);
+int meta_walk(struct fs_meta *m, MDB_txn *txn, enum meta_table t, meta_walk_fn fn, void *arg);
+/* Delete the record that meta_walk gave as r, and nothing else: -ENOENT if gone. */
+int meta_rec_del(struct fs_meta *m, MDB_txn *txn, enum meta_table t, const struct meta_rec *r);
+/* Write r as is, with no reference counting: bmap, block and inode records only. */
+int meta_rec_put(struct fs_meta *m, MDB_txn *txn, enum meta_table t, const struct meta_rec *r);
+/* True when dir holds a metadata store with its format record: meta_open will not make one. */
+bool meta_store_exists(const char *dir);
+
+/*
+ * Stored values, decoded with their sizes checked: a damaged store gives
+ * -EIO, never bytes read past the end of a record. Every read of a value
+ * above goes through these; they take raw bytes, so a fuzz target can
+ * call them (tests/fuzz/fuzz_meta.c).
+ */
+int meta_decode_inode(const void *v, size_t len, struct meta_inode *rec);
+/* A dirent value: the child inode and the cookie of its listing entry. */
+int meta_decode_dirent(const void *v, size_t len, uint64_t *ino, uint64_t *cookie);
+/* A bmap or dedup value: a block id. */
+int meta_decode_id(const void *v, size_t len, uint64_t *id);
+int meta_decode_block(const void *v, size_t len, struct meta_block *b);
+
 #endif

@@ -122,7 +122,8 @@ static int on_ini_value(void *user, const char *section, const char *name, const
 		    {"dedup", &c->dedup_s},
 		    {"cache_policy", &c->policy_s},
 		    {"readahead", &c->readahead_s},
-		    {"prefetch", &c->prefetch_s}};
+		    {"prefetch", &c->prefetch_s},
+		    {"cuda", &c->cuda_s}};
 	struct {
 		const char *key;
 		char **field;
@@ -134,6 +135,8 @@ static int on_ini_value(void *user, const char *section, const char *name, const
 		for (size_t i = 0; i < sizeof(secrets) / sizeof(secrets[0]); i++) {
 			if (strcmp(name, secrets[i].key) != 0)
 				continue;
+			if (*secrets[i].field) /* given twice: no copy left in freed memory */
+				explicit_bzero(*secrets[i].field, strlen(*secrets[i].field));
 			free(*secrets[i].field);
 			*secrets[i].field = strdup(value);
 			x->has_secret = true;
@@ -454,6 +457,22 @@ static int resolve_devices(struct fs_config *c, char *err, size_t errlen)
 	return ret;
 }
 
+/* Make *path absolute against the working directory, in place. */
+static int make_absolute(char **path)
+{
+	char cwd[PATH_MAX], *abs;
+
+	if (!*path || (*path)[0] == '/')
+		return 0;
+	if (!getcwd(cwd, sizeof(cwd)))
+		return -errno;
+	if (asprintf(&abs, "%s/%s", cwd, *path) < 0)
+		return -ENOMEM;
+	free(*path);
+	*path = abs;
+	return 0;
+}
+
 int fs_config_resolve(struct fs_config *c, char *err, size_t errlen)
 {
 	int ret;
@@ -524,6 +543,13 @@ int fs_config_resolve(struct fs_config *c, char *err, size_t errlen)
 			return bad(err, errlen, "cache_policy", c->policy_s,
 				   "must be auto, 2q, clock or lru");
 	}
+	c->cuda = false;
+	if (c->cuda_s) {
+		if (strcmp(c->cuda_s, "on") == 0)
+			c->cuda = true;
+		else if (strcmp(c->cuda_s, "off") != 0)
+			return bad(err, errlen, "cuda", c->cuda_s, "must be on or off");
+	}
 	c->prefetch = true;
 	if (c->prefetch_s) {
 		if (strcmp(c->prefetch_s, "off") == 0)
@@ -584,7 +610,20 @@ int fs_config_resolve(struct fs_config *c, char *err, size_t errlen)
 		if (c->meta)
 			snprintf(c->meta, n, "%s/meta", c->nvme[0]);
 	}
-	return c->meta ? 0 : -ENOMEM;
+	if (!c->meta)
+		return -ENOMEM;
+	/*
+	 * In the background the daemon moves to /, where a relative logfile=
+	 * or meta= would name another file than the one meant.
+	 */
+	if (c->logfile && !c->logfile[0])
+		return bad(err, errlen, "logfile", c->logfile, "empty");
+	ret = make_absolute(&c->logfile);
+	if (!ret)
+		ret = make_absolute(&c->meta);
+	if (ret)
+		snprintf(err, errlen, "cannot resolve a relative path: %s", strerror(-ret));
+	return ret;
 }
 
 void fs_config_free(struct fs_config *c)
@@ -598,7 +637,7 @@ void fs_config_free(struct fs_config *c)
 			 &c->remote_cap_s,    &c->s3_key,	   &c->s3_token,  &c->s3_bucket,
 			 &c->s3_prefix,	      &c->s3_bw_s,	   &c->s3_cap_s,  &c->pfs_bw_s,
 			 &c->pfs_cap_s,	      &c->dedup_s,	   &c->policy_s,  &c->readahead_s,
-			 &c->prefetch_s};
+			 &c->prefetch_s, &c->cuda_s};
 
 	if (c->s3_secret) {
 		/* Do not leave the secret in freed memory. */
@@ -606,6 +645,8 @@ void fs_config_free(struct fs_config *c)
 		free(c->s3_secret);
 		c->s3_secret = NULL;
 	}
+	if (c->s3_token) /* a session token is a credential too; freed below */
+		explicit_bzero(c->s3_token, strlen(c->s3_token));
 
 	for (size_t i = 0; i < sizeof(strs) / sizeof(strs[0]); i++) {
 		free(*strs[i]);

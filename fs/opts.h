@@ -26,9 +26,11 @@ struct fs_config {
 	char *nvme_bw_s, *nvme_cap_s, *remote_bw_s, *remote_cap_s;
 	char *s3_bw_s, *s3_cap_s, *pfs_bw_s, *pfs_cap_s, *dedup_s, *policy_s, *readahead_s;
 	char *prefetch_s;
+	char *cuda_s;
 	char *s3_key, *s3_secret, *s3_token; /* from the file's [s3] or AWS_* only */
 	char *source, *mountpoint;
 	int no_default_permissions;
+	int use_syslog; /* -o syslog */
 	int show_help, show_version;
 
 	/* resolved */
@@ -43,6 +45,7 @@ struct fs_config {
 	enum tb_policy policy;
 	size_t readahead;
 	bool prefetch;
+	bool cuda; /* share the arena with GPU clients (fs/gpu.c) */
 	int log_level;
 	bool default_nvme; /* the folder is ours to create */
 	/* persistent devices: the nvme folders, then the remote tier if any */

@@ -16,6 +16,7 @@
  * a 1% reserve for the metadata store, or the cap if smaller.
  */
 #include "dev.h"
+#include "fault.h"
 #include "log.h"
 
 #include <errno.h>
@@ -42,6 +43,7 @@
 #define DOWN_AFTER_ERRORS 3
 #define POOL_THREADS_MAX 16
 #define RETRY_DOWN_NS 5000000000ULL /* a down device is tried again after 5 s */
+#define RETRY_FULL_NS 5000000000ULL /* and one that said ENOSPC, too */
 
 uint64_t dev_now_ns(void)
 {
@@ -74,6 +76,8 @@ int dev_init_common(struct tb_dev *d, const char *kind, unsigned index, size_t b
 	d->tokens = (double)bw_cap * BURST_NS / 1e9;
 	d->tokens_ns = dev_now_ns();
 	d->health = DEV_UP;
+	if (fault_init() < 0)
+		return -EINVAL; /* a test build given a bad rule: logged */
 	/* nvme folders are numbered; remotes are named by kind (s3, pfs, pfs2...). */
 	if (strcmp(kind, "nvme") == 0)
 		snprintf(d->name, sizeof(d->name), "%s%u", kind, index);
@@ -107,7 +111,7 @@ uint64_t dev_throttle_ns(struct tb_dev *d)
 	return ns;
 }
 
-unsigned dev_take(struct tb_dev *d, struct tb_io **out, unsigned max)
+static unsigned take_requests(struct tb_dev *d, struct tb_io **out, unsigned max)
 {
 	unsigned n = 0, total = 0;
 	uint64_t now = dev_now_ns();
@@ -143,6 +147,41 @@ unsigned dev_take(struct tb_dev *d, struct tb_io **out, unsigned max)
 	}
 out:
 	pthread_mutex_unlock(&d->lock);
+	return n;
+}
+
+/*
+ * Test builds: a request that fault injection fails is finished here with
+ * its error, before the medium sees it; the others stay in out[], in order.
+ */
+static unsigned inject_faults(struct tb_dev *d, struct tb_io **out, unsigned n)
+{
+	unsigned kept = 0;
+
+	for (unsigned i = 0; i < n; i++) {
+		struct tb_io *r = out[i];
+		int err = fault_inject(d->name, r->op == IO_READ ? FAULT_READ : FAULT_WRITE, r->slot);
+
+		if (err)
+			dev_finish(d, r, err);
+		else
+			out[kept++] = r;
+	}
+	return kept;
+}
+
+unsigned dev_take(struct tb_dev *d, struct tb_io **out, unsigned max)
+{
+	unsigned got, n;
+
+	/*
+	 * When every request taken was failed, take again: the engine would
+	 * otherwise sleep with requests queued and none in flight to wake it.
+	 */
+	do {
+		got = take_requests(d, out, max);
+		n = inject_faults(d, out, got);
+	} while (got && !n);
 	return n;
 }
 
@@ -334,16 +373,24 @@ void dev_forget_identity(struct tb_dev *d)
 
 int dev_sync(struct tb_dev *d)
 {
+	int ret = fault_inject(d->name, FAULT_SYNC, 0);
+
+	if (ret) {
+		log_err("%s: flush failed: %s", d->name, strerror(-ret));
+		return ret;
+	}
 	return d->eng->sync ? d->eng->sync(d) : 0;
 }
 
 /*
  * A down device takes new blocks again once RETRY_DOWN_NS has passed since
- * its last failure: the next write is the probe. Lock held.
+ * its last failure: the next write is the probe. So does a full one after
+ * RETRY_FULL_NS: its filesystem may be shared, and others free space too.
+ * Lock held.
  */
 static bool usable(struct tb_dev *d)
 {
-	if (d->full)
+	if (d->full && dev_now_ns() - d->full_ns < RETRY_FULL_NS)
 		return false;
 	return d->health == DEV_UP || dev_now_ns() - d->down_ns >= RETRY_DOWN_NS;
 }
@@ -385,6 +432,7 @@ void dev_set_full(struct tb_dev *d)
 {
 	pthread_mutex_lock(&d->lock);
 	d->full = true;
+	d->full_ns = dev_now_ns();
 	pthread_mutex_unlock(&d->lock);
 }
 
@@ -494,9 +542,14 @@ static int check_identity(struct tb_dev *d, const char *dir, const char *store_i
 		dev_err(err, errlen, "folder %s: cannot read " ID_NAME, dir, errno);
 		return -errno;
 	}
-	f = fopen(path, "w");
+	/* Never through a link: whoever can write the folder could aim it anywhere. */
+	int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+
+	f = fd >= 0 ? fdopen(fd, "w") : NULL;
 	if (!f) {
-		dev_err(err, errlen, "folder %s is not writable", dir, errno);
+		dev_err(err, errlen, "folder %s: cannot create " ID_NAME, dir, errno);
+		if (fd >= 0)
+			close(fd);
 		return -errno;
 	}
 	fprintf(f, "tensorfs-dev store=%s index=%u kind=%s\n", store_id, d->index, d->kind);
@@ -519,9 +572,11 @@ static int open_slab(struct tb_dev *d, const char *dir, bool direct, uint64_t ca
 	uint64_t fs_bytes, free_bytes, reserve, slab_bytes, nslots;
 
 	snprintf(path, sizeof(path), "%s/%s", dir, SLAB_NAME);
-	d->fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | (direct ? O_DIRECT : 0), 0600);
+	/* O_NOFOLLOW: a link planted in the folder must not aim our writes elsewhere. */
+	d->fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | (direct ? O_DIRECT : 0),
+		     0600);
 	if (d->fd < 0 && direct && errno == EINVAL) /* a filesystem without O_DIRECT */
-		d->fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+		d->fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
 	if (d->fd < 0) {
 		dev_err(err, errlen, "folder %s: cannot open the slab file", dir, errno);
 		return -errno;
@@ -529,6 +584,11 @@ static int open_slab(struct tb_dev *d, const char *dir, bool direct, uint64_t ca
 	if (fstat(d->fd, &st) < 0 || fstatvfs(d->fd, &vfs) < 0) {
 		dev_err(err, errlen, "folder %s", dir, errno);
 		return -errno;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		snprintf(err, errlen, "%s folder %s: %s is not a regular file", d->kind, dir,
+			 SLAB_NAME);
+		return -EINVAL;
 	}
 	if (vfs.f_flag & ST_RDONLY) {
 		snprintf(err, errlen, "%s folder %s is on a read-only filesystem", d->kind, dir);

@@ -80,7 +80,8 @@ struct tb_dev {
 	unsigned queued_reads;
 	bool stopping;
 	struct slot_alloc alloc;
-	bool full;
+	bool full;	  /* said ENOSPC: no new blocks for a while */
+	uint64_t full_ns; /* when it last did */
 	enum dev_health health;
 	unsigned consecutive_errors;
 	uint64_t down_ns; /* last failure while down */
@@ -116,7 +117,7 @@ void dev_forget_identity(struct tb_dev *d);
 int dev_alloc(struct tb_dev *d, uint64_t *slot);
 void dev_free(struct tb_dev *d, uint64_t slot);
 int dev_mark(struct tb_dev *d, uint64_t slot);
-/* Take a failing device out of placement: it takes no new blocks. */
+/* A device said ENOSPC: it takes no new blocks until a slot is freed or a while has passed. */
 void dev_set_full(struct tb_dev *d);
 uint64_t dev_free_slots(struct tb_dev *d);
 /* Weight for placement: the cap or the measured bandwidth; 0 when down. */

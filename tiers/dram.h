@@ -2,7 +2,9 @@
  * dram.h - the DRAM arena: one mapping of block-size slots.
  *
  * Every block in flight or cached lives in a slot of this arena, so that
- * O_DIRECT and registered-buffer I/O always see aligned memory.
+ * O_DIRECT and registered-buffer I/O always see aligned memory. The arena
+ * is a memfd mapped shared, so that the daemon can hand it to a local
+ * client (fs/gpu.c) that copies between the slots and a GPU itself.
  */
 #ifndef TENSORFS_DRAM_H
 #define TENSORFS_DRAM_H
@@ -13,11 +15,13 @@
 
 struct dram_arena {
 	void *base;
-	size_t bytes; /* mapped length */
+	size_t bytes; /* mapped length, a multiple of 2 MiB */
 	size_t block_size;
 	uint32_t nslots;
+	int fd;	   /* the memfd behind the mapping */
 	bool huge; /* backed by hugetlb pages */
 	bool locked;
+	bool sealed; /* fd can be neither shrunk nor grown: safe to hand out */
 };
 
 /* Map nslots slots; huge pages where the kernel has them, mlocked. */

@@ -14,6 +14,7 @@
  * a HEAD every two seconds tells when it is back. A completed PUT is durable.
  */
 #include "dev.h"
+#include "fault.h"
 #include "log.h"
 
 #include <curl/curl.h>
@@ -161,6 +162,7 @@ static void sha256_hex(const void *buf, size_t len, char out[SHA256_HEX_LEN + 1]
 static int s3_base_url(struct s3_priv *p, const struct tb_s3_config *cfg, char *err, size_t errlen)
 {
 	char *scheme = NULL, *host = NULL, *port = NULL, *path = NULL, bucket[sizeof(p->bucket)];
+	char *user = NULL;
 	CURLU *u = curl_url();
 	size_t plen;
 	int ret = -EINVAL;
@@ -172,6 +174,19 @@ static int s3_base_url(struct s3_priv *p, const struct tb_s3_config *cfg, char *
 	else
 		snprintf(p->endpoint, sizeof(p->endpoint), "https://s3.%s.amazonaws.com",
 			 cfg->region);
+	/*
+	 * The endpoint is shown in logs, stats and the configuration: a user or
+	 * password in it would be too. It is refused, and not printed.
+	 */
+	if (curl_url_set(u, CURLUPART_URL, p->endpoint, 0) == CURLUE_OK &&
+	    curl_url_get(u, CURLUPART_USER, &user, 0) == CURLUE_OK) {
+		curl_free(user);
+		explicit_bzero(p->endpoint, sizeof(p->endpoint));
+		snprintf(err, errlen,
+			 "s3 endpoint: a user or password in the URL is refused; give "
+			 "credentials in AWS_* variables or the [s3] section of the config file");
+		goto out;
+	}
 	if (curl_url_set(u, CURLUPART_URL, p->endpoint, 0) != CURLUE_OK ||
 	    curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) != CURLUE_OK ||
 	    curl_url_get(u, CURLUPART_HOST, &host, 0) != CURLUE_OK) {
@@ -757,6 +772,11 @@ static void s3_attempt_done(struct s3_priv *p, struct s3_xfer *x)
 		if (s3_judge(x, &err) == S3_DONE)
 			dev_set_health(p->d, true);
 		return;
+	}
+	/* Test builds: an attempt answered as by an overloaded server. */
+	if (fault_inject(p->d->name, FAULT_S3_ATTEMPT, x->r->slot) == -EAGAIN) {
+		x->code = CURLE_RECV_ERROR;
+		snprintf(x->curl_err, sizeof(x->curl_err), "injected fault: HTTP 503");
 	}
 	v = s3_judge(x, &err);
 	if (v == S3_DONE) {

@@ -238,4 +238,23 @@ size_t tb_block_size(const struct tb_store *s);
 /* A block of zeros, block_size long, for replying with holes. */
 const void *tb_zero_block(const struct tb_store *s);
 
+/* ---- the arena, shared with local clients (fs/gpu.c) ---- */
+
+struct tb_arena_info {
+	void *base;
+	size_t bytes;
+	int fd; /* a sealed memfd of the arena, or -1 when it cannot be shared */
+	bool huge, locked;
+};
+
+/* The DRAM arena; a pinned block's slot lies at (char *)ref.data - base. */
+void tb_arena(const struct tb_store *s, struct tb_arena_info *a);
+/*
+ * How many blocks a client outside the store may keep pinned at once, in
+ * all and for writing, and still leave the store's readers their slots
+ * and its writers their dirty budget (a write pin holds a dirty block).
+ */
+void tb_client_pins(const struct tb_store *s, uint64_t *pins, uint64_t *write_pins);
+/* ---- end of the shared arena ---- */
+
 #endif

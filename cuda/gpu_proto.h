@@ -1,0 +1,81 @@
+/*
+ * gpu_proto.h - the shared-arena protocol between the tensorfs daemon
+ * (fs/gpu.c) and the GPU client library (cuda/client.c).
+ *
+ * With -o cuda=on the daemon listens on a unix SOCK_SEQPACKET socket whose
+ * path it publishes in MOUNT/.tensorfs/gpu. Only the mount owner's uid may
+ * connect (SO_PEERCRED). One message is one struct tfs_gpu_req, or one
+ * struct tfs_gpu_rep followed by nblocks slot offsets; file descriptors
+ * travel as SCM_RIGHTS. Every request has exactly one reply, in order.
+ *
+ *   HELLO      the reply carries the arena memfd (when want_arena), its
+ *              size, the block size and the pin limits
+ *   GRANT      carries an fd of a file on the mount: the connection may
+ *              then pin that file for reading or writing as the fd's open
+ *              mode allows. PIN answers -EACCES for a file not granted.
+ *   PIN_READ   pin the blocks of [off, off + len) that lie below EOF;
+ *              the reply grants a prefix of the range (len 0: at EOF) and
+ *              gives each block's slot offset in the arena, or
+ *              TFS_GPU_HOLE for a hole, which reads as zeros
+ *   PIN_WRITE  pin [off, off + len) for writing; the client copies into
+ *              the slots, at the offset of the range within each block
+ *   RELEASE    unpin a pin; for a write, status 0 commits it (size and
+ *              mtime as a pwrite would set them), anything else says the
+ *              copy failed: the range then reads as zeros
+ *
+ * A pin belongs to its connection: no other connection can release it,
+ * and all are released when the connection closes, also when the client
+ * dies. A connection that holds no pin waits for its share of the pin
+ * limit; one that holds some gets what is free now, or -EAGAIN.
+ */
+#ifndef TENSORFS_GPU_PROTO_H
+#define TENSORFS_GPU_PROTO_H
+
+#include <stdint.h>
+
+#define TFS_GPU_MAGIC 0x54465347U /* "TFSG" */
+#define TFS_GPU_VERSION 1
+#define TFS_GPU_MAX_BLOCKS 1024 /* slots in one PIN reply */
+#define TFS_GPU_HOLE UINT64_MAX
+
+enum tfs_gpu_op {
+	TFS_GPU_HELLO = 1,
+	TFS_GPU_GRANT = 2,
+	TFS_GPU_PIN_READ = 3,
+	TFS_GPU_PIN_WRITE = 4,
+	TFS_GPU_RELEASE = 5,
+};
+
+struct tfs_gpu_req {
+	uint32_t magic;
+	uint16_t version;
+	uint16_t op;
+	uint64_t ino;	     /* GRANT, PIN: the file's inode number (st_ino) */
+	uint64_t off, len;   /* PIN: the byte range */
+	uint64_t pin;	     /* RELEASE: which */
+	int32_t status;	     /* RELEASE: 0, or the copy's -errno */
+	uint32_t max_blocks; /* PIN: grant at most this many blocks */
+	uint32_t want_arena; /* HELLO: send the arena fd */
+	uint32_t pad;
+};
+
+struct tfs_gpu_rep {
+	uint32_t magic;
+	uint16_t version;
+	uint16_t op;
+	int32_t status;	      /* 0 or -errno */
+	uint32_t nblocks;     /* PIN: slot offsets that follow */
+	uint64_t pin;	      /* PIN: the handle for RELEASE */
+	uint64_t off, len;    /* PIN: the range granted */
+	uint64_t size;	      /* PIN_READ: the file's size */
+	uint64_t arena_bytes; /* HELLO */
+	uint64_t block_size;  /* HELLO */
+	uint64_t mount_id;    /* HELLO: the "id" of MOUNT/.tensorfs/gpu */
+	uint64_t max_pins;    /* HELLO: blocks all clients may pin at once */
+	uint64_t max_write_pins;
+	uint64_t slot[]; /* PIN: arena offset of each block, or TFS_GPU_HOLE */
+};
+
+#define TFS_GPU_REP_MAX (sizeof(struct tfs_gpu_rep) + TFS_GPU_MAX_BLOCKS * sizeof(uint64_t))
+
+#endif

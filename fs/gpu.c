@@ -1,0 +1,1112 @@
+/*
+ * gpu.c - the shared-arena server for GPU clients (-o cuda=on).
+ *
+ * A GPU client (libtensorfs-cuda) moves a tensor between the GPU and a
+ * file with one DMA straight from or into the DRAM arena, instead of a
+ * FUSE read or write and a copy through a bounce buffer. This file serves
+ * it: a unix socket (protocol in cuda/gpu_proto.h) hands out the arena's
+ * memfd, pins the blocks of a file range in the cache, answers with their
+ * slot offsets, and on release commits a write as a pwrite would: size,
+ * mtime, and the kernel's page cache of the range dropped.
+ *
+ * One thread (tfs-gpu) accepts connections; only the mount owner's uid is
+ * served. Each connection has its own thread (tfs-gpu-conn), owned and
+ * joined by the accept thread or by fs_gpu_stop. A connection thread alone
+ * touches its pins; when the client closes or dies the thread releases
+ * them all. Pins of all clients together stay below tb_client_pins, so
+ * that clients can never starve the daemon's own readers and writers.
+ *
+ * With cuda=on the daemon also registers the arena with CUDA when a GPU
+ * is there (cuMemHostRegister, through libcuda loaded at run time, so the
+ * daemon needs no CUDA to build or run); without one it says so once.
+ */
+#include "fs.h"
+#include "log.h"
+#include "../cuda/gpu_proto.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <limits.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#define GPU_MAX_CONNS 64
+#define GPU_GRANTS 64 /* files one connection may use, most recent kept */
+#define GPU_LISTEN_BACKLOG 16
+#define GPU_SOCK_NAME "sock"
+#define GPU_CU_PORTABLE 0x01 /* CU_MEMHOSTREGISTER_PORTABLE */
+#define WAKE_STOP 's'
+#define WAKE_REAP 'r'
+
+/* One PIN: blocks [first, first + n) of ino, for bytes [off, off + len). */
+struct gpu_pin {
+	uint64_t id;
+	bool write;
+	uint64_t ino, off, len, first;
+	uint32_t n;
+	struct fs_inode *in; /* write: held, with in->io shared, until release */
+	struct tb_ref *refs; /* ref.e NULL: a hole */
+	struct gpu_pin *next;
+};
+
+struct gpu_grant {
+	uint64_t ino;
+	bool read, write;
+};
+
+struct gpu_conn {
+	struct fs_gpu *g;
+	int fd;
+	pthread_t thread;
+	bool done; /* the thread has finished; g->lock */
+	/* the connection thread's own */
+	struct gpu_pin *pins;
+	uint64_t npinned, next_pin;
+	struct gpu_grant grants[GPU_GRANTS];
+	unsigned ngrants, grant_next;
+	struct tfs_gpu_rep *rep; /* TFS_GPU_REP_MAX bytes */
+	struct gpu_conn *next;
+};
+
+/* libcuda, loaded at run time when cuda=on */
+typedef int (*cu_init_fn)(unsigned);
+typedef int (*cu_count_fn)(int *);
+typedef int (*cu_device_fn)(int *, int);
+typedef int (*cu_retain_fn)(void **, int);
+typedef int (*cu_release_fn)(int);
+typedef int (*cu_push_fn)(void *);
+typedef int (*cu_pop_fn)(void **);
+typedef int (*cu_register_fn)(void *, size_t, unsigned);
+typedef int (*cu_unregister_fn)(void *);
+typedef int (*cu_errstr_fn)(int, const char **);
+
+struct gpu_cuda {
+	void *lib;
+	int dev;
+	void *ctx;
+	bool registered;
+	char why[160]; /* what happened, for the log and the gpu file */
+	cu_release_fn release;
+	cu_push_fn push;
+	cu_pop_fn pop;
+	cu_unregister_fn unregister;
+};
+
+struct fs_gpu {
+	struct fs *fs;
+	struct fuse_session *se;
+	char dir[PATH_MAX];
+	char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+	int lfd;
+	int wake_pipe[2]; /* to the accept thread: WAKE_STOP, or WAKE_REAP */
+	pthread_t thread;
+	bool thread_started;
+	uint64_t id;
+	uid_t owner;
+	struct tb_arena_info arena;
+	size_t bs;
+	uint64_t max_pins, max_wpins;
+	struct gpu_cuda cu;
+
+	pthread_mutex_t lock; /* guards all below */
+	pthread_cond_t cv;    /* pins were released, or stopping */
+	struct gpu_conn *conns;
+	unsigned nconns; /* threads not yet joined */
+	unsigned nlive;	 /* connections still open */
+	uint64_t pinned, wpinned;
+	bool stopping;
+	bool have_dev;
+	dev_t mnt_dev;
+	uint64_t pins_total, read_bytes, write_bytes, refused, failed_writes;
+	long refuse_log_sec;
+};
+
+/* ---- CUDA registration of the arena ---- */
+
+static const char *cu_err(struct gpu_cuda *cu, int rc)
+{
+	cu_errstr_fn errstr = cu->lib ? (cu_errstr_fn)dlsym(cu->lib, "cuGetErrorString") : NULL;
+	const char *s = NULL;
+
+	if (errstr && errstr(rc, &s) == 0 && s)
+		return s;
+	return "unknown CUDA error";
+}
+
+/* Pin the arena for DMA where a GPU is present; never fails the mount. */
+static void cuda_register(struct fs_gpu *g)
+{
+	struct gpu_cuda *cu = &g->cu;
+	cu_init_fn init;
+	cu_count_fn count;
+	cu_device_fn device;
+	cu_retain_fn retain;
+	cu_register_fn reg;
+	int n = 0, rc;
+
+	cu->lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+	if (!cu->lib) {
+		snprintf(cu->why, sizeof(cu->why), "no GPU: libcuda.so.1 cannot be loaded");
+		goto plain;
+	}
+	init = (cu_init_fn)dlsym(cu->lib, "cuInit");
+	count = (cu_count_fn)dlsym(cu->lib, "cuDeviceGetCount");
+	device = (cu_device_fn)dlsym(cu->lib, "cuDeviceGet");
+	retain = (cu_retain_fn)dlsym(cu->lib, "cuDevicePrimaryCtxRetain");
+	reg = (cu_register_fn)dlsym(cu->lib, "cuMemHostRegister_v2");
+	cu->release = (cu_release_fn)dlsym(cu->lib, "cuDevicePrimaryCtxRelease_v2");
+	cu->push = (cu_push_fn)dlsym(cu->lib, "cuCtxPushCurrent_v2");
+	cu->pop = (cu_pop_fn)dlsym(cu->lib, "cuCtxPopCurrent_v2");
+	cu->unregister = (cu_unregister_fn)dlsym(cu->lib, "cuMemHostUnregister");
+	if (!init || !count || !device || !retain || !reg || !cu->release || !cu->push ||
+	    !cu->pop || !cu->unregister) {
+		snprintf(cu->why, sizeof(cu->why), "no GPU: libcuda.so.1 lacks the driver API");
+		goto plain;
+	}
+	rc = init(0);
+	if (rc == 0)
+		rc = count(&n);
+	if (rc || n == 0) {
+		snprintf(cu->why, sizeof(cu->why), "no GPU: %s",
+			 rc ? cu_err(cu, rc) : "the driver sees no device");
+		goto plain;
+	}
+	rc = device(&cu->dev, 0);
+	if (rc == 0)
+		rc = retain(&cu->ctx, cu->dev);
+	if (rc) {
+		snprintf(cu->why, sizeof(cu->why), "cannot open GPU 0: %s", cu_err(cu, rc));
+		goto plain;
+	}
+	cu->push(cu->ctx);
+	rc = reg(g->arena.base, g->arena.bytes, GPU_CU_PORTABLE);
+	cu->pop(&cu->ctx);
+	if (rc) {
+		snprintf(cu->why, sizeof(cu->why), "cannot register the arena with CUDA: %s",
+			 cu_err(cu, rc));
+		cu->release(cu->dev);
+		cu->ctx = NULL;
+		goto plain;
+	}
+	cu->registered = true;
+	snprintf(cu->why, sizeof(cu->why), "arena registered with CUDA (%d GPU(s))", n);
+	log_info("cuda=on: the %zu MiB DRAM arena is pinned for DMA by CUDA", g->arena.bytes >> 20);
+	return;
+plain:
+	log_warn("cuda=on: %s; the DRAM arena stays plain (clients still share it)", cu->why);
+	if (cu->lib)
+		dlclose(cu->lib);
+	cu->lib = NULL;
+}
+
+static void cuda_unregister(struct fs_gpu *g)
+{
+	struct gpu_cuda *cu = &g->cu;
+
+	if (cu->registered) {
+		cu->push(cu->ctx);
+		cu->unregister(g->arena.base);
+		cu->pop(&cu->ctx);
+		cu->release(cu->dev);
+		cu->registered = false;
+	}
+	if (cu->lib)
+		dlclose(cu->lib);
+	cu->lib = NULL;
+}
+
+/* ---- messages ---- */
+
+static void rep_init(struct tfs_gpu_rep *rep, uint16_t op, int status)
+{
+	memset(rep, 0, sizeof(*rep));
+	rep->magic = TFS_GPU_MAGIC;
+	rep->version = TFS_GPU_VERSION;
+	rep->op = op;
+	rep->status = status;
+}
+
+/* Send rep on sock, with fd as SCM_RIGHTS when fd >= 0. */
+static int rep_send(int sock, struct tfs_gpu_rep *rep, int fd)
+{
+	size_t len = sizeof(*rep) + rep->nblocks * sizeof(uint64_t);
+	struct iovec iov = {rep, len};
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} u;
+	struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1};
+
+	if (fd >= 0) {
+		struct cmsghdr *cm;
+
+		memset(&u, 0, sizeof(u));
+		m.msg_control = u.buf;
+		m.msg_controllen = sizeof(u.buf);
+		cm = CMSG_FIRSTHDR(&m);
+		cm->cmsg_level = SOL_SOCKET;
+		cm->cmsg_type = SCM_RIGHTS;
+		cm->cmsg_len = CMSG_LEN(sizeof(int));
+		memcpy(CMSG_DATA(cm), &fd, sizeof(int));
+	}
+	if (sendmsg(sock, &m, MSG_NOSIGNAL) != (ssize_t)len)
+		return -EPIPE;
+	return 0;
+}
+
+/* Receive one request; *fd gets a passed descriptor or -1. 0 at EOF, 1, or -errno. */
+static int req_recv(struct gpu_conn *c, struct tfs_gpu_req *req, int *fd)
+{
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} u;
+	struct iovec iov = {req, sizeof(*req)};
+	struct msghdr m = {.msg_iov = &iov,
+			   .msg_iovlen = 1,
+			   .msg_control = u.buf,
+			   .msg_controllen = sizeof(u.buf)};
+	struct cmsghdr *cm;
+	ssize_t n;
+
+	*fd = -1;
+	do
+		n = recvmsg(c->fd, &m, MSG_CMSG_CLOEXEC);
+	while (n < 0 && errno == EINTR);
+	if (n < 0)
+		return -errno;
+	if (n == 0)
+		return 0;
+	for (cm = CMSG_FIRSTHDR(&m); cm; cm = CMSG_NXTHDR(&m, cm))
+		if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS &&
+		    cm->cmsg_len == CMSG_LEN(sizeof(int)))
+			memcpy(fd, CMSG_DATA(cm), sizeof(int));
+	if ((size_t)n != sizeof(*req) || (m.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) ||
+	    req->magic != TFS_GPU_MAGIC || req->version != TFS_GPU_VERSION)
+		return -EPROTO;
+	return 1;
+}
+
+/* ---- grants: which files this connection may pin ---- */
+
+static struct gpu_grant *grant_find(struct gpu_conn *c, uint64_t ino)
+{
+	for (unsigned i = 0; i < c->ngrants; i++)
+		if (c->grants[i].ino == ino)
+			return &c->grants[i];
+	return NULL;
+}
+
+static int mount_dev(struct fs_gpu *g, dev_t *dev)
+{
+	struct stat st;
+
+	pthread_mutex_lock(&g->lock);
+	if (g->have_dev) {
+		*dev = g->mnt_dev;
+		pthread_mutex_unlock(&g->lock);
+		return 0;
+	}
+	pthread_mutex_unlock(&g->lock);
+	/* Asked lazily: the FUSE loop serves this stat, so it must be running. */
+	if (stat(g->fs->cfg->mountpoint, &st) < 0)
+		return -errno;
+	pthread_mutex_lock(&g->lock);
+	g->mnt_dev = st.st_dev;
+	g->have_dev = true;
+	pthread_mutex_unlock(&g->lock);
+	*dev = st.st_dev;
+	return 0;
+}
+
+/*
+ * The client proves its right to a file by passing an fd of it: the fd
+ * must be a regular file of this mount with the inode it names; its open
+ * mode says what the connection may do.
+ */
+static int do_grant(struct gpu_conn *c, const struct tfs_gpu_req *req, int fd)
+{
+	struct gpu_grant *gr;
+	struct stat st;
+	dev_t dev = 0;
+	int mode, ret;
+
+	if (fd < 0)
+		return -EBADF;
+	ret = mount_dev(c->g, &dev);
+	if (ret)
+		return ret;
+	if (fstat(fd, &st) < 0)
+		return -errno;
+	if (st.st_dev != dev)
+		return -EXDEV;
+	if (!S_ISREG(st.st_mode) || fs_ctl_ino(st.st_ino))
+		return -EINVAL;
+	if ((uint64_t)st.st_ino != req->ino)
+		return -ESTALE;
+	mode = fcntl(fd, F_GETFL);
+	if (mode < 0)
+		return -errno;
+	mode &= O_ACCMODE;
+	gr = grant_find(c, req->ino);
+	if (!gr) {
+		gr = &c->grants[c->grant_next];
+		c->grant_next = (c->grant_next + 1) % GPU_GRANTS;
+		if (c->ngrants < GPU_GRANTS)
+			c->ngrants++;
+		*gr = (struct gpu_grant){.ino = req->ino};
+	}
+	gr->read |= mode != O_WRONLY;
+	gr->write |= mode != O_RDONLY;
+	return 0;
+}
+
+/* ---- the pin budget ---- */
+
+/*
+ * Take up to want blocks of the budget. A connection that holds no pins
+ * waits for some; one that holds pins must not (two such clients could
+ * wait on each other), so it gets what is free or -EAGAIN.
+ */
+static int budget_take(struct gpu_conn *c, uint64_t want, bool write, uint64_t *got)
+{
+	struct fs_gpu *g = c->g;
+	uint64_t avail;
+
+	pthread_mutex_lock(&g->lock);
+	for (;;) {
+		if (g->stopping) {
+			pthread_mutex_unlock(&g->lock);
+			return -ESHUTDOWN;
+		}
+		avail = g->max_pins - g->pinned;
+		if (write && g->max_wpins - g->wpinned < avail)
+			avail = g->max_wpins - g->wpinned;
+		if (avail)
+			break;
+		if (c->npinned) {
+			pthread_mutex_unlock(&g->lock);
+			return -EAGAIN;
+		}
+		pthread_cond_wait(&g->cv, &g->lock);
+	}
+	*got = want < avail ? want : avail;
+	g->pinned += *got;
+	if (write)
+		g->wpinned += *got;
+	pthread_mutex_unlock(&g->lock);
+	c->npinned += *got;
+	return 0;
+}
+
+static void budget_give(struct gpu_conn *c, uint64_t n, bool write)
+{
+	struct fs_gpu *g = c->g;
+
+	pthread_mutex_lock(&g->lock);
+	g->pinned -= n;
+	if (write)
+		g->wpinned -= n;
+	pthread_cond_broadcast(&g->cv);
+	pthread_mutex_unlock(&g->lock);
+	c->npinned -= n;
+}
+
+/* ---- pins ---- */
+
+/* Bytes of block i of a pin: where they start in the block, how many. */
+static void pin_span(const struct gpu_pin *p, size_t bs, uint32_t i, size_t *bo, size_t *n)
+{
+	uint64_t start = (p->first + i) * bs, end = start + bs;
+
+	if (start < p->off)
+		start = p->off;
+	if (end > p->off + p->len)
+		end = p->off + p->len;
+	*bo = start % bs;
+	*n = end - start;
+}
+
+/* Tell the learner, as a FUSE read or write does (ops.c), and wake the prefetcher. */
+static void learn_touch(struct fs *fs, uint64_t ino, uint64_t size)
+{
+	uint64_t gen = __atomic_load_n(&fs->learn.generation, __ATOMIC_RELAXED);
+
+	fs_learn_touch(&fs->learn, ino, size);
+	if (__atomic_load_n(&fs->learn.generation, __ATOMIC_RELAXED) != gen &&
+	    __atomic_load_n(&fs->learn.period, __ATOMIC_RELAXED))
+		fs_prefetch_kick(fs);
+}
+
+static void pin_free(struct gpu_pin *p)
+{
+	if (p) {
+		free(p->refs);
+		free(p);
+	}
+}
+
+/* Waits for the loads of one PIN_READ. */
+struct load_wait {
+	struct tb_waiter w; /* first: the callback casts back */
+	struct load_batch *b;
+	uint32_t i;
+};
+
+struct load_batch {
+	pthread_mutex_t lock;
+	pthread_cond_t cv;
+	unsigned pending;
+	int err;
+	struct gpu_pin *p;
+	struct load_wait *w;
+};
+
+static void load_done(struct load_batch *b, uint32_t i, int err, const struct tb_ref *ref)
+{
+	pthread_mutex_lock(&b->lock);
+	if (err == 0)
+		b->p->refs[i] = *ref;
+	else if (err != -ENOENT && !b->err)
+		b->err = err;
+	if (--b->pending == 0)
+		pthread_cond_signal(&b->cv);
+	pthread_mutex_unlock(&b->lock);
+}
+
+static void load_ready(struct tb_waiter *w, int err)
+{
+	struct load_wait *lw = (struct load_wait *)w;
+
+	load_done(lw->b, lw->i, err, &w->ref);
+}
+
+/* Pin every block of p for reading; loads run in parallel, then we wait. */
+static int pin_read_blocks(struct fs *fs, struct fs_inode *in, struct gpu_pin *p)
+{
+	struct load_batch b = {.pending = 1, .p = p};
+	int ret;
+
+	b.w = calloc(p->n, sizeof(*b.w));
+	if (!b.w)
+		return -ENOMEM;
+	pthread_mutex_init(&b.lock, NULL);
+	pthread_cond_init(&b.cv, NULL);
+	pthread_rwlock_rdlock(&in->io);
+	for (uint32_t i = 0; i < p->n; i++) {
+		struct tb_ref ref = {0};
+
+		b.w[i].b = &b;
+		b.w[i].i = i;
+		b.w[i].w.fn = load_ready;
+		pthread_mutex_lock(&b.lock);
+		b.pending++;
+		pthread_mutex_unlock(&b.lock);
+		ret = tb_get(fs->tb, p->ino, p->first + i, &ref, &b.w[i].w);
+		if (ret != 1)
+			load_done(&b, i, ret, &ref);
+	}
+	pthread_rwlock_unlock(&in->io);
+	pthread_mutex_lock(&b.lock);
+	b.pending--;
+	while (b.pending)
+		pthread_cond_wait(&b.cv, &b.lock);
+	ret = b.err;
+	pthread_mutex_unlock(&b.lock);
+	pthread_cond_destroy(&b.cv);
+	pthread_mutex_destroy(&b.lock);
+	free(b.w);
+	if (ret)
+		for (uint32_t i = 0; i < p->n; i++)
+			if (p->refs[i].e)
+				tb_put(fs->tb, &p->refs[i], 0);
+	return ret;
+}
+
+/*
+ * A write pin that will not be committed: the slots may hold a copy cut
+ * short, or, for a block that was not cached, stale bytes of another
+ * block. Zero the range so that neither can be read, and keep the size.
+ */
+static void write_abandon(struct fs_gpu *g, struct gpu_pin *p, uint32_t n)
+{
+	struct fs *fs = g->fs;
+
+	for (uint32_t i = 0; i < n; i++) {
+		size_t bo, len;
+
+		pin_span(p, g->bs, i, &bo, &len);
+		memset((char *)p->refs[i].data + bo, 0, len);
+		tb_put_dirty(fs->tb, &p->refs[i], bo, len);
+	}
+}
+
+/*
+ * FUSE files use the page cache: drop what the kernel has of the range,
+ * and its attributes. Not once the FUSE loop has ended: the unmount is
+ * about to close the fd the notice would go to.
+ */
+static void inval(struct fs_gpu *g, uint64_t ino, uint64_t off, uint64_t len)
+{
+	if (!fuse_session_exited(g->se))
+		fuse_lowlevel_notify_inval_inode(g->se, ino, (off_t)off, (off_t)len);
+}
+
+static void write_touch(struct fs_inode *in, uint64_t end)
+{
+	int64_t s;
+	uint32_t ns;
+
+	fs_now(&s, &ns);
+	pthread_mutex_lock(&in->lock);
+	if (end > in->rec.size)
+		in->rec.size = end;
+	in->rec.mtime = in->rec.ctime = s;
+	in->rec.mtime_ns = in->rec.ctime_ns = ns;
+	in->attr_dirty = true;
+	pthread_mutex_unlock(&in->lock);
+}
+
+/* Pin every block of p for writing, holding in->io shared until release. */
+static int pin_write_blocks(struct fs *fs, struct fs_inode *in, struct gpu_pin *p, size_t bs)
+{
+	uint64_t resv = p->n;
+	uint32_t i;
+	int ret;
+
+	pthread_rwlock_rdlock(&in->io);
+	/* All the space first, so a full tier fails the request before it changes anything. */
+	ret = tb_reserve(fs->tb, resv);
+	if (ret) {
+		pthread_rwlock_unlock(&in->io);
+		return ret;
+	}
+	for (i = 0; i < p->n; i++) {
+		size_t bo, n;
+
+		pin_span(p, bs, i, &bo, &n);
+		ret = tb_get_write(fs->tb, p->ino, p->first + i, bo, n, &p->refs[i], &resv);
+		if (ret)
+			break;
+	}
+	tb_unreserve(fs->tb, resv);
+	if (ret) {
+		struct fs_gpu *g = fs->gpu;
+
+		write_abandon(g, p, i);
+		if (i)
+			write_touch(in, 0);
+		pthread_rwlock_unlock(&in->io);
+		if (i)
+			inval(g, p->ino, p->off, p->len);
+		return ret;
+	}
+	return 0;
+}
+
+static int do_pin(struct gpu_conn *c, const struct tfs_gpu_req *req, bool write)
+{
+	struct fs_gpu *g = c->g;
+	struct fs *fs = g->fs;
+	struct gpu_grant *gr = grant_find(c, req->ino);
+	struct fs_inode *in = NULL;
+	struct gpu_pin *p = NULL;
+	uint64_t size, end, want, got = 0;
+	int ret;
+
+	if (!gr || !(write ? gr->write : gr->read))
+		return -EACCES;
+	if (req->off > UINT64_MAX - req->len || req->off + req->len > (uint64_t)INT64_MAX)
+		return -EFBIG;
+	ret = fs_iget(fs, req->ino, &in);
+	if (ret)
+		return ret;
+	pthread_mutex_lock(&in->lock);
+	size = in->rec.size;
+	ret = S_ISREG(in->rec.mode) ? 0 : -EINVAL;
+	pthread_mutex_unlock(&in->lock);
+	if (ret)
+		goto out;
+	end = req->off + req->len;
+	if (!write && end > size)
+		end = size > req->off ? size : req->off;
+	c->rep->size = size;
+	c->rep->off = req->off;
+	if (end == req->off)
+		goto out; /* nothing to pin: an empty range, or at EOF */
+
+	want = (end - 1) / g->bs - req->off / g->bs + 1;
+	if (req->max_blocks && want > req->max_blocks)
+		want = req->max_blocks;
+	if (want > TFS_GPU_MAX_BLOCKS)
+		want = TFS_GPU_MAX_BLOCKS;
+	ret = budget_take(c, want, write, &got);
+	if (ret)
+		goto out;
+	p = calloc(1, sizeof(*p));
+	if (p)
+		p->refs = calloc(got, sizeof(*p->refs));
+	if (!p || !p->refs) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	p->write = write;
+	p->ino = req->ino;
+	p->off = req->off;
+	p->first = req->off / g->bs;
+	p->n = (uint32_t)got;
+	p->len = ((p->first + got) * g->bs < end ? (p->first + got) * g->bs : end) - req->off;
+	learn_touch(fs, req->ino, write ? (size > end ? size : end) : size);
+	ret = write ? pin_write_blocks(fs, in, p, g->bs) : pin_read_blocks(fs, in, p);
+	if (ret)
+		goto out;
+	p->id = ++c->next_pin;
+	if (write) {
+		p->in = in; /* the reference goes with the pin */
+		in = NULL;
+	}
+	p->next = c->pins;
+	c->pins = p;
+	c->rep->pin = p->id;
+	c->rep->len = p->len;
+	c->rep->nblocks = p->n;
+	for (uint32_t i = 0; i < p->n; i++)
+		c->rep->slot[i] = p->refs[i].e
+				      ? (uint64_t)((char *)p->refs[i].data - (char *)g->arena.base)
+				      : TFS_GPU_HOLE;
+	pthread_mutex_lock(&g->lock);
+	g->pins_total++;
+	pthread_mutex_unlock(&g->lock);
+	p = NULL;
+	got = 0;
+out:
+	if (got)
+		budget_give(c, got, write);
+	pin_free(p);
+	if (in)
+		fs_iput(fs, in);
+	return ret;
+}
+
+/* Unpin p; for a write, commit it when ok, else zero its range. */
+static void pin_release(struct gpu_conn *c, struct gpu_pin *p, bool ok)
+{
+	struct fs_gpu *g = c->g;
+	struct fs *fs = g->fs;
+
+	if (!p->write) {
+		for (uint32_t i = 0; i < p->n; i++) {
+			size_t bo, n;
+
+			pin_span(p, g->bs, i, &bo, &n);
+			if (p->refs[i].e)
+				tb_put(fs->tb, &p->refs[i], ok ? n : 0);
+		}
+	} else {
+		if (ok) {
+			for (uint32_t i = 0; i < p->n; i++) {
+				size_t bo, n;
+
+				pin_span(p, g->bs, i, &bo, &n);
+				tb_put_dirty(fs->tb, &p->refs[i], bo, n);
+			}
+		} else {
+			write_abandon(g, p, p->n);
+		}
+		write_touch(p->in, ok ? p->off + p->len : 0);
+		pthread_rwlock_unlock(&p->in->io);
+		fs_iput(fs, p->in);
+		inval(g, p->ino, p->off, p->len);
+	}
+	pthread_mutex_lock(&g->lock);
+	if (ok && p->write)
+		g->write_bytes += p->len;
+	else if (ok)
+		g->read_bytes += p->len;
+	else if (p->write)
+		g->failed_writes++;
+	pthread_mutex_unlock(&g->lock);
+	budget_give(c, p->n, p->write);
+	pin_free(p);
+}
+
+static int do_release(struct gpu_conn *c, const struct tfs_gpu_req *req)
+{
+	struct gpu_pin **pp;
+
+	for (pp = &c->pins; *pp; pp = &(*pp)->next) {
+		struct gpu_pin *p = *pp;
+
+		if (p->id != req->pin)
+			continue;
+		*pp = p->next;
+		pin_release(c, p, req->status == 0);
+		return 0;
+	}
+	return -ENOENT;
+}
+
+/* ---- connections ---- */
+
+static int do_hello(struct gpu_conn *c, const struct tfs_gpu_req *req)
+{
+	struct fs_gpu *g = c->g;
+
+	rep_init(c->rep, TFS_GPU_HELLO, 0);
+	c->rep->arena_bytes = g->arena.bytes;
+	c->rep->block_size = g->bs;
+	c->rep->mount_id = g->id;
+	c->rep->max_pins = g->max_pins;
+	c->rep->max_write_pins = g->max_wpins;
+	return rep_send(c->fd, c->rep, req->want_arena ? g->arena.fd : -1);
+}
+
+static void *conn_main(void *arg)
+{
+	struct gpu_conn *c = arg;
+	struct fs_gpu *g = c->g;
+	struct tfs_gpu_req req;
+	int fd, ret;
+
+	for (;;) {
+		ret = req_recv(c, &req, &fd);
+		if (ret <= 0 && fd >= 0)
+			close(fd);
+		if (ret == -EPROTO) {
+			/* Say why before hanging up: a client of another version. */
+			rep_init(c->rep, req.op, -EPROTO);
+			rep_send(c->fd, c->rep, -1);
+		}
+		if (ret <= 0)
+			break;
+		if (req.op == TFS_GPU_HELLO) {
+			if (fd >= 0)
+				close(fd);
+			if (do_hello(c, &req) < 0)
+				break;
+			continue;
+		}
+		rep_init(c->rep, req.op, 0);
+		switch (req.op) {
+		case TFS_GPU_GRANT:
+			c->rep->status = do_grant(c, &req, fd);
+			break;
+		case TFS_GPU_PIN_READ:
+		case TFS_GPU_PIN_WRITE:
+			c->rep->status = do_pin(c, &req, req.op == TFS_GPU_PIN_WRITE);
+			break;
+		case TFS_GPU_RELEASE:
+			c->rep->status = do_release(c, &req);
+			break;
+		default:
+			c->rep->status = -EOPNOTSUPP;
+			break;
+		}
+		/* Only GRANT takes an fd; any other would keep the mount busy. */
+		if (fd >= 0)
+			close(fd);
+		if (rep_send(c->fd, c->rep, -1) < 0)
+			break;
+	}
+	/* The client is gone (or broke the protocol): nothing it pinned stays pinned. */
+	while (c->pins) {
+		struct gpu_pin *p = c->pins;
+
+		c->pins = p->next;
+		pin_release(c, p, !p->write);
+	}
+	shutdown(c->fd, SHUT_RDWR);
+	pthread_mutex_lock(&g->lock);
+	c->done = true;
+	g->nlive--;
+	pthread_mutex_unlock(&g->lock);
+	/* Ask the accept thread to join us; at stop nobody reads this, and no one needs to. */
+	char wake = WAKE_REAP;
+	if (write(g->wake_pipe[1], &wake, 1) != 1) {
+		/* the pipe is full: the accept thread has wake-ups queued already */
+	}
+	return NULL;
+}
+
+/* Join the threads of finished connections. Called by the accept thread. */
+static void reap(struct fs_gpu *g, bool all)
+{
+	struct gpu_conn **cp = &g->conns, *c;
+
+	pthread_mutex_lock(&g->lock);
+	while ((c = *cp)) {
+		if (!c->done && !all) {
+			cp = &c->next;
+			continue;
+		}
+		*cp = c->next;
+		g->nconns--;
+		pthread_mutex_unlock(&g->lock);
+		pthread_join(c->thread, NULL);
+		close(c->fd);
+		free(c->rep);
+		free(c);
+		pthread_mutex_lock(&g->lock);
+	}
+	pthread_mutex_unlock(&g->lock);
+}
+
+static void refuse(struct fs_gpu *g, int fd, uid_t uid, const char *why)
+{
+	struct tfs_gpu_rep rep;
+	bool log;
+
+	pthread_mutex_lock(&g->lock);
+	g->refused++;
+	log = log_ratelimit(&g->refuse_log_sec, 10);
+	pthread_mutex_unlock(&g->lock);
+	if (log)
+		log_warn("gpu socket: refused a client of uid %u: %s", (unsigned)uid, why);
+	rep_init(&rep, TFS_GPU_HELLO, uid == g->owner ? -EMFILE : -EACCES);
+	rep_send(fd, &rep, -1);
+	close(fd);
+}
+
+static void accept_one(struct fs_gpu *g)
+{
+	struct ucred cred;
+	socklen_t len = sizeof(cred);
+	struct gpu_conn *c;
+	int fd = accept4(g->lfd, NULL, NULL, SOCK_CLOEXEC);
+
+	if (fd < 0)
+		return;
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0) {
+		close(fd);
+		return;
+	}
+	if (cred.uid != g->owner) {
+		refuse(g, fd, cred.uid, "only the mount owner may use the arena");
+		return;
+	}
+	pthread_mutex_lock(&g->lock);
+	if (g->nconns >= GPU_MAX_CONNS) {
+		pthread_mutex_unlock(&g->lock);
+		refuse(g, fd, cred.uid, "too many connections");
+		return;
+	}
+	c = calloc(1, sizeof(*c));
+	if (c) {
+		c->g = g;
+		c->fd = fd;
+		c->rep = calloc(1, TFS_GPU_REP_MAX);
+	}
+	if (!c || !c->rep || pthread_create(&c->thread, NULL, conn_main, c) != 0) {
+		pthread_mutex_unlock(&g->lock);
+		close(fd);
+		if (c)
+			free(c->rep);
+		free(c);
+		return;
+	}
+	pthread_setname_np(c->thread, "tfs-gpu-conn");
+	c->next = g->conns;
+	g->conns = c;
+	g->nconns++;
+	g->nlive++;
+	pthread_mutex_unlock(&g->lock);
+}
+
+static void *accept_main(void *arg)
+{
+	struct fs_gpu *g = arg;
+	struct pollfd pf[2] = {{g->lfd, POLLIN, 0}, {g->wake_pipe[0], POLLIN, 0}};
+
+	for (;;) {
+		char wake = 0;
+		int n = poll(pf, 2, -1);
+
+		if (n < 0 && errno != EINTR)
+			break;
+		if (n > 0 && pf[1].revents) {
+			if (read(g->wake_pipe[0], &wake, 1) == 1 && wake == WAKE_STOP)
+				break;
+			reap(g, false);
+		}
+		if (n > 0 && (pf[0].revents & POLLIN))
+			accept_one(g);
+	}
+	return NULL;
+}
+
+/* ---- start, stop, and the control file ---- */
+
+/* A private folder for the socket: $XDG_RUNTIME_DIR, else /run/user/UID, else /tmp. */
+static int make_sock_dir(struct fs_gpu *g)
+{
+	const char *rt = getenv("XDG_RUNTIME_DIR");
+	char run[64];
+	struct stat st;
+
+	snprintf(run, sizeof(run), "/run/user/%u", (unsigned)g->owner);
+	if (!rt || !*rt)
+		rt = stat(run, &st) == 0 && st.st_uid == g->owner ? run : "/tmp";
+	if ((size_t)snprintf(g->dir, sizeof(g->dir), "%s/tensorfs-gpu-XXXXXX", rt) >=
+	    sizeof(g->dir))
+		return -ENAMETOOLONG;
+	if (!mkdtemp(g->dir)) {
+		g->dir[0] = 0;
+		return -errno;
+	}
+	if ((size_t)snprintf(g->path, sizeof(g->path), "%s/%s", g->dir, GPU_SOCK_NAME) >=
+	    sizeof(g->path))
+		return -ENAMETOOLONG;
+	return 0;
+}
+
+static int listen_sock(struct fs_gpu *g)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+
+	g->lfd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (g->lfd < 0)
+		return -errno;
+	memcpy(sa.sun_path, g->path, strlen(g->path) + 1);
+	if (bind(g->lfd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || chmod(g->path, 0600) < 0 ||
+	    listen(g->lfd, GPU_LISTEN_BACKLOG) < 0)
+		return -errno;
+	return 0;
+}
+
+static void gpu_free(struct fs_gpu *g)
+{
+	if (g->lfd >= 0)
+		close(g->lfd);
+	if (g->path[0] && unlink(g->path) < 0 && errno != ENOENT)
+		log_warn("cannot remove the gpu socket %s: %s", g->path, strerror(errno));
+	if (g->dir[0] && rmdir(g->dir) < 0)
+		log_warn("cannot remove the gpu socket's folder %s: %s", g->dir, strerror(errno));
+	if (g->wake_pipe[0] >= 0) {
+		close(g->wake_pipe[0]);
+		close(g->wake_pipe[1]);
+	}
+	cuda_unregister(g);
+	pthread_cond_destroy(&g->cv);
+	pthread_mutex_destroy(&g->lock);
+	free(g);
+}
+
+int fs_gpu_start(struct fs *fs, struct fuse_session *se, char *err, size_t errlen)
+{
+	struct fs_gpu *g;
+	int ret;
+
+	if (!fs->cfg->cuda)
+		return 0;
+	g = calloc(1, sizeof(*g));
+	if (!g)
+		return -ENOMEM;
+	g->fs = fs;
+	g->se = se;
+	g->lfd = -1;
+	g->wake_pipe[0] = g->wake_pipe[1] = -1;
+	g->owner = getuid();
+	g->bs = fs->bs;
+	pthread_mutex_init(&g->lock, NULL);
+	pthread_cond_init(&g->cv, NULL);
+	tb_arena(fs->tb, &g->arena);
+	tb_client_pins(fs->tb, &g->max_pins, &g->max_wpins);
+	if (getrandom(&g->id, sizeof(g->id), 0) != sizeof(g->id))
+		g->id = (uint64_t)getpid() << 32 ^ (uint64_t)time(NULL);
+	cuda_register(g);
+	fs->gpu = g;
+	if (g->arena.fd < 0) {
+		/* Clients see no socket in the gpu file and take the pread path. */
+		log_warn("cuda=on: the DRAM arena is not a sealed memfd; GPU clients "
+			 "will read and write through FUSE");
+		return 0;
+	}
+	ret = make_sock_dir(g);
+	if (ret == 0)
+		ret = listen_sock(g);
+	if (ret == 0 && pipe2(g->wake_pipe, O_CLOEXEC | O_NONBLOCK) < 0)
+		ret = -errno;
+	if (ret == 0)
+		ret = -pthread_create(&g->thread, NULL, accept_main, g);
+	if (ret) {
+		snprintf(err, errlen, "cuda=on: cannot serve the GPU socket in %s: %s",
+			 g->dir[0] ? g->dir : "the runtime folder", strerror(-ret));
+		fs->gpu = NULL;
+		gpu_free(g);
+		return ret;
+	}
+	pthread_setname_np(g->thread, "tfs-gpu");
+	g->thread_started = true;
+	log_info("cuda=on: GPU clients connect to %s", g->path);
+	return 0;
+}
+
+void fs_gpu_stop(struct fs *fs)
+{
+	struct fs_gpu *g = fs->gpu;
+	char c = WAKE_STOP;
+
+	if (!g)
+		return;
+	if (g->thread_started) {
+		/* Blocking now: the stop must not be lost in a full pipe. */
+		fcntl(g->wake_pipe[1], F_SETFL, 0);
+		if (write(g->wake_pipe[1], &c, 1) != 1)
+			log_err("cannot stop the gpu socket thread: %s", strerror(errno));
+		pthread_join(g->thread, NULL);
+	}
+	/* Hang up on every client; each thread then releases its pins. */
+	pthread_mutex_lock(&g->lock);
+	g->stopping = true;
+	pthread_cond_broadcast(&g->cv);
+	for (struct gpu_conn *cn = g->conns; cn; cn = cn->next)
+		shutdown(cn->fd, SHUT_RDWR);
+	pthread_mutex_unlock(&g->lock);
+	reap(g, true);
+	fs->gpu = NULL;
+	gpu_free(g);
+}
+
+struct json_t *fs_gpu_json(struct fs *fs)
+{
+	struct fs_gpu *g = fs->gpu;
+	char id[20];
+	json_t *j = json_object();
+
+	json_object_set_new(j, "enabled", json_boolean(g != NULL));
+	if (!g) {
+		json_object_set_new(j, "socket", json_null());
+		return j;
+	}
+	snprintf(id, sizeof(id), "%016llx", (unsigned long long)g->id);
+	pthread_mutex_lock(&g->lock);
+	json_object_set_new(j, "socket", g->thread_started ? json_string(g->path) : json_null());
+	json_object_set_new(j, "id", json_string(id));
+	json_object_set_new(j, "arena_bytes", json_integer((json_int_t)g->arena.bytes));
+	json_object_set_new(j, "block_size", json_integer((json_int_t)g->bs));
+	json_object_set_new(j, "huge_pages", json_boolean(g->arena.huge));
+	json_object_set_new(j, "cuda_registered", json_boolean(g->cu.registered));
+	json_object_set_new(j, "cuda", json_string(g->cu.why));
+	json_object_set_new(j, "max_pins", json_integer((json_int_t)g->max_pins));
+	json_object_set_new(j, "max_write_pins", json_integer((json_int_t)g->max_wpins));
+	json_object_set_new(j, "clients", json_integer(g->nlive));
+	json_object_set_new(j, "pinned_blocks", json_integer((json_int_t)g->pinned));
+	json_object_set_new(j, "write_pinned_blocks", json_integer((json_int_t)g->wpinned));
+	json_object_set_new(j, "pins", json_integer((json_int_t)g->pins_total));
+	json_object_set_new(j, "read_bytes", json_integer((json_int_t)g->read_bytes));
+	json_object_set_new(j, "write_bytes", json_integer((json_int_t)g->write_bytes));
+	json_object_set_new(j, "failed_writes", json_integer((json_int_t)g->failed_writes));
+	json_object_set_new(j, "refused", json_integer((json_int_t)g->refused));
+	pthread_mutex_unlock(&g->lock);
+	return j;
+}

@@ -1,0 +1,836 @@
+/*
+ * gpuproto.c - tests of the shared-arena protocol and of libtensorfs-cuda's
+ * logic, with memcpy in place of cudaMemcpyAsync (cuda/copy_cpu.c), so
+ * that they run on machines without a GPU. The "device" memory is host
+ * memory here. test_gpu_proto.sh mounts and runs each case:
+ *
+ *   gpuproto roundtrip MNT zerocopy|fallback [ITERS [THREADS]]
+ *       random writes and reads at odd offsets and sizes through the
+ *       library, pwrite, pread and truncate, against a copy in memory;
+ *       the path taken must be the one named; again after a shutdown
+ *   gpuproto protocol MNT
+ *       the requests one by one: grants, pins, slot offsets, release,
+ *       commit and abandon of writes, the pin limit, holes, EOF, bad input
+ *   gpuproto owner MNT
+ *       a client of another uid is refused (root only: it opens the
+ *       socket to others first, so that only SO_PEERCRED stands between)
+ *   gpuproto crash MNT
+ *       a client that dies holding read and write pins leaves none
+ *       behind, and the file it was writing can be truncated
+ *   gpuproto remount MNT READY GO
+ *       a process that used the arena goes on using it after the mount
+ *       was replaced (it creates READY, then waits for GO)
+ *   gpuproto copyfail MNT zerocopy|fallback
+ *       a copy that fails midway fails the call with a message, leaves
+ *       no pin, and changes no byte outside a failed write's range
+ *
+ * Exit status: 0 pass, 1 fail, 77 skip.
+ */
+#include "client.h"
+#include "tensorfs_cuda.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define WAIT_TRIES 400 /* polls of a condition, 25 ms apart: 10 s at most */
+#define OTHER_UID 65534
+
+static const char *mnt;
+
+static void die(const char *fmt, ...)
+{
+	va_list ap;
+
+	fprintf(stderr, "FAIL: ");
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	exit(1);
+}
+
+#define CHECK(cond, ...)                                                                           \
+	do {                                                                                       \
+		if (!(cond))                                                                       \
+			die(__VA_ARGS__);                                                          \
+	} while (0)
+
+/* xorshift64*: reproducible from the seed printed at start */
+static uint64_t rnd(uint64_t *s)
+{
+	*s ^= *s >> 12;
+	*s ^= *s << 25;
+	*s ^= *s >> 27;
+	return *s * 2685821657736338717ULL;
+}
+
+static void fill(uint8_t *p, size_t n, uint64_t *s)
+{
+	for (size_t i = 0; i < n; i++)
+		p[i] = (uint8_t)(rnd(s) >> 56);
+}
+
+static void sleep_ms(long ms)
+{
+	struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+
+	nanosleep(&ts, NULL);
+}
+
+/* An integer field of MNT/.tensorfs/gpu. */
+static long long gpu_field(const char *key)
+{
+	char path[4096];
+	json_error_t e;
+	json_t *j, *v;
+	long long r;
+
+	snprintf(path, sizeof(path), "%s/.tensorfs/gpu", mnt);
+	j = json_load_file(path, 0, &e);
+	CHECK(j, "%s: %s", path, e.text);
+	v = json_object_get(j, key);
+	CHECK(json_is_integer(v), "%s has no integer %s", path, key);
+	r = json_integer_value(v);
+	json_decref(j);
+	return r;
+}
+
+/* Wait, boundedly, for field to read want. */
+static bool wait_field(const char *key, long long want)
+{
+	for (int i = 0; i < WAIT_TRIES; i++) {
+		if (gpu_field(key) == want)
+			return true;
+		sleep_ms(25);
+	}
+	return false;
+}
+
+static void pread_all(int fd, void *buf, size_t len, off_t off)
+{
+	size_t done = 0;
+
+	while (done < len) {
+		ssize_t n = pread(fd, (char *)buf + done, len - done, off + (off_t)done);
+
+		CHECK(n > 0, "pread at %lld: %s", (long long)(off + (off_t)done),
+		      n < 0 ? strerror(errno) : "EOF");
+		done += (size_t)n;
+	}
+}
+
+static void pwrite_all(int fd, const void *buf, size_t len, off_t off)
+{
+	size_t done = 0;
+
+	while (done < len) {
+		ssize_t n = pwrite(fd, (const char *)buf + done, len - done, off + (off_t)done);
+
+		CHECK(n > 0, "pwrite: %s", strerror(errno));
+		done += (size_t)n;
+	}
+}
+
+static int open_in(const char *name, int flags)
+{
+	char path[4096];
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/%s", mnt, name);
+	fd = open(path, flags | O_CLOEXEC, 0644);
+	CHECK(fd >= 0, "open %s: %s", path, strerror(errno));
+	return fd;
+}
+
+/* ---- roundtrip: the library against a copy in memory ---- */
+
+struct shadow {
+	int fd;
+	uint8_t *data;
+	size_t size, cap;
+};
+
+static void shadow_grow(struct shadow *f, size_t size)
+{
+	if (size > f->cap) {
+		f->cap = size * 2;
+		f->data = realloc(f->data, f->cap);
+		CHECK(f->data, "out of memory");
+	}
+	if (size > f->size)
+		memset(f->data + f->size, 0, size - f->size);
+	f->size = size;
+}
+
+/* The file must read as its shadow through FUSE: stale page cache shows here. */
+static void verify_range(struct shadow *f, size_t off, size_t len, const char *after)
+{
+	uint8_t *buf;
+	struct stat st;
+
+	CHECK(fstat(f->fd, &st) == 0 && (size_t)st.st_size == f->size,
+	      "after %s: size %lld, want %zu", after, (long long)st.st_size, f->size);
+	if (off >= f->size)
+		return;
+	if (len > f->size - off)
+		len = f->size - off;
+	buf = malloc(len ? len : 1);
+	CHECK(buf, "out of memory");
+	pread_all(f->fd, buf, len, (off_t)off);
+	for (size_t i = 0; i < len; i++)
+		CHECK(buf[i] == f->data[off + i],
+		      "after %s: byte %zu reads %02x through FUSE, want %02x", after, off + i,
+		      buf[i], f->data[off + i]);
+	free(buf);
+}
+
+struct rt_args {
+	int id;
+	unsigned iters;
+	uint64_t seed;
+	size_t bs, maxlen;
+};
+
+static void *roundtrip_thread(void *arg)
+{
+	struct rt_args *a = arg;
+	uint64_t s = a->seed;
+	struct shadow f = {0};
+	char name[64];
+	uint8_t *buf = malloc(a->maxlen), *got = malloc(a->maxlen + 1);
+	struct timespec old[2] = {{1000000, 0}, {1000000, 0}};
+
+	CHECK(buf && got, "out of memory");
+	snprintf(name, sizeof(name), "rt%d", a->id);
+	f.fd = open_in(name, O_RDWR | O_CREAT | O_TRUNC);
+	for (unsigned it = 0; it < a->iters; it++) {
+		unsigned op = (unsigned)(rnd(&s) % 8);
+		/* odd sizes and offsets, some whole blocks, some past the end */
+		size_t len = 1 + (size_t)(rnd(&s) % a->maxlen);
+		size_t off = (size_t)(rnd(&s) % (f.size + 2 * a->bs));
+		struct stat st;
+		ssize_t n;
+
+		if (rnd(&s) % 4 == 0)
+			off -= off % a->bs;
+		if (rnd(&s) % 4 == 0 && len > a->bs)
+			len -= len % a->bs;
+		switch (op) {
+		case 0:
+		case 1:
+		case 2: /* write through the library */
+			fill(buf, len, &s);
+			/* Cache the old bytes in the kernel first: the write must drop them. */
+			verify_range(&f, off, len, "caching");
+			futimens(f.fd, old);
+			n = tfs_gpu_write(f.fd, (off_t)off, len, buf, NULL);
+			CHECK(n == (ssize_t)len, "tfs_gpu_write(%zu, %zu) = %zd: %s", off, len, n,
+			      tfs_gpu_error());
+			shadow_grow(&f, off + len > f.size ? off + len : f.size);
+			memcpy(f.data + off, buf, len);
+			verify_range(&f, off, len, "tfs_gpu_write");
+			CHECK(fstat(f.fd, &st) == 0 && st.st_mtime > old[1].tv_sec,
+			      "tfs_gpu_write left mtime at %lld", (long long)st.st_mtime);
+			break;
+		case 3: /* write through FUSE */
+			fill(buf, len, &s);
+			pwrite_all(f.fd, buf, len, (off_t)off);
+			shadow_grow(&f, off + len > f.size ? off + len : f.size);
+			memcpy(f.data + off, buf, len);
+			break;
+		case 4:
+		case 5:
+		case 6: { /* read through the library, past EOF too */
+			size_t want = off >= f.size ? 0 : (len < f.size - off ? len : f.size - off);
+
+			memset(got, 0xA5, len + 1);
+			n = tfs_gpu_read(f.fd, (off_t)off, len, got, NULL);
+			CHECK(n == (ssize_t)want, "tfs_gpu_read(%zu, %zu) = %zd, want %zu: %s", off,
+			      len, n, want, tfs_gpu_error());
+			CHECK(memcmp(got, f.data + off, want) == 0,
+			      "tfs_gpu_read(%zu, %zu) read other bytes than were written", off,
+			      len);
+			CHECK(got[want] == 0xA5, "tfs_gpu_read wrote past what it read");
+			break;
+		}
+		case 7: { /* truncate, up (a hole) or down */
+			size_t size = (size_t)(rnd(&s) % (f.size + 3 * a->bs));
+
+			CHECK(ftruncate(f.fd, (off_t)size) == 0, "ftruncate: %s", strerror(errno));
+			if (size < f.size)
+				f.size = size;
+			shadow_grow(&f, size);
+			break;
+		}
+		}
+	}
+	verify_range(&f, 0, f.size, "the last step");
+	close(f.fd);
+	free(f.data);
+	free(buf);
+	free(got);
+	return NULL;
+}
+
+static int t_roundtrip(const char *expect, unsigned iters, int threads)
+{
+	struct rt_args a[16];
+	pthread_t th[16];
+	uint64_t seed = (uint64_t)time(NULL) ^ (uint64_t)getpid() << 20;
+	int fd = open_in("rt-path", O_RDWR | O_CREAT), want, path;
+	struct stat st;
+	char sock[108];
+	uint64_t id;
+	size_t bs;
+
+	if (getenv("GPUPROTO_SEED"))
+		seed = strtoull(getenv("GPUPROTO_SEED"), NULL, 0);
+	want = strcmp(expect, "zerocopy") == 0 ? TFS_GPU_PATH_ZEROCOPY : TFS_GPU_PATH_FALLBACK;
+	path = tfs_gpu_path(fd);
+	CHECK(path == want, "tfs_gpu_path says %d, want %d (%s)", path, want, tfs_gpu_error());
+	close(fd);
+	/* What pread and pwrite would refuse, refused before anything is pinned. */
+	{
+		char b[16] = "0123456789abcde";
+		int ro = open_in("rt-path", O_RDONLY), wo = open_in("rt-path", O_WRONLY);
+		int dir = open(mnt, O_RDONLY | O_DIRECTORY);
+
+		CHECK(tfs_gpu_write(ro, 0, 8, b, NULL) == -EBADF && tfs_gpu_error()[0],
+		      "a write on a read-only fd");
+		CHECK(tfs_gpu_read(wo, 0, 8, b, NULL) == -EBADF, "a read on a write-only fd");
+		CHECK(tfs_gpu_read(ro, -1, 8, b, NULL) == -EINVAL, "a read at a negative offset");
+		CHECK(tfs_gpu_read(ro, 0, 8, NULL, NULL) == -EFAULT, "a read into NULL");
+		CHECK(tfs_gpu_read(dir, 0, 8, b, NULL) == -EISDIR, "a read of a directory");
+		CHECK(tfs_gpu_read(ro, 0, 0, b, NULL) == 0, "a read of nothing");
+		close(ro);
+		close(wo);
+		close(dir);
+	}
+	/* Blocks as the daemon has them: from the gpu file or, without one, st_blksize. */
+	bs = 0;
+	if (tfsc_gpu_file(mnt, sock, sizeof(sock), &id) == 0 && sock[0])
+		bs = (size_t)gpu_field("block_size");
+	if (!bs)
+		bs = stat(mnt, &st) == 0 && st.st_blksize > 0 ? (size_t)st.st_blksize : 65536;
+	if (threads < 1 || threads > 16)
+		threads = 1;
+	printf("roundtrip: %s, seed %llu, block %zu, %u steps x %d threads\n", expect,
+	       (unsigned long long)seed, bs, iters, threads);
+	for (int i = 0; i < threads; i++) {
+		a[i] = (struct rt_args){i, iters, seed + (uint64_t)i * 7919, bs, 0};
+		/* up to some batches of the pin limit, so that reads and writes take several */
+		a[i].maxlen = 40 * bs < (8UL << 20) ? 40 * bs : (8UL << 20);
+		CHECK(pthread_create(&th[i], NULL, roundtrip_thread, &a[i]) == 0, "pthread_create");
+	}
+	for (int i = 0; i < threads; i++)
+		pthread_join(th[i], NULL);
+	/* After a shutdown, calls start over. */
+	tfs_gpu_shutdown();
+	a[0].iters = 10;
+	roundtrip_thread(&a[0]);
+	if (want == TFS_GPU_PATH_ZEROCOPY) {
+		CHECK(gpu_field("pinned_blocks") == 0, "pins left after the round trips");
+		CHECK(gpu_field("write_bytes") > 0 && gpu_field("read_bytes") > 0,
+		      "the round trips did not go through the arena");
+	}
+	printf("roundtrip: ok\n");
+	return 0;
+}
+
+/* ---- protocol: one request at a time ---- */
+
+struct arena {
+	uint8_t *base;
+	size_t bytes, bs;
+	uint64_t max_pins;
+};
+
+static struct tfsc_conn *connect_mnt(struct arena *ar)
+{
+	char sock[108];
+	struct tfsc_conn *c;
+	uint64_t id;
+	int afd = -1;
+
+	CHECK(tfsc_gpu_file(mnt, sock, sizeof(sock), &id) == 0 && sock[0],
+	      "%s/.tensorfs/gpu names no socket", mnt);
+	CHECK(tfsc_connect(sock, &c) == 0, "connect: %s", tfs_gpu_error());
+	CHECK(tfsc_hello(c, ar ? &afd : NULL) == 0, "HELLO: %s", tfs_gpu_error());
+	CHECK(c->rep->mount_id == id, "HELLO names mount %llx, the gpu file %llx",
+	      (unsigned long long)c->rep->mount_id, (unsigned long long)id);
+	if (ar) {
+		ar->bytes = c->rep->arena_bytes;
+		ar->bs = c->rep->block_size;
+		ar->max_pins = c->rep->max_pins;
+		CHECK(ar->bytes == (size_t)gpu_field("arena_bytes") &&
+			  ar->bs == (size_t)gpu_field("block_size"),
+		      "HELLO and the gpu file disagree on the arena");
+		ar->base = mmap(NULL, ar->bytes, PROT_READ | PROT_WRITE, MAP_SHARED, afd, 0);
+		CHECK(ar->base != MAP_FAILED, "cannot map the arena fd: %s", strerror(errno));
+		close(afd);
+	}
+	return c;
+}
+
+/* The slots of the last PIN reply hold exactly these bytes of the range. */
+static void check_slots(struct tfsc_conn *c, const struct arena *ar, const uint8_t *want,
+			const char *what)
+{
+	const struct tfs_gpu_rep *r = c->rep;
+	uint64_t first = r->off / ar->bs;
+
+	for (uint32_t i = 0; i < r->nblocks; i++) {
+		uint64_t start = (first + i) * ar->bs, from = start < r->off ? r->off : start;
+		uint64_t to = start + ar->bs < r->off + r->len ? start + ar->bs : r->off + r->len;
+
+		CHECK(r->slot[i] != TFS_GPU_HOLE, "%s: block %u is a hole", what, i);
+		CHECK(r->slot[i] % ar->bs == 0 && r->slot[i] + ar->bs <= ar->bytes,
+		      "%s: slot offset %llu is not a slot of the arena", what,
+		      (unsigned long long)r->slot[i]);
+		CHECK(memcmp(ar->base + r->slot[i] + (from - start), want + (from - r->off),
+			     to - from) == 0,
+		      "%s: the slot of block %u does not hold the file's bytes", what, i);
+	}
+}
+
+static uint64_t ino_of(int fd)
+{
+	struct stat st;
+
+	CHECK(fstat(fd, &st) == 0, "fstat");
+	return st.st_ino;
+}
+
+static int t_protocol(void)
+{
+	struct arena ar;
+	struct tfsc_conn *a = connect_mnt(&ar), *b = connect_mnt(NULL);
+	uint64_t s = 42, pin, ino, id;
+	size_t bs = ar.bs, size = 5 * bs / 2 + 123, big;
+	uint8_t *data, *back;
+	int rw, ro, wo, dir, other;
+	struct tfs_gpu_req junk;
+	struct stat st;
+	char tmp[] = "/tmp/gpuproto.XXXXXX";
+	int ret;
+
+	printf("protocol: arena %zu MiB, block %zu, pin limit %llu\n", ar.bytes >> 20, bs,
+	       (unsigned long long)ar.max_pins);
+	big = (ar.max_pins + 8) * bs;
+	data = malloc(big);
+	back = malloc(big);
+	CHECK(data && back, "out of memory");
+	fill(data, big, &s);
+	rw = open_in("p-data", O_RDWR | O_CREAT | O_TRUNC);
+	pwrite_all(rw, data, size, 0);
+	ro = open_in("p-data", O_RDONLY);
+	wo = open_in("p-data", O_WRONLY);
+	ino = ino_of(rw);
+
+	/* A file must be granted before it is pinned, and only as the fd was opened. */
+	CHECK(tfsc_pin(a, false, ino, 0, size, 0) == -EACCES, "PIN_READ before GRANT");
+	CHECK(tfsc_grant(a, wo, ino) == 0, "GRANT of a write-only fd: %s", tfs_gpu_error());
+	CHECK(tfsc_pin(a, false, ino, 0, size, 0) == -EACCES, "PIN_READ with a write-only grant");
+	CHECK(tfsc_grant(b, ro, ino) == 0, "GRANT of a read-only fd");
+	CHECK(tfsc_pin(b, true, ino, 0, 10, 0) == -EACCES, "PIN_WRITE with a read-only grant");
+	CHECK(tfsc_grant(a, ro, ino + 1) == -ESTALE, "GRANT naming another inode");
+	dir = open(mnt, O_RDONLY | O_DIRECTORY);
+	CHECK(tfsc_grant(a, dir, ino_of(dir)) == -EINVAL, "GRANT of a directory");
+	close(dir);
+	dir = open_in(".tensorfs/stats", O_RDONLY);
+	CHECK(tfsc_grant(a, dir, ino_of(dir)) == -EINVAL, "GRANT of a control file");
+	close(dir);
+	other = mkstemp(tmp);
+	CHECK(other >= 0, "mkstemp");
+	unlink(tmp);
+	CHECK(tfsc_grant(a, other, ino_of(other)) == -EXDEV, "GRANT of a file elsewhere");
+	close(other);
+	CHECK(tfsc_grant(a, ro, ino) == 0, "GRANT of a read-only fd");
+
+	/* Read pins: the slots hold the file's bytes, at unaligned offsets too. */
+	CHECK(tfsc_pin(a, false, ino, 77, size, 0) == 0, "PIN_READ: %s", tfs_gpu_error());
+	CHECK(a->rep->off == 77 && a->rep->len == size - 77 && a->rep->size == size &&
+		  a->rep->nblocks == 3,
+	      "PIN_READ past EOF granted off %llu len %llu in %u blocks",
+	      (unsigned long long)a->rep->off, (unsigned long long)a->rep->len, a->rep->nblocks);
+	check_slots(a, &ar, data + 77, "PIN_READ");
+	pin = a->rep->pin;
+	CHECK(gpu_field("pinned_blocks") == 3, "the gpu file counts %lld pinned blocks, want 3",
+	      gpu_field("pinned_blocks"));
+	/* A pin is its connection's: another cannot release it. */
+	CHECK(tfsc_release(b, pin, 0) == -ENOENT, "RELEASE of another connection's pin");
+	CHECK(gpu_field("pinned_blocks") == 3, "a foreign RELEASE unpinned blocks");
+	CHECK(tfsc_release(a, pin, 0) == 0, "RELEASE: %s", tfs_gpu_error());
+	CHECK(tfsc_release(a, pin, 0) == -ENOENT, "RELEASE twice");
+	CHECK(tfsc_release(a, 999999, 0) == -ENOENT, "RELEASE of a pin never given");
+	CHECK(gpu_field("pinned_blocks") == 0, "blocks still pinned after RELEASE");
+
+	/* EOF, and empty ranges. */
+	CHECK(tfsc_pin(a, false, ino, size, 100, 0) == 0 && a->rep->len == 0 &&
+		  a->rep->nblocks == 0,
+	      "PIN_READ at EOF");
+	CHECK(tfsc_pin(a, false, ino, 5, 0, 0) == 0 && a->rep->len == 0, "PIN_READ of nothing");
+
+	/* Holes are named, not pinned. */
+	CHECK(ftruncate(rw, (off_t)(6 * bs)) == 0, "ftruncate");
+	CHECK(tfsc_pin(a, false, ino, 4 * bs, 2 * bs, 0) == 0 && a->rep->nblocks == 2 &&
+		  a->rep->slot[0] == TFS_GPU_HOLE && a->rep->slot[1] == TFS_GPU_HOLE,
+	      "PIN_READ of a hole");
+	CHECK(tfsc_release(a, a->rep->pin, 0) == 0, "RELEASE of holes");
+
+	/* A committed write: the file has the bytes, and grows. */
+	CHECK(tfsc_grant(a, rw, ino) == 0, "GRANT of a read-write fd");
+	fill(back, 2 * bs, &s);
+	CHECK(tfsc_pin(a, true, ino, 5 * bs + 100, 2 * bs, 0) == 0 && a->rep->nblocks == 3,
+	      "PIN_WRITE: %s", tfs_gpu_error());
+	CHECK(gpu_field("write_pinned_blocks") == 3, "write pins not counted");
+	for (uint32_t i = 0; i < 3; i++) {
+		uint64_t start = (5 + i) * bs, from = i ? start : 5 * bs + 100;
+		uint64_t to = i == 2 ? 7 * bs + 100 : start + bs;
+
+		CHECK(a->rep->slot[i] % bs == 0 && a->rep->slot[i] + bs <= ar.bytes,
+		      "PIN_WRITE slot offset out of the arena");
+		memcpy(ar.base + a->rep->slot[i] + (from - start), back + (from - 5 * bs - 100),
+		       to - from);
+	}
+	CHECK(tfsc_release(a, a->rep->pin, 0) == 0, "RELEASE of a write");
+	CHECK(fstat(rw, &st) == 0 && (size_t)st.st_size == 7 * bs + 100,
+	      "size after a committed write: %lld", (long long)st.st_size);
+	pread_all(rw, data + 5 * bs + 100, 2 * bs, (off_t)(5 * bs + 100)); /* data: now the file */
+	CHECK(memcmp(data + 5 * bs + 100, back, 2 * bs) == 0, "a committed write reads back wrong");
+
+	/* An abandoned write: its range reads as zeros, the rest and the size stay. */
+	pread_all(rw, back, 7 * bs + 100, 0);
+	CHECK(tfsc_pin(a, true, ino, bs + 10, bs, 0) == 0, "PIN_WRITE");
+	memset(ar.base + a->rep->slot[0] + 10, 0xEE, bs - 10);
+	CHECK(tfsc_release(a, a->rep->pin, -EIO) == 0, "RELEASE of a failed write");
+	memset(back + bs + 10, 0, bs);
+	pread_all(rw, data, 7 * bs + 100, 0);
+	CHECK(memcmp(data, back, 7 * bs + 100) == 0,
+	      "an abandoned write changed bytes outside its range, or left its own");
+	CHECK(fstat(rw, &st) == 0 && (size_t)st.st_size == 7 * bs + 100,
+	      "an abandoned write changed the size");
+	CHECK(gpu_field("failed_writes") >= 1, "the abandoned write is not counted");
+
+	/* The pin limit: a connection holding pins gets what is left, then -EAGAIN. */
+	fill(data, big, &s);
+	pwrite_all(rw, data, big, 0);
+	CHECK(tfsc_pin(a, false, ino, 0, big, TFS_GPU_MAX_BLOCKS) == 0, "big PIN_READ");
+	CHECK(a->rep->nblocks == ar.max_pins || a->rep->nblocks == TFS_GPU_MAX_BLOCKS,
+	      "PIN_READ granted %u blocks, the limit is %llu", a->rep->nblocks,
+	      (unsigned long long)ar.max_pins);
+	check_slots(a, &ar, data, "big PIN_READ");
+	pin = a->rep->pin;
+	if (ar.max_pins <= TFS_GPU_MAX_BLOCKS) {
+		ret = tfsc_pin(a, false, ino, 0, bs, 0);
+		CHECK(ret == -EAGAIN, "PIN_READ beyond the limit while holding it: %d", ret);
+	}
+	CHECK(tfsc_release(a, pin, 0) == 0, "RELEASE");
+
+	/* Bad input: a request of another version is answered -EPROTO, then hung up on. */
+	memset(&junk, 0, sizeof(junk));
+	junk.magic = TFS_GPU_MAGIC;
+	junk.version = TFS_GPU_VERSION + 1;
+	junk.op = TFS_GPU_HELLO;
+	CHECK(send(b->fd, &junk, sizeof(junk), MSG_NOSIGNAL) == sizeof(junk), "send");
+	CHECK(recv(b->fd, b->rep, TFS_GPU_REP_MAX, 0) >= (ssize_t)sizeof(*b->rep) &&
+		  b->rep->status == -EPROTO,
+	      "a request of another version was not answered -EPROTO");
+	CHECK(recv(b->fd, b->rep, TFS_GPU_REP_MAX, 0) == 0, "no hang-up after -EPROTO");
+	CHECK(tfsc_pin(a, false, ino, 0, 1, 0) == 0, "the other connection suffered");
+	CHECK(tfsc_release(a, a->rep->pin, 0) == 0, "RELEASE");
+
+	tfsc_close(a);
+	tfsc_close(b);
+	CHECK(wait_field("clients", 0), "clients remain after both hung up");
+	CHECK(gpu_field("pinned_blocks") == 0, "pins remain");
+	(void)id;
+	close(rw);
+	close(ro);
+	close(wo);
+	munmap(ar.base, ar.bytes);
+	free(data);
+	free(back);
+	printf("protocol: ok\n");
+	return 0;
+}
+
+/* ---- owner: SO_PEERCRED ---- */
+
+static int t_owner(void)
+{
+	char sock[108], dir[108];
+	uint64_t id;
+	long long refused;
+	pid_t pid;
+	int status;
+
+	if (geteuid() != 0) {
+		printf("owner: SKIP: needs root to run a client as another uid\n");
+		return 77;
+	}
+	CHECK(tfsc_gpu_file(mnt, sock, sizeof(sock), &id) == 0 && sock[0], "no socket");
+	/* Let anyone reach the socket, so that only the credential check refuses. */
+	snprintf(dir, sizeof(dir), "%s", sock);
+	*strrchr(dir, '/') = 0;
+	CHECK(chmod(dir, 0755) == 0 && chmod(sock, 0666) == 0, "chmod: %s", strerror(errno));
+	refused = gpu_field("refused");
+	pid = fork();
+	CHECK(pid >= 0, "fork");
+	if (pid == 0) {
+		struct tfsc_conn *c;
+		int afd = -1, ret;
+
+		if (setgid(OTHER_UID) || setuid(OTHER_UID))
+			_exit(2);
+		ret = tfsc_connect(sock, &c);
+		if (ret) {
+			fprintf(stderr, "owner: child cannot connect: %s\n", tfs_gpu_error());
+			_exit(3);
+		}
+		ret = tfsc_hello(c, &afd);
+		_exit(ret == -EACCES && afd < 0 ? 0 : 1);
+	}
+	CHECK(waitpid(pid, &status, 0) == pid, "waitpid");
+	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+	      "a client of uid %d was not refused (child status %d)", OTHER_UID,
+	      WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+	CHECK(gpu_field("refused") == refused + 1, "the refusal is not counted");
+	chmod(sock, 0600);
+	chmod(dir, 0700);
+	/* The owner is still served. */
+	tfsc_close(connect_mnt(NULL));
+	printf("owner: ok\n");
+	return 0;
+}
+
+/* ---- crash: a client dies holding pins ---- */
+
+static int t_crash(void)
+{
+	struct arena ar;
+	struct tfsc_conn *c;
+	size_t bs;
+	uint8_t *data, *back;
+	uint64_t s = 7;
+	int p[2], rfd, wfd, status;
+	char ok;
+	pid_t pid, tpid;
+	struct stat st;
+
+	c = connect_mnt(&ar);
+	bs = ar.bs;
+	tfsc_close(c);
+	munmap(ar.base, ar.bytes);
+	data = malloc(8 * bs);
+	back = malloc(8 * bs);
+	CHECK(data && back, "out of memory");
+	fill(data, 8 * bs, &s);
+	rfd = open_in("c-read", O_RDWR | O_CREAT | O_TRUNC);
+	wfd = open_in("c-write", O_RDWR | O_CREAT | O_TRUNC);
+	pwrite_all(rfd, data, 4 * bs, 0);
+	pwrite_all(wfd, data, 8 * bs, 0);
+	CHECK(wait_field("clients", 0), "clients connected before the test");
+	CHECK(pipe(p) == 0, "pipe");
+	pid = fork();
+	CHECK(pid >= 0, "fork");
+	if (pid == 0) {
+		struct tfsc_conn *k = connect_mnt(NULL);
+
+		if (tfsc_grant(k, rfd, ino_of(rfd)) ||
+		    tfsc_pin(k, false, ino_of(rfd), 0, 4 * bs, 0) ||
+		    tfsc_grant(k, wfd, ino_of(wfd)) ||
+		    tfsc_pin(k, true, ino_of(wfd), bs, 2 * bs, 0))
+			_exit(1);
+		if (write(p[1], "k", 1) != 1)
+			_exit(1);
+		pause(); /* killed here, pins held */
+		_exit(1);
+	}
+	close(p[1]);
+	CHECK(read(p[0], &ok, 1) == 1, "the child could not pin");
+	CHECK(gpu_field("pinned_blocks") == 6 && gpu_field("write_pinned_blocks") == 2,
+	      "the child's pins are not counted");
+	CHECK(gpu_field("clients") == 1, "the child is not counted as a client");
+	kill(pid, SIGKILL);
+	CHECK(waitpid(pid, &status, 0) == pid, "waitpid");
+	CHECK(wait_field("pinned_blocks", 0), "pins of a dead client remain: %lld",
+	      gpu_field("pinned_blocks"));
+	CHECK(wait_field("clients", 0), "a dead client is still counted");
+	CHECK(gpu_field("write_pinned_blocks") == 0, "write pins of a dead client remain");
+
+	/* Its write was never committed: that range reads zeros, nothing else changed. */
+	memcpy(back, data, 8 * bs);
+	memset(back + bs, 0, 2 * bs);
+	pread_all(wfd, data, 8 * bs, 0);
+	CHECK(memcmp(data, back, 8 * bs) == 0, "the dead client's write range is not zeros");
+	CHECK(fstat(wfd, &st) == 0 && (size_t)st.st_size == 8 * bs, "the size changed");
+	/* A leaked write pin would hold the file's lock: truncate would never return. */
+	tpid = fork();
+	CHECK(tpid >= 0, "fork");
+	if (tpid == 0) {
+		alarm(60);
+		_exit(ftruncate(wfd, (off_t)bs) == 0 ? 0 : 1);
+	}
+	CHECK(waitpid(tpid, &status, 0) == tpid && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+	      "truncate of the file a dead client was writing did not finish");
+	close(rfd);
+	close(wfd);
+	free(data);
+	free(back);
+	printf("crash: ok\n");
+	return 0;
+}
+
+/* ---- remount: a process keeps using the library while the mount is replaced ---- */
+
+static bool wait_file(const char *path)
+{
+	for (int i = 0; i < 60 * 40; i++) {
+		if (access(path, F_OK) == 0)
+			return true;
+		sleep_ms(25);
+	}
+	return false;
+}
+
+static void write_check(const char *what, size_t len, uint64_t *s)
+{
+	uint8_t *buf = malloc(len), *got = malloc(len);
+	int fd = open_in("rm", O_RDWR | O_CREAT);
+
+	CHECK(buf && got, "out of memory");
+	fill(buf, len, s);
+	CHECK(tfs_gpu_path(fd) == TFS_GPU_PATH_ZEROCOPY, "%s: not on the zero-copy path (%s)", what,
+	      tfs_gpu_error());
+	CHECK(tfs_gpu_write(fd, 333, len, buf, NULL) == (ssize_t)len, "%s: write: %s", what,
+	      tfs_gpu_error());
+	CHECK(tfs_gpu_read(fd, 333, len, got, NULL) == (ssize_t)len && memcmp(got, buf, len) == 0,
+	      "%s: read back: %s", what, tfs_gpu_error());
+	close(fd); /* no file stays open: the mount must be free to go */
+	free(buf);
+	free(got);
+}
+
+static int t_remount(const char *ready, const char *go)
+{
+	uint64_t s = 5;
+	int fd;
+
+	write_check("before the remount", 3UL << 20, &s);
+	fd = open(ready, O_WRONLY | O_CREAT, 0644);
+	CHECK(fd >= 0, "%s: %s", ready, strerror(errno));
+	close(fd);
+	CHECK(wait_file(go), "no word that the mount is back");
+	write_check("after the remount", 3UL << 20, &s);
+	printf("remount: ok\n");
+	return 0;
+}
+
+/* ---- copyfail: a copy that fails while blocks are pinned ---- */
+
+extern int tfsc_copy_fail_after; /* cuda/copy_cpu.c */
+
+static int t_copyfail(const char *expect)
+{
+	bool zc = strcmp(expect, "zerocopy") == 0;
+	/* Long enough that the second copy is another batch, or another bounce buffer. */
+	size_t len = zc ? (size_t)(gpu_field("max_pins") * gpu_field("block_size")) * 3 / 2 + 777
+			: (12UL << 20) + 777;
+	size_t off = 12345, size = off + len + 54321;
+	uint8_t *old = malloc(size), *buf = malloc(size), *got = malloc(size);
+	uint64_t s = 99;
+	struct stat st;
+	ssize_t n;
+	int fd;
+
+	CHECK(old && buf && got, "out of memory");
+	fd = open_in("cf", O_RDWR | O_CREAT | O_TRUNC);
+	CHECK(tfs_gpu_path(fd) == (zc ? TFS_GPU_PATH_ZEROCOPY : TFS_GPU_PATH_FALLBACK),
+	      "copyfail: not on the %s path", expect);
+	fill(old, size, &s);
+	pwrite_all(fd, old, size, 0);
+
+	/* A read whose second copy fails: an error with a message, no pin left. */
+	tfsc_copy_fail_after = 1;
+	n = tfs_gpu_read(fd, (off_t)off, len, got, NULL);
+	CHECK(n == -EIO && strstr(tfs_gpu_error(), "test hook"), "a failed read returned %zd (%s)",
+	      n, tfs_gpu_error());
+	if (zc)
+		CHECK(gpu_field("pinned_blocks") == 0, "a failed read left pins");
+
+	/* A write whose second copy fails: its range holds new, old or zero bytes; the rest is as
+	 * it was. */
+	fill(buf, size, &s);
+	tfsc_copy_fail_after = 1;
+	n = tfs_gpu_write(fd, (off_t)off, len, buf, NULL);
+	CHECK(n == -EIO, "a failed write returned %zd (%s)", n, tfs_gpu_error());
+	if (zc)
+		CHECK(gpu_field("pinned_blocks") == 0 && gpu_field("write_pinned_blocks") == 0,
+		      "a failed write left pins");
+	CHECK(fstat(fd, &st) == 0 && (size_t)st.st_size == size, "a failed write changed the size");
+	pread_all(fd, got, size, 0);
+	CHECK(memcmp(got, old, off) == 0 &&
+		  memcmp(got + off + len, old + off + len, size - off - len) == 0,
+	      "a failed write changed bytes outside its range");
+	for (size_t i = off; i < off + len; i++)
+		CHECK(got[i] == buf[i - off] || got[i] == 0 || got[i] == old[i],
+		      "a failed write left byte %zu neither new, old nor zero", i);
+
+	/* The library goes on working. */
+	tfsc_copy_fail_after = -1;
+	CHECK(tfs_gpu_write(fd, (off_t)off, len, buf, NULL) == (ssize_t)len,
+	      "write after a failure");
+	CHECK(tfs_gpu_read(fd, (off_t)off, len, got, NULL) == (ssize_t)len &&
+		  memcmp(got, buf, len) == 0,
+	      "read after a failure");
+	close(fd);
+	free(old);
+	free(buf);
+	free(got);
+	printf("copyfail: ok\n");
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 3) {
+		fprintf(stderr,
+			"usage: %s roundtrip MNT zerocopy|fallback [ITERS [THREADS]]\n"
+			"       %s copyfail MNT zerocopy|fallback\n"
+			"       %s remount MNT READY-FILE GO-FILE\n"
+			"       %s protocol|owner|crash MNT\n",
+			argv[0], argv[0], argv[0], argv[0]);
+		return 2;
+	}
+	mnt = argv[2];
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	if (strcmp(argv[1], "roundtrip") == 0 && argc >= 4)
+		return t_roundtrip(argv[3], argc > 4 ? (unsigned)atoi(argv[4]) : 200,
+				   argc > 5 ? atoi(argv[5]) : 1);
+	if (strcmp(argv[1], "protocol") == 0)
+		return t_protocol();
+	if (strcmp(argv[1], "owner") == 0)
+		return t_owner();
+	if (strcmp(argv[1], "crash") == 0)
+		return t_crash();
+	if (strcmp(argv[1], "copyfail") == 0 && argc >= 4)
+		return t_copyfail(argv[3]);
+	if (strcmp(argv[1], "remount") == 0 && argc >= 5)
+		return t_remount(argv[3], argv[4]);
+	fprintf(stderr, "unknown test %s\n", argv[1]);
+	return 2;
+}

@@ -1,0 +1,110 @@
+#!/bin/bash
+# Mount test of the GPU path, without a GPU: the shared-arena protocol and
+# libtensorfs-cuda's logic, with memcpy standing in for cudaMemcpyAsync
+# (gpuproto, linked with cuda/copy_cpu.c).
+#
+# 1. cuda=on, 64K blocks and a 16M DRAM tier, so that one call takes many
+#    batches and reads load blocks from nvme: the daemon says once whether
+#    it pinned the arena with CUDA; the socket is private to the owner; the
+#    protocol cases, random round trips (one and four threads), a client
+#    killed while holding pins, and a client of another uid all behave;
+#    a copy failing midway leaves no pin and no byte changed outside a
+#    failed write's range; unmount removes the socket.
+# 2. What went through the arena survives a remount, and a process that
+#    used the arena before goes on using it after.
+# 3. cuda=off: no socket; the same calls take pread/pwrite and round trip
+#    exactly; so do calls on a file of another filesystem.
+# 4. cuda = on from a config file, 1M blocks, data resident in DRAM.
+# 5. cuda=maybe is refused, naming the option.
+
+. "$(dirname "$0")/../mount/lib.sh"
+
+: "${GPUPROTO:?GPUPROTO must name the gpuproto test program}"
+command -v python3 >/dev/null 2>&1 || skip "python3 not found"
+
+# gpu_json KEY: a value of /.tensorfs/gpu (None for null)
+gpu_json() {
+	python3 - "$MNT/.tensorfs/gpu" "$1" <<'PY'
+import json, sys
+print(json.load(open(sys.argv[1])).get(sys.argv[2]))
+PY
+}
+
+GP_PID=""
+tfs_extra_cleanup() {
+	[ -n "$GP_PID" ] && kill "$GP_PID" 2>/dev/null
+	true
+}
+
+sums() {
+	(cd "$MNT" && md5sum rt0 rt1 rt2 rt3 p-data c-write)
+}
+
+# 1.
+TFS_DRAM=16M TFS_THREADS=4 tfs_mount "cuda=on,block=64K"
+n=$(grep -c -E "cuda=on: (no GPU|.*pinned for DMA by CUDA|cannot)" "$LOG")
+[ "$n" -eq 1 ] || fail "the daemon should say once what became of CUDA, said it $n times"
+[ "$(gpu_json enabled)" = True ] || fail "gpu file: not enabled with cuda=on"
+sock=$(gpu_json socket)
+[ -S "$sock" ] || fail "gpu file names $sock, which is not a socket"
+[ "$(stat -c %a "$(dirname "$sock")")" = 700 ] || fail "the socket's folder is not private"
+[ "$(stat -c %a "$sock")" = 600 ] || fail "the socket is not private"
+[ "$(gpu_json block_size)" = 65536 ] || fail "gpu file: block_size $(gpu_json block_size)"
+"$GPUPROTO" protocol "$MNT" || fail "protocol cases"
+"$GPUPROTO" roundtrip "$MNT" zerocopy 300 1 || fail "round trips through the arena"
+"$GPUPROTO" roundtrip "$MNT" zerocopy 120 4 || fail "round trips, four threads"
+"$GPUPROTO" crash "$MNT" || fail "a client killed while holding pins"
+"$GPUPROTO" copyfail "$MNT" zerocopy || fail "a copy failing midway"
+"$GPUPROTO" owner "$MNT"
+rc=$?
+[ $rc -eq 0 ] || [ $rc -eq 77 ] || fail "a client of another uid"
+before=$(sums) || fail "md5sum"
+"$GPUPROTO" remount "$MNT" "$T/ready" "$T/go" &
+GP_PID=$!
+for i in $(seq 1 600); do
+	[ -e "$T/ready" ] || ! kill -0 $GP_PID 2>/dev/null && break
+	sleep 0.05
+done
+[ -e "$T/ready" ] || fail "gpuproto remount did not get ready"
+tfs_umount || fail "unmount after the arena tests"
+[ ! -e "$sock" ] && [ ! -e "$(dirname "$sock")" ] || fail "the socket outlived the mount"
+
+# 2.
+TFS_DRAM=16M TFS_THREADS=4 tfs_mount "cuda=on,block=64K"
+touch "$T/go"
+wait $GP_PID || fail "a process that used the arena, across a remount"
+GP_PID=""
+[ "$(sums)" = "$before" ] || fail "files written through the arena changed across a remount"
+tfs_umount || fail "unmount after the remount"
+
+# 3.
+TFS_DRAM=16M TFS_THREADS=4 tfs_mount "block=64K"
+[ "$(sums)" = "$before" ] || fail "files written through the arena changed across a remount"
+[ "$(gpu_json enabled)" = False ] && [ "$(gpu_json socket)" = None ] ||
+	fail "cuda=off still publishes a socket"
+"$GPUPROTO" roundtrip "$MNT" fallback 150 2 || fail "round trips through pread/pwrite"
+"$GPUPROTO" copyfail "$MNT" fallback || fail "a copy failing midway, fallback"
+mkdir -p "$T/plain"
+"$GPUPROTO" roundtrip "$T/plain" fallback 60 1 || fail "round trips on another filesystem"
+tfs_umount || fail "unmount of the cuda=off mount"
+
+# 4.
+rm -rf "$NVME" "$META"
+mkdir -p "$NVME"
+printf '[tensorfs]\ncuda = on\n' >"$T/tensorfs.conf"
+TFS_DRAM=256M TFS_THREADS=8 tfs_mount "config=$T/tensorfs.conf"
+python3 - "$MNT/.tensorfs/config" <<'PY' || fail "config: cuda is not on"
+import json, sys
+sys.exit(0 if json.load(open(sys.argv[1]))["cuda"] is True else 1)
+PY
+[ -S "$(gpu_json socket)" ] || fail "cuda = on from the config file serves no socket"
+"$GPUPROTO" roundtrip "$MNT" zerocopy 80 2 || fail "round trips with 1M blocks"
+tfs_umount || fail "unmount of the config-file mount"
+
+# 5.
+if "$TENSORFS" -f -o "nvme=$NVME,meta=$META,dram=64M,threads=4,cuda=maybe" "$MNT" \
+	>"$T/bad.log" 2>&1; then
+	fail "cuda=maybe was accepted"
+fi
+grep -q "cuda" "$T/bad.log" || fail "the refusal of cuda=maybe does not name the option"
+echo "PASS"

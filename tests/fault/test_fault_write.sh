@@ -1,0 +1,128 @@
+#!/bin/bash
+# Fault injection on the write side: failed writes, syncs and ENOSPC from
+# the nvme devices are retried to success or reach the application as an
+# error, never as wrong data; the daemon stays up; the store stays
+# consistent (tfsctl fsck).
+#
+#   1. Two nvme folders, nvme0 failing 30% of its writes with EIO: every
+#      fsync succeeds (write-back tries again, nvme1 takes the blocks).
+#   2. One folder failing its first 2 writes (fewer than take a device
+#      down), then a flush failing once: write-back is retried to success;
+#      one fsync fails with EIO, for the flush; nothing is lost.
+#   3. One folder failing every write: the writer must get an error (fsync
+#      EIO; write() ENOSPC once the device is down, as no tier can take
+#      blocks). Once the device heals, the blocks are written back.
+#   4. One folder answering ENOSPC to some writes: write or fsync succeeds
+#      or fails with ENOSPC; once the faults end, the device takes new
+#      blocks again within seconds.
+# After each part: a clean unmount, fsck, a remount and a strict read-back.
+# FAULT_SEED picks the random choices (printed).
+
+. "$(dirname "$0")/lib_fault.sh"
+
+SEED=${FAULT_SEED:-$((RANDOM << 15 | RANDOM))}
+echo "fault write test, seed $SEED"
+
+# check_all DIR LOG: every file reads back exactly, no error allowed.
+check_all() {
+	local out
+	out=$(python3 "$FAULTIO" read "$MNT/$1" "$2" --seed "$SEED") ||
+		fail "read-back after the faults: $out (seed $SEED)"
+	echo "   read back: $out"
+}
+
+# remount_check DIR LOG: clean unmount, fsck, remount, strict read-back.
+remount_check() {
+	fault_off
+	tfs_umount || fail "tensorfs exited $? at unmount"
+	tfs_fsck
+	tfs_mount
+	check_all "$1" "$2"
+}
+
+echo "1. nvme0 fails 30% of its writes; nvme1 is healthy"
+NVME1="$T/nvme1"
+mkdir -p "$NVME1"
+fault_off
+NVME_SAVE=$NVME
+NVME="$NVME:$NVME1"
+tfs_mount
+fault_check_build
+fault_set "dev=nvme0,op=write,err=EIO,rate=0.3,seed=$SEED"
+out=$(python3 "$FAULTIO" write "$MNT/d" "$T/w1.log" 16 "$SEED" --allow "") ||
+	fail "part 1: a write or fsync failed although nvme1 could take every block: $out"
+echo "   $out"
+[ "$(fault_count)" -gt 0 ] || fail "part 1: no fault was injected"
+fault_alive "part 1"
+[ "$(tfs_stat_json tiers nvme0 errors)" -gt 0 ] || fail "part 1: nvme0 counts no error"
+remount_check d "$T/w1.log"
+tfs_umount || fail "tensorfs exited $? at unmount"
+NVME=$NVME_SAVE
+
+# A store of one folder for the other parts.
+NVME="$T/solo"
+META="$T/solo-meta"
+mkdir -p "$NVME"
+
+echo "2. the only folder fails its first 2 writes, then one flush"
+fault_off
+tfs_mount
+before=$(fault_count)
+fault_set "op=write,err=EIO,count=2,seed=$SEED" "op=sync,err=EIO,count=1"
+out=$(python3 "$FAULTIO" write "$MNT/d" "$T/w2.log" 6 "$SEED" --allow EIO) ||
+	fail "part 2: $out"
+echo "   $out"
+[ "$(json_get "$out" write_EIO)" -eq 0 ] || fail "part 2: write() failed: write-back errors belong to fsync"
+[ "$(json_get "$out" fsync_ok)" -ge 5 ] ||
+	fail "part 2: more than one fsync failed although only 2 writes and 1 flush did"
+[ "$(json_get "$out" fsync_EIO)" -le 1 ] || fail "part 2: $out"
+[ $(($(fault_count) - before)) -eq 3 ] || fail "part 2: expected 3 injected faults, got $(($(fault_count) - before))"
+fault_alive "part 2"
+remount_check d "$T/w2.log"
+
+echo "3. the only folder fails every write: fsync must say EIO"
+before=$(fault_count)
+fault_set "op=write,err=EIO"
+start=$(date +%s)
+out=$(python3 "$FAULTIO" write "$MNT/d3" "$T/w3.log" 1 "$SEED" --min 2097152 --max 2097152 \
+	--allow EIO,ENOSPC) || fail "part 3: $out"
+echo "   $out after $(($(date +%s) - start)) s"
+[ "$(json_get "$out" fsync_ok)" -eq 0 ] ||
+	fail "part 3: fsync succeeded while every write failed: $out"
+[ "$(fault_count)" -gt "$before" ] || fail "part 3: no fault was injected"
+fault_alive "part 3"
+# The device heals: the dirty blocks are still there and go out.
+remount_check d3 "$T/w3.log"
+
+echo "4. the only folder answers ENOSPC to half its writes"
+before=$(fault_count)
+fault_set "op=write,err=ENOSPC,rate=0.5,count=6,seed=$SEED"
+out=$(python3 "$FAULTIO" write "$MNT/d4" "$T/w4.log" 8 "$SEED" --allow ENOSPC) ||
+	fail "part 4: $out"
+echo "   $out"
+[ "$(fault_count)" -gt "$before" ] || fail "part 4: no fault was injected"
+fault_alive "part 4"
+fault_off
+# A device that said ENOSPC must take new blocks again after a while (its
+# filesystem may be shared: others free space too), not only once one of
+# its own blocks is freed. Regression: it stayed full for good.
+w0=$(tfs_stat_json tiers nvme0 write_ops)
+for i in $(seq 1 20); do
+	rm -rf "$MNT/d4b" "$T/w4b.log"
+	out=$(python3 "$FAULTIO" write "$MNT/d4b" "$T/w4b.log" 2 "$SEED" --allow ENOSPC) ||
+		fail "part 4: $out"
+	[ "$(json_get "$out" write_ok)" -eq 2 ] && [ "$(json_get "$out" fsync_ok)" -eq 2 ] && break
+	sleep 1
+done
+[ "$(json_get "$out" write_ok)" -eq 2 ] && [ "$(json_get "$out" fsync_ok)" -eq 2 ] ||
+	fail "part 4: still ENOSPC 20 s after the injected ENOSPC faults ended: $out"
+echo "   writes work again after $i attempt(s)"
+[ "$(tfs_stat_json tiers nvme0 write_ops)" -gt "$w0" ] ||
+	fail "part 4: nvme0 wrote nothing for the new files"
+remount_check d4 "$T/w4.log"
+check_all d4b "$T/w4b.log"
+tfs_umount || fail "tensorfs exited $? at unmount"
+tfs_fsck
+
+echo "PASS: write faults (seed $SEED), $(fault_count) faults injected"
+exit 0

@@ -1,0 +1,478 @@
+/*
+ * tfsctl - look at a tensorfs mount and steer it.
+ *
+ *   tfsctl [-m MOUNTPOINT] COMMAND [ARGS]
+ *
+ * Every command but fsck works on a live mount: the one named by -m, else
+ * the one the command's PATH lies in, else the one the current folder lies
+ * in. This file holds the command table, option parsing, and the commands
+ * that are a single control-file access (the ctl commands, config, metrics,
+ * fsck); stats and top are in stats.c, where in where.c.
+ */
+#include "tfsctl.h"
+#include "fsck.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *prog = "tfsctl";
+
+void errmsg(const char *fmt, ...)
+{
+	va_list ap;
+
+	fprintf(stderr, "%s: ", prog);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+}
+
+static int cmd_ctl(int argc, char **argv, const struct tfs_args *a);
+static int cmd_flush(int argc, char **argv, const struct tfs_args *a);
+static int cmd_config(int argc, char **argv, const struct tfs_args *a);
+static int cmd_metrics(int argc, char **argv, const struct tfs_args *a);
+static int cmd_fsck(int argc, char **argv, const struct tfs_args *a);
+
+static const struct command {
+	const char *name;
+	int (*fn)(int argc, char **argv, const struct tfs_args *a);
+	const char *args;
+	const char *summary;
+	const char *help;
+} commands[] = {
+    {"stats", cmd_stats, "[--json]", "tiers, cache, prefetch, dedup and FUSE counters",
+     "Print a snapshot of the mount's counters: per tier its state, capacity, use,\n"
+     "current read and write rate (GB/s over about the last second) and total bytes;\n"
+     "queue depths per scheduling class; cache hit rate, dirty bytes, evictions and\n"
+     "pinned bytes; prefetch accuracy; dedup ratio; FUSE operation counts; health.\n"
+     "\n"
+     "  --json   print the daemon's JSON snapshot (.tensorfs/stats) instead\n"},
+    {"top", cmd_top, "[-n N | --once]", "live view, refreshed every second",
+     "Show the mount's activity, refreshed every second, in 80 columns. Press q or\n"
+     "Ctrl-C to quit; the terminal is restored on exit.\n"
+     "\n"
+     "  -n, --iterations N   stop after N refreshes (for scripts)\n"
+     "      --once           one refresh, the same as -n 1\n"},
+    {"where", cmd_where, "[--json] PATH", "bytes of a file or folder per tier",
+     "Print how many bytes of PATH each tier holds: dram is what is resident in the\n"
+     "cache, a device tier what is stored there. For a folder, the sum over every\n"
+     "file under it. The numbers come from the user.tensorfs.tiers xattr.\n"
+     "\n"
+     "  --json   print {\"path\", \"files\", \"size\", \"tiers\": {TIER: BYTES}}\n"},
+    {"prefetch", cmd_ctl, "PATH...", "load files into DRAM ahead of use",
+     "Load the file, or every file under the folder, into DRAM ahead of use.\n"
+     "Returns at once; the loads run below demand reads.\n"},
+    {"pin", cmd_ctl, "PATH...", "load files into DRAM and keep them there",
+     "Load the file, or every file under the folder, into DRAM and keep it\n"
+     "resident: pinned blocks are never evicted. Returns once it is resident;\n"
+     "fails, pinning nothing of PATH, when it does not fit next to what is pinned.\n"},
+    {"unpin", cmd_ctl, "PATH...", "let pinned files be evicted again",
+     "Undo pin for the file, or every file under the folder.\n"},
+    {"evict", cmd_ctl, "PATH...", "write back files and drop them from DRAM",
+     "Write back the dirty blocks of the file, or of every file under the folder,\n"
+     "then drop its blocks from DRAM. Unpins it.\n"},
+    {"flush", cmd_flush, "", "write back everything dirty and make it durable",
+     "Write back every dirty block and make it durable; returns when it is.\n"},
+    {"config", cmd_config, "[--json]", "the effective configuration",
+     "Print the mount's effective configuration, one \"key = value\" a line (nested\n"
+     "keys joined with dots). Secrets are never shown.\n"
+     "\n"
+     "  --json   print the daemon's JSON (.tensorfs/config) instead\n"},
+    {"metrics", cmd_metrics, "", "the Prometheus metrics",
+     "Print .tensorfs/metrics: the counters in Prometheus text format.\n"},
+    {"fsck", cmd_fsck, "[--repair] META_DIR", "check (and repair) a stopped store",
+     "Check the metadata store in META_DIR (the meta= folder of a mount that is not\n"
+     "running): every mapped block exists, reference counts match the mappings, no\n"
+     "two blocks share a location, no space leaks, every name leads to an inode\n"
+     "and every inode has a name. One line per problem, then \"fsck: clean\" or\n"
+     "\"fsck: N problems\". Exit status 0 clean, 1 problems (left), 2 usage, 8 could\n"
+     "not check.\n"
+     "\n"
+     "  -r, --repair   fix every problem in one transaction, list each repair, and\n"
+     "                 check again; mappings to missing blocks are removed, so\n"
+     "                 those ranges read as zeros; orphan inodes are purged\n"},
+};
+
+#define N_COMMANDS (sizeof(commands) / sizeof(commands[0]))
+
+static const struct command *find_command(const char *name)
+{
+	for (size_t i = 0; i < N_COMMANDS; i++)
+		if (strcmp(commands[i].name, name) == 0)
+			return &commands[i];
+	return NULL;
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: tfsctl [-m MOUNTPOINT] COMMAND [ARGS]\n"
+		   "\n"
+		   "Look at a tensorfs mount and steer it, through its .tensorfs control files.\n"
+		   "The mount is -m's, else the one PATH lies in, else the current folder's.\n"
+		   "\n"
+		   "commands:\n");
+	for (size_t i = 0; i < N_COMMANDS; i++) {
+		char syn[64];
+
+		snprintf(syn, sizeof(syn), "%s %s", commands[i].name, commands[i].args);
+		fprintf(f, "  %-28s %s\n", syn, commands[i].summary);
+	}
+	fprintf(f,
+		"\n"
+		"options:\n"
+		"  -m, --mount MOUNTPOINT   the mount to work on\n"
+		"  -h, --help               this help; COMMAND --help for a command's\n"
+		"  -V, --version            print the version\n"
+		"\n"
+		"Exit status: 0 done, 1 failed, 2 wrong usage (fsck: see tfsctl fsck --help).\n");
+}
+
+static void command_help(const struct command *c)
+{
+	printf("usage: tfsctl [-m MOUNTPOINT] %s %s\n\n%s", c->name, c->args, c->help);
+	if (c->fn != cmd_fsck)
+		printf("\n  -m, --mount MOUNTPOINT   the mount to work on\n");
+	printf("  -h, --help               this help\n");
+}
+
+static int bad_usage(const struct command *c, const char *fmt, ...)
+{
+	va_list ap;
+
+	fprintf(stderr, "%s: ", prog);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "\nusage: tfsctl %s %s (tfsctl %s --help for more)\n", c->name, c->args,
+		c->name);
+	return EXIT_USAGE;
+}
+
+/*
+ * Options every command takes (-m, -h) plus its own flags. Returns -1 to go
+ * on, or an exit status (help printed, or wrong usage).
+ */
+static int parse_flags(const struct command *c, int *argc, char ***argv, struct tfs_args *fl)
+{
+	static const struct option opts[] = {
+	    {"mount", required_argument, NULL, 'm'},
+	    {"help", no_argument, NULL, 'h'},
+	    {"json", no_argument, NULL, 'j'},
+	    {"repair", no_argument, NULL, 'r'},
+	    {"iterations", required_argument, NULL, 'n'},
+	    {"once", no_argument, NULL, 'o'},
+	    {NULL, 0, NULL, 0},
+	};
+	bool takes_json = c->fn == cmd_stats || c->fn == cmd_where || c->fn == cmd_config;
+	int ch;
+
+	optind = 0; /* restart getopt on the command's own arguments */
+	opterr = 0;
+	while ((ch = getopt_long(*argc, *argv, "+m:hrn:", opts, NULL)) != -1) {
+		switch (ch) {
+		case 'm':
+			if (c->fn == cmd_fsck)
+				return bad_usage(c, "fsck works on a store folder, not a mount");
+			fl->mopt = optarg;
+			break;
+		case 'h':
+			command_help(c);
+			return 0;
+		case 'j':
+			if (!takes_json)
+				return bad_usage(c, "%s has no --json", c->name);
+			fl->json = true;
+			break;
+		case 'r':
+			if (c->fn != cmd_fsck)
+				return bad_usage(c, "only fsck takes --repair");
+			fl->repair = true;
+			break;
+		case 'n':
+		case 'o': {
+			char *end;
+
+			if (c->fn != cmd_top)
+				return bad_usage(c, "only top takes -n and --once");
+			fl->iterations = ch == 'o' ? 1 : strtol(optarg, &end, 10);
+			if (ch == 'n' && (*end || fl->iterations < 1))
+				return bad_usage(c, "-n wants a count of refreshes, not '%s'",
+						 optarg);
+			break;
+		}
+		default:
+			if (optopt)
+				return bad_usage(c, "option -%c is unknown or lacks its argument",
+						 optopt);
+			return bad_usage(c, "option %s is unknown or lacks its argument",
+					 (*argv)[optind - 1]);
+		}
+	}
+	*argc -= optind;
+	*argv += optind;
+	return -1;
+}
+
+/* ---- prefetch, pin, unpin, evict, flush ---- */
+
+/* Say what went wrong with verb on what (a path, or "" for flush). */
+static void ctl_error(const struct tfs_mount *m, const char *verb, const char *what, int err,
+		      bool opened)
+{
+	const char *sep = what[0] ? ": " : "";
+
+	if (!opened && err == -ENOENT) {
+		errmsg("%s: this tensorfs has no .tensorfs/ctl; it is too old for %s", m->root,
+		       verb);
+		return;
+	}
+	switch (-err) {
+	case EACCES:
+	case EPERM:
+		errmsg("%s%s%s: permission denied: only the mount's owner or root may send "
+		       "commands",
+		       verb, sep, what);
+		break;
+	case ENOENT:
+		errmsg("%s%s%s: no such file or folder in the mount (removed meanwhile?)", verb,
+		       sep, what);
+		break;
+	case ENOSPC:
+		errmsg("%s%s%s: does not fit in DRAM next to what is pinned already; unpin "
+		       "something, or mount with more dram=",
+		       verb, sep, what);
+		break;
+	case EINVAL:
+		errmsg("%s%s%s: the mount refused the command; its log says why", verb, sep, what);
+		break;
+	default:
+		errmsg("%s%s%s: %s", verb, sep, what, strerror(-err));
+	}
+}
+
+static int cmd_ctl(int argc, char **argv, const struct tfs_args *a)
+{
+	const char *verb = a->cmd;
+	int status = 0;
+
+	if (argc < 1)
+		return bad_usage(find_command(verb), "%s needs a PATH", verb);
+	for (int i = 0; i < argc; i++) {
+		struct tfs_mount m;
+		char target[PATH_MAX + 32], cmd[PATH_MAX + 64];
+		bool opened;
+
+		if (tfs_find_mount(a->mopt, argv[i], &m) < 0 ||
+		    tfs_ctl_target(&m, argv[i], target, sizeof(target)) < 0) {
+			status = EXIT_RUNTIME;
+			continue;
+		}
+		snprintf(cmd, sizeof(cmd), "%s %s\n", verb, target);
+		int ret = tfs_ctl_write(&m, cmd, &opened);
+		if (ret) {
+			ctl_error(&m, verb, argv[i], ret, opened);
+			status = EXIT_RUNTIME;
+		}
+	}
+	return status;
+}
+
+static int cmd_flush(int argc, char **argv, const struct tfs_args *a)
+{
+	struct tfs_mount m;
+	bool opened;
+	int ret;
+
+	(void)argv;
+	if (argc > 0)
+		return bad_usage(find_command("flush"), "flush takes no PATH");
+	if (tfs_find_mount(a->mopt, NULL, &m) < 0)
+		return EXIT_RUNTIME;
+	ret = tfs_ctl_write(&m, "flush\n", &opened);
+	if (ret) {
+		ctl_error(&m, "flush", "", ret, opened);
+		return EXIT_RUNTIME;
+	}
+	return 0;
+}
+
+/* ---- config, metrics ---- */
+
+/* Keys whose values are secrets, should a daemon ever put one in its config. */
+static bool secret_key(const char *key)
+{
+	static const char *const words[] = {"secret", "password", "token", "access_key",
+					    "credential_value"};
+
+	for (size_t i = 0; i < sizeof(words) / sizeof(words[0]); i++)
+		if (strcasestr(key, words[i]))
+			return true;
+	return false;
+}
+
+static void print_flat(const char *prefix, json_t *v)
+{
+	const char *key;
+	json_t *child;
+	size_t i;
+
+	if (json_is_object(v)) {
+		if (json_object_size(v) == 0)
+			printf("%s = {}\n", prefix);
+		json_object_foreach(v, key, child) {
+			char name[512];
+
+			snprintf(name, sizeof(name), "%s%s%s", prefix, prefix[0] ? "." : "", key);
+			if (secret_key(key))
+				printf("%s = (hidden)\n", name);
+			else
+				print_flat(name, child);
+		}
+		return;
+	}
+	printf("%s = ", prefix);
+	if (json_is_array(v)) {
+		json_array_foreach(v, i, child) {
+			char *s = json_is_string(child) ? NULL : json_dumps(child, JSON_ENCODE_ANY);
+
+			printf("%s%s", i ? "," : "", s ? s : json_string_value(child));
+			free(s);
+		}
+	} else if (json_is_string(v)) {
+		printf("%s", json_string_value(v));
+	} else {
+		char *s = json_dumps(v, JSON_ENCODE_ANY);
+
+		printf("%s", s ? s : "?");
+		free(s);
+	}
+	putchar('\n');
+}
+
+/* Drop secrets from a config object before printing it as JSON. */
+static void redact(json_t *v)
+{
+	const char *key;
+	json_t *child;
+
+	if (!json_is_object(v))
+		return;
+	json_object_foreach(v, key, child) {
+		if (secret_key(key))
+			json_object_set_new(v, key, json_string("(hidden)"));
+		else
+			redact(child);
+	}
+}
+
+static int cmd_config(int argc, char **argv, const struct tfs_args *a)
+{
+	struct tfs_mount m;
+	json_t *j;
+
+	(void)argv;
+	if (argc > 0)
+		return bad_usage(find_command("config"), "config takes no argument");
+	if (tfs_find_mount(a->mopt, NULL, &m) < 0 || !(j = tfs_read_json(&m, "config")))
+		return EXIT_RUNTIME;
+	redact(j);
+	if (a->json) {
+		json_dumpf(j, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+		putchar('\n');
+	} else {
+		print_flat("", j);
+	}
+	json_decref(j);
+	return 0;
+}
+
+static int cmd_metrics(int argc, char **argv, const struct tfs_args *a)
+{
+	struct tfs_mount m;
+	size_t len;
+	char *text;
+
+	(void)argv;
+	if (argc > 0)
+		return bad_usage(find_command("metrics"), "metrics takes no argument");
+	if (tfs_find_mount(a->mopt, NULL, &m) < 0)
+		return EXIT_RUNTIME;
+	text = tfs_read_ctl(&m, "metrics", &len);
+	if (!text) {
+		errmsg("%s/" CTL_DIR "/metrics: %s", m.root, strerror(errno));
+		return EXIT_RUNTIME;
+	}
+	fwrite(text, 1, len, stdout);
+	free(text);
+	return 0;
+}
+
+/* ---- fsck ---- */
+
+static int cmd_fsck(int argc, char **argv, const struct tfs_args *a)
+{
+	const struct command *c = find_command("fsck");
+
+	if (argc != 1)
+		return bad_usage(c, argc ? "fsck takes one META_DIR" : "fsck needs a META_DIR");
+	return fs_fsck(argv[0], a->repair, stdout, "tfsctl fsck");
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+	    {"mount", required_argument, NULL, 'm'},
+	    {"help", no_argument, NULL, 'h'},
+	    {"version", no_argument, NULL, 'V'},
+	    {NULL, 0, NULL, 0},
+	};
+	const struct command *c;
+	struct tfs_args fl = {0};
+	char progbuf[64];
+	int ch, ret;
+
+	opterr = 0;
+	while ((ch = getopt_long(argc, argv, "+m:hV", opts, NULL)) != -1) {
+		switch (ch) {
+		case 'm':
+			fl.mopt = optarg;
+			break;
+		case 'h':
+			usage(stdout);
+			return 0;
+		case 'V':
+			printf("tfsctl %s\n", TFS_VERSION);
+			return 0;
+		default:
+			fprintf(stderr, "%s: unknown option or missing argument: %s\n", prog,
+				argv[optind - 1]);
+			usage(stderr);
+			return EXIT_USAGE;
+		}
+	}
+	if (optind >= argc) {
+		fprintf(stderr, "%s: no command given\n", prog);
+		usage(stderr);
+		return EXIT_USAGE;
+	}
+	c = find_command(argv[optind]);
+	if (!c) {
+		fprintf(stderr, "%s: unknown command '%s' (tfsctl --help lists them)\n", prog,
+			argv[optind]);
+		return EXIT_USAGE;
+	}
+	snprintf(progbuf, sizeof(progbuf), "tfsctl %s", c->name);
+	prog = progbuf;
+	argc -= optind;
+	argv += optind;
+	fl.cmd = c->name;
+	ret = parse_flags(c, &argc, &argv, &fl);
+	if (ret >= 0)
+		return ret;
+	return c->fn(argc, argv, &fl);
+}
