@@ -1671,6 +1671,20 @@ out:
 	reply_err(fs, req, ret);
 }
 
+/* Answer a getxattr or listxattr: the size asked for with size 0, else buf. */
+static void reply_xattr(struct fs *fs, fuse_req_t req, int ret, const char *buf, size_t len,
+			size_t size)
+{
+	if (ret == 0 && size && len > size)
+		ret = -ERANGE;
+	if (ret)
+		reply_err(fs, req, ret);
+	else if (size == 0)
+		fuse_reply_xattr(req, len);
+	else
+		fuse_reply_buf(req, buf, len);
+}
+
 static void fs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
 {
 	struct fs *fs = req_fs(req);
@@ -1686,14 +1700,7 @@ static void fs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t
 	if (strcmp(name, FS_XATTR_TIERS) == 0) {
 		/* Computed, not stored: where the file's bytes are now. */
 		ret = fs_ctl_tiers_xattr(fs, ino, &buf, &len);
-		if (ret == 0 && size && len > size)
-			ret = -ERANGE;
-		if (ret)
-			reply_err(fs, req, ret);
-		else if (size == 0)
-			fuse_reply_xattr(req, len);
-		else
-			fuse_reply_buf(req, buf, len);
+		reply_xattr(fs, req, ret, buf, len, size);
 		free(buf);
 		return;
 	}
@@ -1706,12 +1713,7 @@ static void fs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t
 		ret = meta_xattr_get(fs->meta, txn, ino, name, buf, size, &len);
 		meta_abort(txn);
 	}
-	if (ret)
-		reply_err(fs, req, ret);
-	else if (size == 0)
-		fuse_reply_xattr(req, len);
-	else
-		fuse_reply_buf(req, buf, len);
+	reply_xattr(fs, req, ret, buf, len, size);
 	free(buf);
 }
 
@@ -1739,12 +1741,7 @@ static void fs_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 		ret = meta_xattr_list(fs->meta, txn, ino, buf, size, &len);
 		meta_abort(txn);
 	}
-	if (ret)
-		reply_err(fs, req, ret);
-	else if (size == 0)
-		fuse_reply_xattr(req, len);
-	else
-		fuse_reply_buf(req, buf, len);
+	reply_xattr(fs, req, ret, buf, len, size);
 	free(buf);
 }
 
