@@ -160,7 +160,8 @@ static unsigned inject_faults(struct tb_dev *d, struct tb_io **out, unsigned n)
 
 	for (unsigned i = 0; i < n; i++) {
 		struct tb_io *r = out[i];
-		int err = fault_inject(d->name, r->op == IO_READ ? FAULT_READ : FAULT_WRITE, r->slot);
+		enum fault_point at = r->op == IO_READ ? FAULT_READ : FAULT_WRITE;
+		int err = fault_inject(d->name, at, r->slot);
 
 		if (err)
 			dev_finish(d, r, err);
@@ -193,11 +194,20 @@ static bool dev_idle_locked(struct tb_dev *d)
 	return true;
 }
 
-/* Bytes per second over windows in which the device moved data. */
-static void measure(struct tb_dev *d, size_t bytes, uint64_t now)
+/*
+ * Bytes per second over windows in which the device moved data. A window
+ * starts again after a gap of a window or more between one transfer's end
+ * and the next one's start: the device sat idle, or was down, and that time
+ * says nothing of its speed. (Counted, an outage of the s3 tier dragged its
+ * measure down so far that placement sent it almost nothing afterwards.)
+ */
+void dev_measure(struct tb_dev *d, size_t bytes, uint64_t start, uint64_t now)
 {
-	if (!d->bw_window_ns)
-		d->bw_window_ns = now;
+	if (!d->bw_window_ns || start >= d->bw_last_ns + BW_WINDOW_NS) {
+		d->bw_window_ns = start;
+		d->bw_window_bytes = 0;
+	}
+	d->bw_last_ns = now;
 	d->bw_window_bytes += bytes;
 	if (now - d->bw_window_ns < BW_WINDOW_NS)
 		return;
@@ -247,7 +257,7 @@ bool dev_finish(struct tb_dev *d, struct tb_io *r, long res)
 			d->write_bytes += r->len;
 			d->write_ops++;
 		}
-		measure(d, r->len, dev_now_ns());
+		dev_measure(d, r->len, r->start_ns, dev_now_ns());
 	}
 	pthread_mutex_unlock(&d->lock);
 	r->done(r, err);

@@ -90,6 +90,7 @@ struct tb_dev {
 	uint64_t tokens_ns;   /* last refill */
 	double bw_measured;   /* moving average of bytes per second under load */
 	uint64_t bw_window_ns, bw_window_bytes;
+	uint64_t bw_last_ns; /* end of the last transfer measured */
 	uint64_t read_bytes, write_bytes, read_ops, write_ops, errors;
 	long err_log_sec;
 };
@@ -126,6 +127,12 @@ void dev_get_stats(struct tb_dev *d, struct tb_dev_stats *st);
 
 /* For engines: requests to start now, within class limits and the cap. */
 unsigned dev_take(struct tb_dev *d, struct tb_io **out, unsigned max);
+/*
+ * A transfer of bytes that started at start ended at now (nanoseconds):
+ * update the measured bandwidth. Lock held. dev_finish calls it; the unit
+ * test calls it with times of its own.
+ */
+void dev_measure(struct tb_dev *d, size_t bytes, uint64_t start, uint64_t now);
 /* For engines: a transfer ended; true when the request must go again. */
 bool dev_finish(struct tb_dev *d, struct tb_io *r, long res);
 /* For engines: a health probe's verdict (s3 while down). */

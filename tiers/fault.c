@@ -36,7 +36,7 @@ struct fault_rule {
 	char dev[FAULT_DEV_MAX]; /* "" for every device */
 	unsigned ops;		 /* bits 1 << enum fault_point */
 	enum fault_kind kind;
-	int err;	/* FK_ERRNO: the errno to fail with */
+	int err; /* FK_ERRNO: the errno to fail with */
 	double rate;
 	uint64_t after, count, ms;
 	uint64_t rng;
@@ -49,8 +49,8 @@ struct fault_set {
 };
 
 static struct {
-	pthread_mutex_t lock; /* guards everything below */
-	struct fault_set env; /* from TENSORFS_FAULT, for the daemon's life */
+	pthread_mutex_t lock;  /* guards everything below */
+	struct fault_set env;  /* from TENSORFS_FAULT, for the daemon's life */
 	struct fault_set file; /* from TENSORFS_FAULT_FILE, as the file says now */
 	char *path;
 	bool have_file;
@@ -349,7 +349,8 @@ int fault_inject(const char *dev, enum fault_point at, uint64_t slot)
 	}
 	pthread_mutex_unlock(&F.lock);
 	if (delay_ms) {
-		struct timespec ts = {(time_t)(delay_ms / 1000), (long)(delay_ms % 1000) * 1000000L};
+		struct timespec ts = {(time_t)(delay_ms / 1000),
+				      (long)(delay_ms % 1000) * 1000000L};
 
 		while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
 			;

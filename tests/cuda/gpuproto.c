@@ -260,7 +260,7 @@ static void *roundtrip_thread(void *arg)
 			n = tfs_gpu_read(f.fd, (off_t)off, len, got, NULL);
 			CHECK(n == (ssize_t)want, "tfs_gpu_read(%zu, %zu) = %zd, want %zu: %s", off,
 			      len, n, want, tfs_gpu_error());
-			CHECK(memcmp(got, f.data + off, want) == 0,
+			CHECK(want == 0 || memcmp(got, f.data + off, want) == 0,
 			      "tfs_gpu_read(%zu, %zu) read other bytes than were written", off,
 			      len);
 			CHECK(got[want] == 0xA5, "tfs_gpu_read wrote past what it read");

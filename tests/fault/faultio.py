@@ -155,6 +155,13 @@ def read_chunks(path, want, r, direct, allowed, bins, exact=True):
                 continue
             if data == want[pos:pos + n]:
                 bins["ok"] += 1
+            elif 0 < len(data) < n and data == want[pos:pos + len(data)]:
+                # A short count is legal: the kernel split the request and a
+                # later part failed. The rest is read (or fails) next.
+                bins["ok"] += 1
+                bins["short"] = bins.get("short", 0) + 1
+                pos += len(data)
+                continue
             else:
                 bins["wrong"] += 1
                 diff = next((i for i in range(min(len(data), n)) if data[i] != want[pos + i]), None)

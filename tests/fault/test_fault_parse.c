@@ -32,9 +32,9 @@ int main(void)
 	CHECK_EQ(parse("dev=*,op=any,err=eio,rate=0"), 1);
 
 	/* refused: every key and value is checked */
-	CHECK_EQ(parse("op=write"), -EINVAL);		  /* no err= */
-	CHECK_EQ(parse("err=EPERM"), -EINVAL);		  /* not an injectable errno */
-	CHECK_EQ(parse("err=EIO,rate=1.5"), -EINVAL);	  /* not a probability */
+	CHECK_EQ(parse("op=write"), -EINVAL);	      /* no err= */
+	CHECK_EQ(parse("err=EPERM"), -EINVAL);	      /* not an injectable errno */
+	CHECK_EQ(parse("err=EIO,rate=1.5"), -EINVAL); /* not a probability */
 	CHECK_EQ(parse("err=EIO,rate=-0.1"), -EINVAL);
 	CHECK_EQ(parse("err=EIO,rate=nan"), -EINVAL);
 	CHECK_EQ(parse("err=EIO,rate="), -EINVAL);
@@ -44,8 +44,8 @@ int main(void)
 	CHECK_EQ(parse("err=delay,ms=60001"), -EINVAL);
 	CHECK_EQ(parse("err=EIO,dev=a-device-name-too-long"), -EINVAL);
 	CHECK_EQ(parse("err=EIO,colour=red"), -EINVAL); /* unknown key */
-	CHECK_EQ(parse("err=EIO,rate"), -EINVAL);	  /* not key=value */
-	CHECK_EQ(parse("err=EIO;rate=0.5"), -EINVAL);	  /* the second rule has no err= */
+	CHECK_EQ(parse("err=EIO,rate"), -EINVAL);	/* not key=value */
+	CHECK_EQ(parse("err=EIO;rate=0.5"), -EINVAL);	/* the second rule has no err= */
 
 	/* at most 16 rules */
 	char many[1024] = "";

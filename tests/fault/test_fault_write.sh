@@ -9,12 +9,16 @@
 #   2. One folder failing its first 2 writes (fewer than take a device
 #      down), then a flush failing once: write-back is retried to success;
 #      one fsync fails with EIO, for the flush; nothing is lost.
-#   3. One folder failing every write: the writer must get an error (fsync
-#      EIO; write() ENOSPC once the device is down, as no tier can take
-#      blocks). Once the device heals, the blocks are written back.
+#   3. One folder failing every write: fsync must fail. (It says EIO, or
+#      ENOSPC when the write-back found the device down and no other to
+#      place the block on: cache.c's place() calls that "no space".) Once
+#      the device heals, the blocks are written back.
 #   4. One folder answering ENOSPC to some writes: write or fsync succeeds
 #      or fails with ENOSPC; once the faults end, the device takes new
-#      blocks again within seconds.
+#      blocks again within seconds. (Regression: it stayed full until one
+#      of its own blocks was freed, which may be never.)
+#   5. nvme plus a pfs folder (the thread pool engine) failing half its
+#      writes: writes succeed; then half its reads: reads are right or EIO.
 # After each part: a clean unmount, fsck, a remount and a strict read-back.
 # FAULT_SEED picks the random choices (printed).
 
@@ -36,7 +40,7 @@ remount_check() {
 	fault_off
 	tfs_umount || fail "tensorfs exited $? at unmount"
 	tfs_fsck
-	tfs_mount
+	tfs_mount "${MOUNT_OPTS:-}"
 	check_all "$1" "$2"
 }
 
@@ -80,7 +84,7 @@ echo "   $out"
 fault_alive "part 2"
 remount_check d "$T/w2.log"
 
-echo "3. the only folder fails every write: fsync must say EIO"
+echo "3. the only folder fails every write: fsync must fail"
 before=$(fault_count)
 fault_set "op=write,err=EIO"
 start=$(date +%s)
@@ -121,6 +125,33 @@ echo "   writes work again after $i attempt(s)"
 	fail "part 4: nvme0 wrote nothing for the new files"
 remount_check d4 "$T/w4.log"
 check_all d4b "$T/w4b.log"
+tfs_umount || fail "tensorfs exited $? at unmount"
+tfs_fsck
+
+echo "5. a pfs folder (thread engine) fails half its writes, then half its reads"
+NVME="$T/p-nvme"
+META="$T/p-meta"
+mkdir -p "$NVME" "$T/pfs"
+MOUNT_OPTS="remote=$T/pfs"
+tfs_mount "$MOUNT_OPTS"
+fio_py write "$MNT/d5" "$T/w5.log" 8 "$SEED" --allow "" >/dev/null
+[ "$(tfs_stat_json tiers pfs used)" -gt 0 ] || fail "part 5: pfs holds no block"
+fault_set "dev=pfs,op=write,err=EIO,rate=0.5,seed=$SEED"
+out=$(python3 "$FAULTIO" write "$MNT/d5b" "$T/w5b.log" 8 "$SEED" --allow "") ||
+	fail "part 5: a call failed although nvme0 could take every block: $out"
+echo "   writes: $out"
+grep -q "fault injected: pfs write" "$LOG" || fail "part 5: no pfs write fault was injected"
+fault_set "dev=pfs,op=read,err=EIO,rate=0.5,seed=$SEED"
+for i in 1 2 3; do
+	echo "evict /d5" >"$MNT/.tensorfs/ctl" || fail "part 5: evict failed"
+	out=$(python3 "$FAULTIO" read "$MNT/d5" "$T/w5.log" --allow EIO --direct --seed "$i") ||
+		fail "part 5: wrong data under pfs read faults: $out"
+	echo "   reads: $out"
+done
+grep -q "fault injected: pfs read" "$LOG" || fail "part 5: no pfs read fault was injected"
+fault_alive "part 5"
+remount_check d5 "$T/w5.log"
+check_all d5b "$T/w5b.log"
 tfs_umount || fail "tensorfs exited $? at unmount"
 tfs_fsck
 
