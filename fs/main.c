@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -30,7 +31,7 @@
 
 #define OPT(t, p) {t, offsetof(struct fs_config, p), 1}
 
-enum { KEY_HELP, KEY_VERSION, KEY_REMOTE };
+enum { KEY_HELP, KEY_VERSION, KEY_REMOTE, KEY_ALLOW_OTHER };
 
 static const struct fuse_opt tfs_opts[] = {
 	OPT("dram=%s", dram_s),
@@ -66,6 +67,7 @@ static const struct fuse_opt tfs_opts[] = {
 	OPT("cuda=%s", cuda_s),
 	{"no_default_permissions", offsetof(struct fs_config, no_default_permissions), 1},
 	{"syslog", offsetof(struct fs_config, use_syslog), 1},
+	FUSE_OPT_KEY("allow_other", KEY_ALLOW_OTHER),
 	FUSE_OPT_KEY("-h", KEY_HELP),
 	FUSE_OPT_KEY("--help", KEY_HELP),
 	FUSE_OPT_KEY("-V", KEY_VERSION),
@@ -152,6 +154,9 @@ static int opt_proc(void *data, const char *arg, int key, struct fuse_args *outa
 		if (fs_config_add_remote(c, arg + strlen("remote=")) < 0)
 			return -1;
 		return 0;
+	case KEY_ALLOW_OTHER:
+		c->allow_other = 1;
+		return 1; /* noted, and left for libfuse */
 	case FUSE_OPT_KEY_NONOPT:
 		/* mount.fuse3 passes SOURCE MOUNTPOINT: the last one is the mount point. */
 		if (c->mountpoint) {
@@ -440,7 +445,7 @@ static void detach(struct fs_config *c)
 	if (chdir("/") < 0)
 		log_warn("chdir /: %s", strerror(errno));
 	if (c->logfile)
-		logfd = open(c->logfile, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+		logfd = open(c->logfile, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
 	if (null >= 0) {
 		dup2(null, STDIN_FILENO);
 		dup2(null, STDOUT_FILENO);
@@ -450,6 +455,26 @@ static void detach(struct fs_config *c)
 	}
 	if (logfd > STDERR_FILENO)
 		close(logfd);
+}
+
+/*
+ * Once the stores are open the daemon has its own copies of the S3
+ * credentials: wipe them from the environment block, which stays readable
+ * in /proc/PID/environ, and keep the process from dumping core or being
+ * traced by its user while it holds them.
+ */
+static void hide_secrets(const struct fs_config *c)
+{
+	static const char *const vars[] = {"AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"};
+
+	for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++) {
+		char *v = getenv(vars[i]);
+
+		if (v)
+			explicit_bzero(v, strlen(v));
+	}
+	if (c->s3_secret && prctl(PR_SET_DUMPABLE, 0) != 0)
+		log_warn("cannot turn off core dumps: %s", strerror(errno));
 }
 
 static int run(struct fs *fs, struct fuse_session *se, struct fuse_cmdline_opts *fo,
@@ -462,6 +487,10 @@ static int run(struct fs *fs, struct fuse_session *se, struct fuse_cmdline_opts 
 	ret = open_stores(fs, err, sizeof(err));
 	if (ret)
 		goto fail;
+	hide_secrets(c);
+	if (c->no_default_permissions && c->allow_other)
+		log_warn("allow_other with no_default_permissions: tensorfs checks no "
+			 "permissions itself, so every local user can read and write every file");
 	if (fs_prefetch_start(fs) < 0 || fs_ctl_start(fs) < 0) {
 		snprintf(err, sizeof(err), "cannot start the prefetch or rates thread");
 		ret = -EAGAIN;

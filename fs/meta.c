@@ -112,7 +112,7 @@ static int take_lock(struct fs_meta *m, const char *dir, char *err, size_t errle
 	char path[4200], buf[32];
 
 	snprintf(path, sizeof(path), "%s/lock", dir);
-	m->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	m->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
 	if (m->lock_fd < 0) {
 		snprintf(err, errlen, "meta folder %s: cannot create its lock file: %s", dir,
 			 strerror(errno));

@@ -31,6 +31,7 @@ struct fs_config {
 	char *source, *mountpoint;
 	int no_default_permissions;
 	int use_syslog; /* -o syslog */
+	int allow_other; /* seen in -o, and passed on to libfuse */
 	int show_help, show_version;
 
 	/* resolved */

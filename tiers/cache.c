@@ -597,6 +597,19 @@ static uint64_t space_avail(struct tb_store *s)
 }
 
 /* Reserve n blocks; waits for pending frees to come back through a sync. */
+/*
+ * Why no block can be had: -EIO when a device that is out after errors
+ * holds the missing space (the application should see an I/O error, not
+ * a full filesystem), else -ENOSPC.
+ */
+static int no_space_err(struct tb_store *s)
+{
+	for (unsigned i = 0; i < s->n_devs; i++)
+		if (dev_out(s->dev[i]))
+			return -EIO;
+	return -ENOSPC;
+}
+
 static int reserve_blocks(struct tb_store *s, uint64_t n)
 {
 	for (int tries = 0; tries < 4; tries++) {
@@ -616,7 +629,7 @@ static int reserve_blocks(struct tb_store *s, uint64_t n)
 			if (pthread_cond_timedwait(&s->space_cv, &s->lock, &ts) == ETIMEDOUT)
 				break;
 	}
-	return -ENOSPC;
+	return no_space_err(s);
 }
 
 static void make_dirty(struct tb_store *s, struct tb_entry *e)
@@ -1276,7 +1289,7 @@ static int place(struct tb_store *s, uint64_t *loc)
 		total -= w[best];
 		w[best] = 0;
 	}
-	return -ENOSPC;
+	return no_space_err(s);
 }
 
 /* Put a WB entry back to DIRTY after a failure. Lock held. */

@@ -456,6 +456,16 @@ uint64_t dev_free_slots(struct tb_dev *d)
 	return n;
 }
 
+bool dev_out(struct tb_dev *d)
+{
+	bool out;
+
+	pthread_mutex_lock(&d->lock);
+	out = d->health == DEV_DOWN && dev_now_ns() - d->down_ns < RETRY_DOWN_NS;
+	pthread_mutex_unlock(&d->lock);
+	return out;
+}
+
 double dev_weight(struct tb_dev *d)
 {
 	double w;

@@ -121,6 +121,8 @@ int dev_mark(struct tb_dev *d, uint64_t slot);
 /* A device said ENOSPC: it takes no new blocks until a slot is freed or a while has passed. */
 void dev_set_full(struct tb_dev *d);
 uint64_t dev_free_slots(struct tb_dev *d);
+/* Down after errors and not yet due for another try: its space is out of reach. */
+bool dev_out(struct tb_dev *d);
 /* Weight for placement: the cap or the measured bandwidth; 0 when down. */
 double dev_weight(struct tb_dev *d);
 void dev_get_stats(struct tb_dev *d, struct tb_dev_stats *st);
