@@ -21,7 +21,7 @@
 : "${FSX:?FSX must name the fsx binary}"
 [ -x "$FSX" ] || skip "no fsx binary at $FSX"
 
-FSX_OPS=${FSX_OPS:-20000}
+FSX_OPS=${FSX_OPS:-12000}
 REMOUNT_EVERY=$((FSX_OPS / 4))
 SEED0=${FSX_SEED:-$(((RANDOM << 15 | RANDOM) % 1000000000))}
 FSX_PID=""

@@ -34,6 +34,11 @@ head -c 8M /dev/urandom >"$T/data"
 cp "$T/data" "$MNT/f" && sync "$MNT/f" || fail "write through s3 with a session token"
 [ "$(tfs_stat_json tiers s3 write_bytes)" -gt 0 ] || fail "nothing was written to s3"
 check_no_leak "credentials from the environment"
+# The daemon wipes the secrets from its environment block and may not dump core.
+tr '\0' '\n' </proc/"$TFS_PID"/environ >"$T/environ" || fail "cannot read the daemon's environ"
+grep -qF "$S3_SECRET" "$T/environ" && fail "the secret key is in /proc/PID/environ"
+grep -qF "$S3_TOKEN" "$T/environ" && fail "the session token is in /proc/PID/environ"
+grep -q '^AWS_ACCESS_KEY_ID=' "$T/environ" || fail "the environ check read the wrong process"
 tfs_umount || fail "tensorfs exited $? after unmount"
 s3_secret_leaks "$LOG"
 
