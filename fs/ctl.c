@@ -272,11 +272,14 @@ static json_t *stats_json(struct fs *fs)
 	json_object_set_new(cj, "policy", json_string(policy_names[fs->cfg->policy]));
 	json_object_set_new(cj, "hot_bytes", json_integer((json_int_t)st->hot_bytes));
 	json_object_set_new(cj, "ghost_hits", json_integer((json_int_t)st->ghost_hits));
+	json_object_set_new(cj, "unsynced_blocks", json_integer((json_int_t)st->unsynced_blocks));
+	json_object_set_new(cj, "expired_bytes", json_integer((json_int_t)st->expired_bytes));
 	json_object_set_new(
 		root, "prefetch",
-		json_pack("{sIsIsIsIsf}", "issued", (json_int_t)st->prefetch_issued, "used",
+		json_pack("{sIsIsIsIsIsf}", "issued", (json_int_t)st->prefetch_issued, "used",
 			  (json_int_t)st->prefetch_used, "wasted", (json_int_t)st->prefetch_wasted,
-			  "late", (json_int_t)st->prefetch_late, "accuracy",
+			  "late", (json_int_t)st->prefetch_late, "refused",
+			  (json_int_t)st->prefetch_refused, "accuracy",
 			  st->prefetch_issued
 				  ? (double)st->prefetch_used / (double)st->prefetch_issued
 				  : 0.0));

@@ -2,16 +2,19 @@
  * learn.c - the access-trace learner: finds the cycle in which an offloader
  * touches its swap files, and ranks files by when they will be used next.
  *
- * A file is "touched" when a read or write reaches it after other files were
- * used. A touch within REPEAT_GAP touches of the file's last one (two
- * readers taking turns) is the same use and is not recorded; a file read and
- * later written back in one optimizer step is recorded twice, which only
- * makes the cycle longer. The recorded sequence is kept in a ring. When a file
- * comes back, the distance to its last record is a candidate period; it is
- * accepted when the records before it match the records one period earlier.
- * Each record also checks the previous prediction, and the hit rate (a
- * moving average) is the confidence: a skipped or an extra file lowers it a
- * little, a different workload lowers it until the cycle is dropped.
+ * A file is "used" when a read or write reaches it after it has been left
+ * alone for a while: while more than REPEAT_MIN bytes (or a quarter of the
+ * file) went to other files. Requests of two swappers, ranks or aio
+ * threads that take turns on several files are so one use of each, and a
+ * file read and later written back in one optimizer step is two uses. The
+ * sequence of uses is kept in a ring. When a file comes back, the distance
+ * to its last record is a candidate period; it is accepted when the records
+ * before it match the records one period earlier, each within a few
+ * records (JITTER, or an eighth of the period) of where the period puts it, since concurrent streams reach their
+ * files in a slightly different order each time. Each record also checks
+ * the previous prediction, and the hit rate (a moving average) is the
+ * confidence: a skipped or an extra file lowers it a little, a different
+ * workload lowers it until the cycle is dropped.
  *
  * With a cycle known, a file last recorded at position p is next used at
  * p + period; the block cache evicts the blocks used furthest ahead first.
@@ -22,7 +25,10 @@
 #include <string.h>
 
 #define RING 8192	    /* records kept */
-#define REPEAT_GAP 2	    /* touches within this many are one use */
+#define REPEAT_MIN (8ULL << 20) /* bytes to other files that end a file's use, at least */
+#define REPEAT_SHARE 4	    /* or this fraction of the file's size */
+#define JITTER 8	    /* records a file may be early or late in the cycle, at most */
+#define JITTER_SHARE 8	    /* and at most this fraction of the period */
 #define MATCH_WINDOW 32	    /* records compared to accept a period */
 #define MATCH_SHARE 0.9	    /* of them that must match */
 #define CONF_ALPHA 0.1	    /* weight of the latest prediction */
@@ -32,7 +38,7 @@
 
 struct learn_file {
 	uint64_t ino;
-	uint64_t last_touch; /* touch counter at its last touch */
+	uint64_t last_clock; /* the byte clock at its last touch */
 	uint64_t last_pos;   /* record index of its last record, or UINT64_MAX */
 	uint64_t pos[POSITIONS]; /* its last records, newest first; UINT64_MAX unused */
 	uint64_t size;
@@ -96,15 +102,36 @@ static uint64_t at(const struct fs_learner *l, uint64_t pos)
 	return l->ring[pos % RING];
 }
 
+/* How early or late a file may come in a cycle of p records: a small part of it. */
+static uint64_t jitter(uint64_t p)
+{
+	return p / JITTER_SHARE < JITTER ? p / JITTER_SHARE : JITTER;
+}
+
+/* Whether ino was recorded within j records of position pos. */
+static bool recorded_near(const struct fs_learner *l, uint64_t ino, uint64_t pos, uint64_t j)
+{
+	uint64_t lo = pos > j ? pos - j : 0, hi = pos + j;
+
+	if (hi >= l->n)
+		hi = l->n - 1;
+	if (l->n - lo > RING)
+		lo = l->n - RING;
+	for (uint64_t i = lo; i <= hi; i++)
+		if (at(l, i) == ino)
+			return true;
+	return false;
+}
+
 /* Does the period p explain the records before the newest one? */
 static bool period_fits(const struct fs_learner *l, uint64_t p)
 {
 	uint64_t window = p < MATCH_WINDOW ? p : MATCH_WINDOW, match = 0;
 
-	if (p == 0 || p >= RING / 2 || l->n < p + window)
+	if (p == 0 || p >= RING / 2 || l->n < p + window + jitter(p))
 		return false;
 	for (uint64_t j = 1; j <= window; j++)
-		match += at(l, l->n - j) == at(l, l->n - j - p);
+		match += recorded_near(l, at(l, l->n - j), l->n - j - p, jitter(p));
 	return match >= MATCH_SHARE * (double)window;
 }
 
@@ -145,7 +172,8 @@ static void find_period(struct fs_learner *l, struct learn_file *f)
 static void record(struct fs_learner *l, struct learn_file *f)
 {
 	if (l->period) {
-		bool hit = l->n >= l->period && at(l, l->n - l->period) == f->ino;
+		bool hit = l->n >= l->period &&
+			   recorded_near(l, f->ino, l->n - l->period, jitter(l->period));
 
 		l->confidence = (1 - CONF_ALPHA) * l->confidence + CONF_ALPHA * (hit ? 1 : 0);
 		if (l->confidence < CONF_KEEP)
@@ -162,21 +190,30 @@ static void record(struct fs_learner *l, struct learn_file *f)
 		l->bytes = cycle_bytes(l);
 }
 
-void fs_learn_touch(struct fs_learner *l, uint64_t ino, uint64_t size)
+void fs_learn_touch(struct fs_learner *l, uint64_t ino, uint64_t size, uint64_t len)
 {
-	struct learn_file *f;
+	uint64_t clock = __atomic_add_fetch(&l->clock, len, __ATOMIC_RELAXED) - len;
+	struct learn_file *f, *prev;
 
 	if (__atomic_load_n(&l->last_ino, __ATOMIC_RELAXED) == ino)
 		return; /* the same file again: the common case, no lock */
 	pthread_mutex_lock(&l->lock);
+	/* The file touched before was in use until now. */
+	prev = file_find(l, l->last_ino);
+	if (prev && prev->last_clock < clock)
+		prev->last_clock = clock;
 	__atomic_store_n(&l->last_ino, ino, __ATOMIC_RELAXED);
 	l->touches++;
 	f = file_get(l, ino);
 	if (f) {
+		uint64_t gap;
+
 		f->size = size;
-		if (f->last_pos == UINT64_MAX || l->touches - f->last_touch > REPEAT_GAP)
+		gap = size / REPEAT_SHARE > REPEAT_MIN ? size / REPEAT_SHARE : REPEAT_MIN;
+		if (f->last_pos == UINT64_MAX || clock > f->last_clock + gap)
 			record(l, f);
-		f->last_touch = l->touches;
+		if (f->last_clock < clock)
+			f->last_clock = clock;
 	}
 	pthread_mutex_unlock(&l->lock);
 }

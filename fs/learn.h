@@ -18,6 +18,7 @@ struct fs_learner {
 	uint64_t *ring;	      /* recorded files, by record index % size */
 	uint64_t n;	      /* records so far */
 	uint64_t touches;
+	uint64_t clock;	      /* atomic: bytes read and written so far */
 	uint64_t period;      /* files in the cycle; 0 while none is known */
 	uint64_t bytes;	      /* bytes of the files of one cycle */
 	double confidence;    /* moving hit rate of the predictions */
@@ -32,8 +33,8 @@ struct fs_learn_stats {
 
 int fs_learn_init(struct fs_learner *l);
 void fs_learn_fini(struct fs_learner *l);
-/* A read or write reached file ino (of this size). */
-void fs_learn_touch(struct fs_learner *l, uint64_t ino, uint64_t size);
+/* A read or write of len bytes reached file ino (of this size). */
+void fs_learn_touch(struct fs_learner *l, uint64_t ino, uint64_t size, uint64_t len);
 /* Records until ino is used again, or FS_LEARN_UNKNOWN without a cycle. */
 uint64_t fs_learn_distance(struct fs_learner *l, uint64_t ino);
 void fs_learn_stats(struct fs_learner *l, struct fs_learn_stats *st);

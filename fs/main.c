@@ -45,6 +45,7 @@ static const struct fuse_opt tfs_opts[] = {
 	OPT("queue_depth=%s", qd_s),
 	OPT("flush_delay_ms=%s", flush_delay_s),
 	OPT("sync_interval_ms=%s", sync_interval_s),
+	OPT("dirty_expire_ms=%s", dirty_expire_s),
 	OPT("logfile=%s", logfile),
 	OPT("log_level=%s", log_level_s),
 	FUSE_OPT_KEY("remote=", KEY_REMOTE),
@@ -98,7 +99,10 @@ static void usage(const char *prog)
 	       "    -o nvme_engine=E       auto, io_uring or libaio (default auto: io_uring, "
 	       "else libaio)\n"
 	       "    -o dirty=SIZE          dirty data high-water mark; writers wait above it\n"
-	       "                           (default: half of dram)\n"
+	       "                           (default: all of dram but a clean reserve of 1/8)\n"
+	       "    -o dirty_expire_ms=N   write back a block dirty this long even if it could\n"
+	       "                           stay in DRAM: bounds what a crash loses without fsync\n"
+	       "                           (30000; 0: only fsync, eviction and unmount)\n"
 	       "    -o queue_depth=N       I/Os in flight per nvme folder (default 32)\n"
 	       "    -o flush_delay_ms=N    how long a partly written block waits before "
 	       "write-back (100)\n"
@@ -289,11 +293,11 @@ static int owner_dedup_find(void *ctx, const uint8_t *hash, uint64_t *id, uint64
 	return ret;
 }
 
-static bool owner_cycle_known(void *ctx)
+static uint64_t owner_cycle_period(void *ctx)
 {
 	struct fs *fs = ctx;
 
-	return __atomic_load_n(&fs->learn.period, __ATOMIC_RELAXED) != 0;
+	return __atomic_load_n(&fs->learn.period, __ATOMIC_RELAXED);
 }
 
 static uint64_t owner_next_use(void *ctx, uint64_t obj)
@@ -341,7 +345,7 @@ static int open_stores(struct fs *fs, char *err, size_t errlen)
 	struct fs_config *c = fs->cfg;
 	struct tb_config tc = {0};
 	struct tb_owner owner = {fs,	     owner_resolve,	 owner_commit, owner_dedup_find,
-				 owner_sync, owner_cycle_known, owner_next_use};
+				 owner_sync, owner_cycle_period, owner_next_use};
 	struct locvec freed = {0};
 	char store_id[40];
 	uint64_t orphans;
@@ -364,6 +368,7 @@ static int open_stores(struct fs *fs, char *err, size_t errlen)
 	tc.engine = c->engine;
 	tc.queue_depth = c->queue_depth;
 	tc.flush_delay_ms = c->flush_delay_ms;
+	tc.dirty_expire_ms = c->dirty_expire_ms;
 	tc.sync_interval_ms = c->sync_interval_ms;
 	tc.max_pinned = max_pinned(c, bs);
 	tc.dedup = c->dedup;

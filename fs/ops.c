@@ -1112,11 +1112,11 @@ static void read_blk_ready(struct tb_waiter *w, int err)
 }
 
 /* Tell the learner; when it records a step of a known cycle, wake the prefetcher. */
-static void learn_touch(struct fs *fs, uint64_t ino, uint64_t size)
+static void learn_touch(struct fs *fs, uint64_t ino, uint64_t size, uint64_t len)
 {
 	uint64_t gen = __atomic_load_n(&fs->learn.generation, __ATOMIC_RELAXED);
 
-	fs_learn_touch(&fs->learn, ino, size);
+	fs_learn_touch(&fs->learn, ino, size, len);
 	if (__atomic_load_n(&fs->learn.generation, __ATOMIC_RELAXED) != gen &&
 	    __atomic_load_n(&fs->learn.period, __ATOMIC_RELAXED))
 		fs_prefetch_kick(fs);
@@ -1140,9 +1140,12 @@ static void fs_readahead(struct fs *fs, struct fs_inode *in, uint64_t off, size_
 	first = (off + size - 1) / fs->bs + 1;
 	last = first + (fs->cfg->readahead + fs->bs - 1) / fs->bs;
 	end_blk = (fsize + fs->bs - 1) / fs->bs;
-	for (uint64_t b = first; b < last && b < end_blk; b++)
-		if (tb_prefetch(fs->tb, in->ino, b) == -EAGAIN)
-			break;
+	for (uint64_t b = first; b < last && b < end_blk; b++) {
+		int ret = tb_prefetch(fs->tb, in->ino, b);
+
+		if (ret == -EAGAIN || ret == -EBUSY)
+			break; /* no room now, or every slot is needed sooner */
+	}
 }
 
 static void fs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
@@ -1174,7 +1177,7 @@ static void fs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	}
 	if ((uint64_t)off + size > fsize)
 		size = (size_t)(fsize - (uint64_t)off);
-	learn_touch(fs, ino, fsize);
+	learn_touch(fs, ino, fsize, size);
 
 	uint64_t first = (uint64_t)off / fs->bs, last = ((uint64_t)off + size - 1) / fs->bs;
 	unsigned nblk = (unsigned)(last - first + 1);
@@ -1236,7 +1239,7 @@ static void fs_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 		reply_err(fs, req, ret);
 		return;
 	}
-	learn_touch(fs, ino, (uint64_t)off + size);
+	learn_touch(fs, ino, (uint64_t)off + size, size);
 	pthread_rwlock_rdlock(&in->io);
 	ret = write_data(fs, in, buf, size, off);
 	pthread_rwlock_unlock(&in->io);

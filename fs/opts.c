@@ -26,6 +26,7 @@
 #define DEF_QUEUE_DEPTH 32
 #define DEF_FLUSH_DELAY_MS 100
 #define DEF_SYNC_INTERVAL_MS 1000
+#define DEF_DIRTY_EXPIRE_MS 30000 /* as the kernel's dirty_expire_centisecs */
 #define DRAM_SHARE_OF_AVAILABLE 4 /* a quarter */
 #define DEF_LOG_LEVEL 2		  /* info */
 #define DEF_REGION "us-east-1"
@@ -105,6 +106,7 @@ static int on_ini_value(void *user, const char *section, const char *name, const
 		    {"queue_depth", &c->qd_s},
 		    {"flush_delay_ms", &c->flush_delay_s},
 		    {"sync_interval_ms", &c->sync_interval_s},
+		    {"dirty_expire_ms", &c->dirty_expire_s},
 		    {"logfile", &c->logfile},
 		    {"log_level", &c->log_level_s},
 		    {"endpoint", &c->endpoint_s},
@@ -504,6 +506,10 @@ int fs_config_resolve(struct fs_config *c, char *err, size_t errlen)
 	c->flush_delay_ms = DEF_FLUSH_DELAY_MS;
 	if (c->flush_delay_s && parse_uint(c->flush_delay_s, 0, 60000, &c->flush_delay_ms) < 0)
 		return bad(err, errlen, "flush_delay_ms", c->flush_delay_s, "must be 0 to 60000");
+	c->dirty_expire_ms = DEF_DIRTY_EXPIRE_MS;
+	if (c->dirty_expire_s && parse_uint(c->dirty_expire_s, 0, 86400000, &c->dirty_expire_ms) < 0)
+		return bad(err, errlen, "dirty_expire_ms", c->dirty_expire_s,
+			   "must be 0 (no age limit) to 86400000");
 	c->sync_interval_ms = DEF_SYNC_INTERVAL_MS;
 	if (c->sync_interval_s &&
 	    parse_uint(c->sync_interval_s, 10, 600000, &c->sync_interval_ms) < 0)
@@ -637,7 +643,7 @@ void fs_config_free(struct fs_config *c)
 			 &c->remote_cap_s,    &c->s3_key,	   &c->s3_token,  &c->s3_bucket,
 			 &c->s3_prefix,	      &c->s3_bw_s,	   &c->s3_cap_s,  &c->pfs_bw_s,
 			 &c->pfs_cap_s,	      &c->dedup_s,	   &c->policy_s,  &c->readahead_s,
-			 &c->prefetch_s, &c->cuda_s};
+			 &c->prefetch_s, &c->cuda_s, &c->dirty_expire_s};
 
 	if (c->s3_secret) {
 		/* Do not leave the secret in freed memory. */

@@ -54,8 +54,16 @@
 #define FLUSH_SCAN_MAX 4096
 #define COMMIT_BATCH_MAX 1024
 #define PREFETCH_SHARE 8 /* prefetches in flight hold at most 1/8 of the slots */
+#define PREFETCH_DEPTH_SHARE 32 /* blocks ahead of their readers: 1/32 of the slots */
+#define PREFETCH_DEPTH_MIN 4
 #define SECTOR 1024	 /* granularity of a partial block's written map */
 #define EVICT_SAMPLE 32	 /* candidates a sampled eviction compares */
+#define RANK_MAX 4096	 /* objects the cycle's eviction order ranks */
+#define IN_USE_RECENT 2	 /* an object recorded this recently is in use now */
+#define CLEAN_KICK 8	 /* evictions under the cycle between the flusher's looks */
+#define CLEAN_LOW_SHARE 16 /* the flusher keeps 1/16 to 1/8 of the slots clean */
+#define CLEAN_LOW_MIN 2
+#define BUSY_RETRY_MS 10 /* a dirty block pinned by a writer is looked at again after */
 #define IO_ALIGN 4096	 /* O_DIRECT alignment of a merge's bounce buffer */
 
 enum entry_state { ES_FREE, ES_LOADING, ES_CLEAN, ES_DIRTY, ES_WB };
@@ -101,6 +109,9 @@ struct tb_obj {
 	uint64_t obj;
 	struct tb_entry *head;
 	unsigned n;
+	unsigned nclean;   /* CLEAN entries in its list */
+	uint64_t last_idx; /* block of its latest pin: a reader's position */
+	struct tb_obj *lprev, *lnext; /* the store's list of objects */
 	int wb_err; /* reported once by the next tb_flush_obj */
 	bool pinned; /* its blocks stay resident (tb_pin_obj) */
 	struct tb_obj *hnext;
@@ -130,11 +141,19 @@ struct tb_store {
 	uint64_t hash_mask;
 	struct tb_obj **ohash;
 	uint64_t ohash_mask;
+	struct tb_obj *objs;   /* every object, for the cycle's eviction order */
+	uint64_t nobjs;
+	struct rank *rank;     /* RANK_MAX, scratch of rank_objects */
+	struct tb_entry **scratch; /* nslots, scratch of the flusher's victim choice */
 	struct elist free_list, dirty_list;
 	struct tb_entry *done; /* finished write I/O, for the flusher */
 	uint32_t clock_hand;
 	uint64_t ndirty;       /* DIRTY + WB */
+	uint64_t nclean;       /* CLEAN */
 	uint64_t dirty_max;
+	uint64_t clean_low, clean_high; /* free or clean slots the flusher keeps */
+	uint64_t evict_since_clean; /* evictions since the flusher last chose victims */
+	bool due_scan;	       /* dirty blocks are urgent or retrying: walk the whole list */
 	uint64_t reserved;     /* blocks reserved by DIRTY entries */
 	uint64_t wb_inflight, wb_max;
 	uint64_t dirty_seq;
@@ -152,6 +171,7 @@ struct tb_store {
 	/* statistics, under lock */
 	uint64_t hits, misses, evictions, holes, wb_errors, syncs, bp_waits;
 	uint64_t prefetch_inflight, prefetch_max;
+	uint64_t n_pf, pf_depth; /* blocks loaded ahead and not yet read, and their bound */
 	uint64_t *sector_bits; /* one bitmap per slot */
 	size_t sector_words;
 	uint32_t nsectors;
@@ -165,9 +185,10 @@ struct tb_store {
 	uint32_t n_hot;
 	uint64_t ghost_hits;
 	uint64_t n_pinned_res, pin_limit; /* resident blocks of pinned objects */
-	uint64_t pf_issued, pf_used, pf_wasted, pf_late;
+	uint64_t pf_issued, pf_used, pf_wasted, pf_late, pf_refused;
 	uint64_t dram_read_bytes, dram_write_bytes, dram_read_ops, dram_write_ops;
 	uint64_t wb_bytes;
+	uint64_t expired; /* write-backs started by the age limit */
 	long wb_log_sec;
 };
 
@@ -261,6 +282,11 @@ static struct tb_obj *obj_get(struct tb_store *s, uint64_t obj)
 	b = &s->ohash[mix(obj, 0) & s->ohash_mask];
 	o->hnext = *b;
 	*b = o;
+	o->lnext = s->objs;
+	if (s->objs)
+		s->objs->lprev = o;
+	s->objs = o;
+	s->nobjs++;
 	return o;
 }
 
@@ -273,6 +299,13 @@ static void obj_maybe_free(struct tb_store *s, struct tb_obj *o)
 	for (p = &s->ohash[mix(o->obj, 0) & s->ohash_mask]; *p != o; p = &(*p)->hnext)
 		;
 	*p = o->hnext;
+	if (o->lprev)
+		o->lprev->lnext = o->lnext;
+	else
+		s->objs = o->lnext;
+	if (o->lnext)
+		o->lnext->lprev = o->lprev;
+	s->nobjs--;
 	free(o);
 }
 
@@ -385,6 +418,8 @@ static void entry_unhash(struct tb_store *s, struct tb_entry *e)
 		;
 	*p = e->hnext;
 	e->in_hash = false;
+	if (e->state == ES_CLEAN)
+		o->nclean--;
 	if (e->oprev)
 		e->oprev->onext = e->onext;
 	else
@@ -398,12 +433,41 @@ static void entry_unhash(struct tb_store *s, struct tb_entry *e)
 	obj_maybe_free(s, o);
 }
 
+/*
+ * Move e to state st, keeping the counts of CLEAN entries (the store's and
+ * its object's) that eviction and the flusher's cleaning go by.
+ */
+static void set_state(struct tb_store *s, struct tb_entry *e, enum entry_state st)
+{
+	if (e->state == ES_CLEAN) {
+		s->nclean--;
+		if (e->in_hash)
+			e->o->nclean--;
+	}
+	if (st == ES_CLEAN) {
+		s->nclean++;
+		if (e->in_hash)
+			e->o->nclean++;
+	}
+	e->state = st;
+}
+
 /* ---- slots ---- */
+
+/* e was loaded ahead of use and is now read, dirtied or gone. */
+static void pf_clear(struct tb_store *s, struct tb_entry *e)
+{
+	if (e->prefetched) {
+		e->prefetched = false;
+		s->n_pf--;
+	}
+}
 
 static void entry_free(struct tb_store *s, struct tb_entry *e)
 {
+	pf_clear(s, e);
 	leave(s, e, false);
-	e->state = ES_FREE;
+	set_state(s, e, ES_FREE);
 	e->dead = false;
 	e->loc = TB_LOC_NONE;
 	elist_append(&s->free_list, e);
@@ -440,45 +504,111 @@ static struct tb_entry *victim_clock(struct tb_store *s)
 }
 
 /*
- * Sampled policies, as Redis samples for LRU: look at up to EVICT_SAMPLE
- * clean, unpinned entries from the hand on and evict the best of them.
- *   lru   the least recently used
- *   cycle the one whose object the owner expects to use furthest ahead
- *         (Belady's rule on the learned cycle); within an object, the
- *         highest block; a prefetched block not yet read is kept.
+ * LRU, sampled as Redis samples it: look at up to EVICT_SAMPLE clean,
+ * unpinned entries from the hand on and evict the least recently used.
  */
-static struct tb_entry *victim_sampled(struct tb_store *s, bool cycle)
+static struct tb_entry *victim_lru(struct tb_store *s)
 {
 	struct tb_entry *best = NULL;
-	uint64_t best_key = 0;
 	unsigned seen = 0;
 
 	for (uint64_t step = 0; step < s->nslots && seen < EVICT_SAMPLE; step++) {
 		struct tb_entry *e = &s->entries[s->clock_hand];
-		uint64_t key;
 
 		s->clock_hand = (s->clock_hand + 1) % s->nslots;
 		if (!evictable(s, e))
 			continue;
 		seen++;
-		if (!cycle) {
-			key = UINT64_MAX - e->last_use; /* older: larger */
-		} else if (e->prefetched) {
-			key = 0;
-		} else {
-			uint64_t d = s->owner.next_use(s->owner.ctx, e->obj);
-
-			/* Unknown objects go first; then the furthest next use. */
-			key = d == UINT64_MAX ? UINT64_MAX
-					      : (d < (1ULL << 40) ? d : (1ULL << 40)) << 20 |
-							(e->idx & ((1ULL << 20) - 1));
-		}
-		if (!best || key > best_key) {
+		if (!best || e->last_use < best->last_use)
 			best = e;
-			best_key = key;
-		}
 	}
 	return best;
+}
+
+/*
+ * Belady's rule on the learned cycle. The owner ranks objects by how many
+ * uses ahead each is needed next; the cache evicts from the object needed
+ * furthest ahead (unknown objects first), and within an object the highest
+ * block first, since files are read from the start. An object in use right
+ * now is a whole period ahead by that count, but the blocks past its
+ * reader's position are needed now: those are kept, and so are prefetched
+ * blocks not yet read. Objects are ranked afresh for each choice; their
+ * number is what is resident, tens to thousands, and at most RANK_MAX of
+ * them are looked at.
+ */
+struct rank {
+	struct tb_obj *o;
+	uint64_t d; /* uses until its next use; UINT64_MAX unknown */
+};
+
+static int rank_cmp(const void *a, const void *b)
+{
+	const struct rank *x = a, *y = b;
+
+	if (x->d != y->d)
+		return x->d > y->d ? -1 : 1;
+	/* At equal distance the object with more clean blocks: they cost no write. */
+	return x->o->nclean > y->o->nclean ? -1 : x->o->nclean < y->o->nclean;
+}
+
+static bool obj_protected(const struct tb_store *s, const struct tb_obj *o)
+{
+	return o->pinned && s->n_pinned_res <= s->pin_limit;
+}
+
+/* Objects furthest ahead first; with_dirty counts objects holding only dirty blocks. */
+static size_t rank_objects(struct tb_store *s, bool with_dirty)
+{
+	size_t n = 0;
+
+	for (struct tb_obj *o = s->objs; o && n < RANK_MAX; o = o->lnext) {
+		if (!(with_dirty ? o->n : o->nclean) || obj_protected(s, o))
+			continue;
+		s->rank[n].o = o;
+		s->rank[n].d = s->owner.next_use(s->owner.ctx, o->obj);
+		n++;
+	}
+	qsort(s->rank, n, sizeof(*s->rank), rank_cmp);
+	return n;
+}
+
+/* Whether e lies ahead of its object's reader, the object being in use now. */
+static bool ahead_of_reader(const struct tb_entry *e, uint64_t d, uint64_t period)
+{
+	return d != UINT64_MAX && d + IN_USE_RECENT >= period && e->idx > e->o->last_idx;
+}
+
+/* The object's best victim: its highest evictable block, kept ones only if any. */
+static struct tb_entry *obj_victim(struct tb_store *s, struct tb_obj *o, uint64_t d,
+				   uint64_t period, bool any)
+{
+	struct tb_entry *best = NULL;
+
+	for (struct tb_entry *e = o->head; e; e = e->onext) {
+		if (!evictable(s, e))
+			continue;
+		if (!any && (e->prefetched || ahead_of_reader(e, d, period)))
+			continue;
+		if (!best || e->idx > best->idx)
+			best = e;
+	}
+	return best;
+}
+
+static struct tb_entry *victim_cycle(struct tb_store *s, uint64_t period, uint64_t *dist)
+{
+	size_t n = rank_objects(s, false);
+
+	for (int any = 0; any < 2; any++)
+		for (size_t i = 0; i < n; i++) {
+			struct tb_entry *e = obj_victim(s, s->rank[i].o, s->rank[i].d, period, any);
+
+			if (e) {
+				*dist = any ? 0 : s->rank[i].d;
+				return e;
+			}
+		}
+	return NULL;
 }
 
 /*
@@ -515,51 +645,89 @@ static struct tb_entry *victim_2q(struct tb_store *s)
 	return lru_hot ? lru_hot : old_in;
 }
 
-static struct tb_entry *pick_victim(struct tb_store *s)
+static uint64_t cycle_period(struct tb_store *s)
 {
+	if (s->cfg.policy != TB_POLICY_AUTO || !s->owner.next_use || !s->owner.cycle_period)
+		return 0;
+	return s->owner.cycle_period(s->owner.ctx);
+}
+
+/*
+ * The clean entry to evict by the policy. *dist, when the cycle ranks it,
+ * is how many uses ahead its block is needed (UINT64_MAX otherwise).
+ */
+static struct tb_entry *pick_victim(struct tb_store *s, uint64_t *dist)
+{
+	uint64_t period;
+
+	*dist = UINT64_MAX;
 	switch (s->cfg.policy) {
 	case TB_POLICY_LRU:
-		return victim_sampled(s, false);
+		return victim_lru(s);
 	case TB_POLICY_CLOCK:
 		return victim_clock(s);
 	case TB_POLICY_2Q:
 		return victim_2q(s);
 	default:
-		if (s->owner.next_use && s->owner.cycle_known && s->owner.cycle_known(s->owner.ctx))
-			return victim_sampled(s, true);
-		return victim_2q(s);
+		period = cycle_period(s);
+		return period ? victim_cycle(s, period, dist) : victim_2q(s);
 	}
+}
+
+/*
+ * The flusher keeps clean_high free or clean slots ahead of need; wake it
+ * when they run short, and after every few evictions while a cycle ranks
+ * the victims, since each use moves which blocks lie furthest ahead.
+ */
+static void kick_cleaner(struct tb_store *s, bool evicted)
+{
+	if (s->free_list.n + s->nclean < s->clean_high ||
+	    (evicted && ++s->evict_since_clean >= CLEAN_KICK))
+		pthread_cond_signal(&s->flush_cv);
+}
+
+/* Take e (free, or a clean victim) for a new block. */
+static struct tb_entry *entry_take(struct tb_store *s, struct tb_entry *e)
+{
+	bool evicted = e->state != ES_FREE;
+
+	if (!evicted) {
+		elist_remove(&s->free_list, e);
+	} else {
+		leave(s, e, true);
+		entry_unhash(s, e);
+		s->evictions++;
+		if (e->prefetched)
+			s->pf_wasted++;
+	}
+	pf_clear(s, e);
+	set_state(s, e, ES_FREE);
+	e->pins = e->wpins = 0;
+	e->err = 0;
+	e->retries = 0;
+	e->urgent = e->dead = e->reserved = false;
+	e->placeholder = e->partial = e->merging = false;
+	e->ref_bit = true;
+	e->fill = 0;
+	e->waiters = NULL;
+	e->loc = e->new_loc = TB_LOC_NONE;
+	kick_cleaner(s, evicted);
+	return e;
 }
 
 /* A free entry: a free slot, else a victim among clean unpinned ones. */
 static struct tb_entry *entry_alloc(struct tb_store *s)
 {
 	struct tb_entry *e = s->free_list.head;
+	uint64_t dist;
 
-	if (e) {
-		elist_remove(&s->free_list, e);
-		goto got;
-	}
-	e = pick_victim(s);
 	if (!e)
+		e = pick_victim(s, &dist);
+	if (!e) {
+		pthread_cond_signal(&s->flush_cv);
 		return NULL;
-	leave(s, e, true);
-	entry_unhash(s, e);
-	s->evictions++;
-	if (e->prefetched)
-		s->pf_wasted++;
-got:
-	e->state = ES_FREE;
-	e->pins = e->wpins = 0;
-	e->err = 0;
-	e->retries = 0;
-	e->urgent = e->dead = e->reserved = e->prefetched = false;
-	e->placeholder = e->partial = e->merging = false;
-	e->ref_bit = true;
-	e->fill = 0;
-	e->waiters = NULL;
-	e->loc = e->new_loc = TB_LOC_NONE;
-	return e;
+	}
+	return entry_take(s, e);
 }
 
 /* Wait for any slot; re-checks the hash, since the wait drops the lock. */
@@ -634,14 +802,17 @@ static int reserve_blocks(struct tb_store *s, uint64_t n)
 
 static void make_dirty(struct tb_store *s, struct tb_entry *e)
 {
-	e->prefetched = false;
-	e->state = ES_DIRTY;
+	pf_clear(s, e);
+	set_state(s, e, ES_DIRTY);
 	e->dirty_seq = ++s->dirty_seq;
 	e->dirty_ms = now_ms();
 	e->fill = 0;
 	e->reserved = true;
 	s->ndirty++;
 	elist_append(&s->dirty_list, e);
+	if (s->dirty_list.n == 1 && s->cfg.dirty_expire_ms)
+		pthread_cond_signal(&s->flush_cv); /* the flusher sleeps until the head ages */
+	kick_cleaner(s, false);
 }
 
 /* ---- I/O completions (device threads) ---- */
@@ -680,7 +851,7 @@ static void read_done(struct tb_io *r, int err)
 		s->prefetch_inflight--;
 		if (w) {
 			s->pf_late++; /* a demand read came before the prefetch finished */
-			e->prefetched = false;
+			pf_clear(s, e);
 			s->pf_used++;
 		}
 	}
@@ -691,7 +862,7 @@ static void read_done(struct tb_io *r, int err)
 		else
 			entry_free(s, e);
 	} else {
-		e->state = ES_CLEAN;
+		set_state(s, e, ES_CLEAN);
 		e->last_use = ++s->ticks;
 		pin_waiters(s, e, w);
 	}
@@ -737,12 +908,14 @@ static int start_load(struct tb_store *s, struct tb_entry *e, uint64_t obj, uint
 	uint64_t loc;
 	int ret;
 
-	e->state = ES_LOADING;
+	set_state(s, e, ES_LOADING);
 	ret = entry_insert(s, e, obj, idx);
 	if (ret < 0) {
 		entry_free(s, e);
 		return ret;
 	}
+	if (cls == IO_DEMAND)
+		e->o->last_idx = idx;
 	pthread_mutex_unlock(&s->lock);
 	ret = s->owner.resolve(s->owner.ctx, obj, idx, &loc);
 	if (ret == 0 && (tb_loc_dev(loc) >= s->n_devs))
@@ -755,6 +928,7 @@ static int start_load(struct tb_store *s, struct tb_entry *e, uint64_t obj, uint
 		}
 		if (cls == IO_PREFETCH) {
 			e->prefetched = true;
+			s->n_pf++;
 			s->prefetch_inflight++;
 		}
 		pthread_mutex_unlock(&s->lock);
@@ -920,9 +1094,10 @@ int tb_get(struct tb_store *s, uint64_t obj, uint64_t idx, struct tb_ref *ref,
 			e->pins++;
 			e->ref_bit = true;
 			e->last_use = ++s->ticks;
+			e->o->last_idx = idx;
 			s->hits++;
 			if (e->prefetched) {
-				e->prefetched = false;
+				pf_clear(s, e);
 				s->pf_used++;
 			}
 			pthread_mutex_unlock(&s->lock);
@@ -971,13 +1146,42 @@ void tb_put(struct tb_store *s, struct tb_ref *ref, size_t bytes_read)
 }
 
 /*
+ * Whether loading block idx of obj ahead of use is worth evicting v: only
+ * if v is needed later than the block brought in (the "do no harm" rule of
+ * integrated prefetching and caching, Cao, Felten, Karlin and Li), which
+ * the cycle tells; without one, a prefetch never displaces 2q's
+ * re-referenced set. An unknown block (outside the cycle: a hint, or a
+ * reader of another file) is taken as needed now.
+ */
+static bool prefetch_worth(struct tb_store *s, const struct tb_entry *v, uint64_t vdist,
+			   uint64_t obj, uint64_t idx)
+{
+	uint64_t period = cycle_period(s), d;
+	struct tb_obj *o;
+
+	if (!period)
+		return !v->hot;
+	if (vdist == UINT64_MAX)
+		return true;
+	d = s->owner.next_use(s->owner.ctx, obj);
+	if (d == UINT64_MAX)
+		return true;
+	o = obj_find(s, obj);
+	if (o && d + IN_USE_RECENT >= period && idx > o->last_idx)
+		d = 0; /* ahead of the reader of an object in use now */
+	return vdist > d;
+}
+
+/*
  * Start loading (obj, idx) ahead of use, in the prefetch class. Never waits:
- * 0 when issued or already cached, -EAGAIN when too many prefetches are in
- * flight, dirty data is at its mark, or no slot can be taken.
+ * 0 when issued or already cached; -EAGAIN when too many prefetches are in
+ * flight, dirty data is at its mark, or no clean slot is free yet; -EBUSY
+ * when every slot holds a block needed sooner than this one.
  */
 int tb_prefetch(struct tb_store *s, uint64_t obj, uint64_t idx)
 {
 	struct tb_entry *e;
+	uint64_t vdist;
 	int ret;
 
 	pthread_mutex_lock(&s->lock);
@@ -985,15 +1189,26 @@ int tb_prefetch(struct tb_store *s, uint64_t obj, uint64_t idx)
 		pthread_mutex_unlock(&s->lock);
 		return 0;
 	}
-	if (s->prefetch_inflight >= s->prefetch_max || s->ndirty >= s->dirty_max) {
+	if (s->prefetch_inflight >= s->prefetch_max || s->n_pf >= s->pf_depth ||
+	    s->ndirty >= s->dirty_max) {
 		pthread_mutex_unlock(&s->lock);
-		return -EAGAIN; /* try again once some have landed */
+		return -EAGAIN; /* try again once some have landed or been read */
 	}
-	e = entry_alloc(s);
+	e = s->free_list.head;
 	if (!e) {
-		pthread_mutex_unlock(&s->lock);
-		return -EAGAIN;
+		e = pick_victim(s, &vdist);
+		if (!e) {
+			pthread_cond_signal(&s->flush_cv);
+			pthread_mutex_unlock(&s->lock);
+			return -EAGAIN;
+		}
+		if (!prefetch_worth(s, e, vdist, obj, idx)) {
+			s->pf_refused++;
+			pthread_mutex_unlock(&s->lock);
+			return -EBUSY;
+		}
 	}
+	e = entry_take(s, e);
 	s->pf_issued++;
 	ret = start_load(s, e, obj, idx, NULL, IO_PREFETCH);
 	pthread_mutex_unlock(&s->lock);
@@ -1053,7 +1268,7 @@ static int start_partial(struct tb_store *s, struct tb_entry *e, uint64_t obj, u
 		entry_free(s, e);
 		return from_resv;
 	}
-	e->state = ES_LOADING;
+	set_state(s, e, ES_LOADING);
 	e->placeholder = true;
 	ret = entry_insert(s, e, obj, idx);
 	if (ret < 0) {
@@ -1191,6 +1406,7 @@ int tb_get_write(struct tb_store *s, uint64_t obj, uint64_t idx, size_t off, siz
 	e->wpins++;
 	e->ref_bit = true;
 	e->last_use = ++s->ticks;
+	e->o->last_idx = idx;
 	pthread_mutex_unlock(&s->lock);
 	ref->e = e;
 	ref->data = slot_data(s, e);
@@ -1223,8 +1439,7 @@ void tb_put_dirty(struct tb_store *s, struct tb_ref *ref, size_t off, size_t len
 	e->wpins--;
 	if (--e->pins == 0 && e->dead)
 		entry_free(s, e);
-	if (e->fill >= s->bs)
-		pthread_cond_signal(&s->flush_cv);
+	kick_cleaner(s, false);
 	pthread_cond_broadcast(&s->state_cv);
 	pthread_mutex_unlock(&s->lock);
 	ref->e = NULL;
@@ -1232,18 +1447,51 @@ void tb_put_dirty(struct tb_store *s, struct tb_ref *ref, size_t off, size_t len
 
 /* ---- flusher ---- */
 
-static bool eligible(struct tb_store *s, struct tb_entry *e, uint64_t now)
+/*
+ * Whether a dirty block must be written back now, whatever the cache
+ * needs: fsync, flush or unmount wait on it, or it has been dirty longer
+ * than the age limit. *at says when it would be due otherwise.
+ */
+static bool due(struct tb_store *s, struct tb_entry *e, uint64_t now, uint64_t *at)
 {
-	if (e->wpins || e->merging)
+	*at = s->cfg.dirty_expire_ms ? e->dirty_ms + s->cfg.dirty_expire_ms : UINT64_MAX;
+	if (e->wpins || e->merging) {
+		/* Look again soon: a writer's pin is held for one copy. */
+		if (*at < now + BUSY_RETRY_MS)
+			*at = now + BUSY_RETRY_MS;
 		return false;
-	if (e->retries && now < e->dirty_ms)
+	}
+	if (e->retries && now < e->dirty_ms) {
+		*at = e->dirty_ms;
 		return false;
-	if (e->urgent || e->fill >= s->bs || s->stopping)
+	}
+	if (e->urgent || s->stopping)
 		return true;
-	/* Under pressure whole blocks go first; a partial one waits for its rest. */
-	if (s->ndirty * 4 >= s->dirty_max && !e->partial)
-		return true;
-	return now - e->dirty_ms >= s->cfg.flush_delay_ms;
+	if (now < *at)
+		return false;
+	s->expired++;
+	return true;
+}
+
+/*
+ * Whether a dirty block the cache wants clean may go now: a partly written
+ * one waits flush_delay_ms for the rest of its bytes first.
+ */
+static bool may_clean(struct tb_store *s, struct tb_entry *e, uint64_t now, uint64_t *next_ms)
+{
+	if (e->state != ES_DIRTY || e->wpins || e->merging)
+		return false;
+	if (e->retries && now < e->dirty_ms) {
+		if (e->dirty_ms < *next_ms)
+			*next_ms = e->dirty_ms;
+		return false;
+	}
+	if (e->partial && now < e->dirty_ms + s->cfg.flush_delay_ms) {
+		if (e->dirty_ms + s->cfg.flush_delay_ms < *next_ms)
+			*next_ms = e->dirty_ms + s->cfg.flush_delay_ms;
+		return false;
+	}
+	return true;
 }
 
 static bool all_zero(const void *p, size_t n)
@@ -1304,38 +1552,168 @@ static void wb_failed(struct tb_store *s, struct tb_entry *e, int err)
 		log_err("write-back of block %llu of object %llu failed: %s (attempt %u)",
 			(unsigned long long)e->idx, (unsigned long long)e->obj, strerror(-err),
 			e->retries);
-	e->state = ES_DIRTY;
+	set_state(s, e, ES_DIRTY);
+	s->due_scan = true;
 	e->dirty_ms = now_ms() + (WB_RETRY_BASE_MS << (e->retries < 8 ? e->retries : 8));
 	elist_append(&s->dirty_list, e);
 	s->wb_inflight--;
 	pthread_cond_broadcast(&s->state_cv);
 }
 
-/* Take eligible dirty entries into WB. Lock held. */
-static size_t take_dirty(struct tb_store *s, struct tb_entry **out, size_t max, uint64_t now,
-			 uint64_t *next_ms)
+static void start_wb(struct tb_store *s, struct tb_entry *e)
+{
+	elist_remove(&s->dirty_list, e);
+	set_state(s, e, ES_WB);
+	e->urgent = false;
+	s->wb_inflight++;
+}
+
+/*
+ * Take the dirty entries that are due into WB. Lock held. The dirty list
+ * is in the order blocks became dirty, so the age limit needs only its
+ * head; the whole list is walked while blocks are marked urgent or wait
+ * to retry (due_scan), which is also when they were put back at its tail.
+ */
+static size_t take_due(struct tb_store *s, struct tb_entry **out, size_t max, uint64_t now,
+		       uint64_t *next_ms)
 {
 	struct tb_entry *e = s->dirty_list.head;
+	bool full = s->due_scan || s->stopping, again = false;
 	size_t n = 0, scanned = 0;
 
 	while (e && n < max && s->wb_inflight < s->wb_max && scanned++ < FLUSH_SCAN_MAX) {
 		struct tb_entry *next = e->lnext;
+		uint64_t at = UINT64_MAX;
 
-		if (eligible(s, e, now)) {
-			elist_remove(&s->dirty_list, e);
-			e->state = ES_WB;
-			e->urgent = false;
-			s->wb_inflight++;
+		if (due(s, e, now, &at)) {
+			start_wb(s, e);
 			out[n++] = e;
-		} else if (!e->wpins) {
-			uint64_t at = e->retries ? e->dirty_ms : e->dirty_ms + s->cfg.flush_delay_ms;
-
+		} else {
 			if (at < *next_ms)
 				*next_ms = at;
+			if (e->urgent || e->retries)
+				again = true;
+			else if (!full)
+				break; /* younger than the age limit, and so is the rest */
 		}
 		e = next;
 	}
+	if (full && !e && !again)
+		s->due_scan = false;
 	return n;
+}
+
+/* Entries of o in eviction order: behind its reader by block, highest first. */
+static int evict_order_cmp(const void *a, const void *b)
+{
+	const struct tb_entry *x = *(struct tb_entry *const *)a, *y = *(struct tb_entry *const *)b;
+
+	return x->idx > y->idx ? -1 : x->idx < y->idx;
+}
+
+/* Dirty blocks over the dirty mark less clean_low: these must be cleaned whatever they are. */
+static int64_t dirty_over(struct tb_store *s)
+{
+	return (int64_t)s->ndirty - (int64_t)s->wb_inflight -
+	       ((int64_t)s->dirty_max - (int64_t)s->clean_low);
+}
+
+/*
+ * Under the cycle: the blocks that eviction will take next are those of
+ * the objects needed furthest ahead; the first clean_high of them in that
+ * order must be free or clean (the reserve that evictions take without
+ * waiting), so the dirty ones among them are written back now. Above the
+ * dirty mark, dirty blocks go in the same order until it is met.
+ */
+static size_t take_victims_cycle(struct tb_store *s, struct tb_entry **out, size_t max,
+				 uint64_t now, uint64_t *next_ms, uint64_t period)
+{
+	int64_t want = (int64_t)s->clean_high - (int64_t)s->free_list.n, over = dirty_over(s);
+	size_t n = 0, nr;
+
+	if (want <= 0 && over <= 0)
+		return 0;
+	nr = rank_objects(s, true);
+	for (size_t i = 0; i < nr && (want > 0 || over > 0) && n < max; i++) {
+		struct tb_obj *o = s->rank[i].o;
+		size_t k = 0, behind;
+
+		for (struct tb_entry *e = o->head; e; e = e->onext)
+			if (!ahead_of_reader(e, s->rank[i].d, period))
+				s->scratch[k++] = e;
+		behind = k;
+		for (struct tb_entry *e = o->head; e; e = e->onext)
+			if (ahead_of_reader(e, s->rank[i].d, period))
+				s->scratch[k++] = e;
+		qsort(s->scratch, behind, sizeof(*s->scratch), evict_order_cmp);
+		qsort(s->scratch + behind, k - behind, sizeof(*s->scratch), evict_order_cmp);
+		for (size_t j = 0; j < k && (want > 0 || over > 0) && n < max; j++) {
+			struct tb_entry *e = s->scratch[j];
+
+			if (e->state == ES_CLEAN || e->state == ES_WB) {
+				want--;
+			} else if (may_clean(s, e, now, next_ms) && s->wb_inflight < s->wb_max) {
+				start_wb(s, e);
+				out[n++] = e;
+				want--;
+				over--;
+			}
+		}
+	}
+	return n;
+}
+
+/*
+ * Without a cycle: the oldest dirty blocks first, and those of 2q's
+ * re-referenced set only when the others do not make up the reserve.
+ */
+static size_t take_victims_lru(struct tb_store *s, struct tb_entry **out, size_t max, uint64_t now,
+			       uint64_t *next_ms)
+{
+	int64_t want = (int64_t)s->clean_high - (int64_t)s->free_list.n - (int64_t)s->nclean -
+		       (int64_t)s->wb_inflight,
+		over = dirty_over(s);
+	size_t n = 0;
+
+	if (over > want)
+		want = over;
+
+	for (int hot = 0; hot < 2 && want > 0; hot++) {
+		struct tb_entry *e = s->dirty_list.head;
+		size_t scanned = 0;
+
+		while (e && want > 0 && n < max && s->wb_inflight < s->wb_max &&
+		       scanned++ < FLUSH_SCAN_MAX) {
+			struct tb_entry *next = e->lnext;
+
+			if (e->hot == hot && !obj_protected(s, e->o) && may_clean(s, e, now, next_ms)) {
+				start_wb(s, e);
+				out[n++] = e;
+				want--;
+			}
+			e = next;
+		}
+	}
+	return n;
+}
+
+/*
+ * Take dirty entries into WB: those due (fsync, flush, unmount, the age
+ * limit), then the victims the cache wants clean ahead of need. Lock held.
+ */
+static size_t take_dirty(struct tb_store *s, struct tb_entry **out, size_t max, uint64_t now,
+			 uint64_t *next_ms)
+{
+	size_t n = take_due(s, out, max, now, next_ms);
+	uint64_t period;
+
+	if (n == max || s->wb_inflight >= s->wb_max)
+		return n;
+	s->evict_since_clean = 0;
+	period = cycle_period(s);
+	if (period)
+		return n + take_victims_cycle(s, out + n, max - n, now, next_ms, period);
+	return n + take_victims_lru(s, out + n, max - n, now, next_ms);
 }
 
 /*
@@ -1460,8 +1838,9 @@ static void commit_batch(struct tb_store *s, struct tb_entry **v, size_t n)
 			if (e->new_loc != TB_LOC_NONE && !e->share_id)
 				dev_free(s->dev[tb_loc_dev(e->new_loc)], tb_loc_slot(e->new_loc));
 			e->share_id = 0;
-			e->state = ES_DIRTY;
+			set_state(s, e, ES_DIRTY);
 			e->urgent = true;
+			s->due_scan = true;
 			elist_append(&s->dirty_list, e);
 			s->wb_inflight--;
 			continue;
@@ -1481,7 +1860,7 @@ static void commit_batch(struct tb_store *s, struct tb_entry **v, size_t n)
 			s->wb_bytes += s->bs;
 		e->share_id = 0;
 		e->loc = e->new_loc;
-		e->state = ES_CLEAN;
+		set_state(s, e, ES_CLEAN);
 		e->retries = 0;
 		e->err = 0;
 		e->reserved = false;
@@ -1564,7 +1943,7 @@ static void *flusher_main(void *arg)
 	}
 	pthread_mutex_lock(&s->lock);
 	for (;;) {
-		uint64_t now = now_ms(), next_ms = now + s->cfg.sync_interval_ms;
+		uint64_t now = now_ms(), next_ms = UINT64_MAX;
 		size_t n, nready = 0;
 		struct tb_entry *done;
 		bool want_sync;
@@ -1609,9 +1988,13 @@ static void *flusher_main(void *arg)
 		}
 		if (n || nready || s->done)
 			continue;
-		if (next_ms > last_sync + s->cfg.sync_interval_ms)
+		/* Asleep until something is due: an idle mount costs no CPU. */
+		if ((s->commits_since_sync || s->npending) &&
+		    next_ms > last_sync + s->cfg.sync_interval_ms)
 			next_ms = last_sync + s->cfg.sync_interval_ms;
-		if (next_ms > now) {
+		if (next_ms == UINT64_MAX) {
+			pthread_cond_wait(&s->flush_cv, &s->lock);
+		} else if (next_ms > now) {
 			struct timespec ts;
 
 			deadline_in(&ts, next_ms - now);
@@ -1655,6 +2038,7 @@ int tb_flush_obj(struct tb_store *s, uint64_t obj)
 		for (struct tb_entry *e = o->head; e; e = e->onext)
 			if (e->state == ES_DIRTY)
 				e->urgent = true;
+	s->due_scan = true;
 	pthread_cond_signal(&s->flush_cv);
 	while ((o = obj_find(s, obj)) && obj_has_dirty(o, seq, &err))
 		pthread_cond_wait(&s->state_cv, &s->lock);
@@ -1677,6 +2061,7 @@ static int flush_all(struct tb_store *s)
 	seq = s->dirty_seq;
 	for (struct tb_entry *e = s->dirty_list.head; e; e = e->lnext)
 		e->urgent = true;
+	s->due_scan = true;
 	pthread_cond_signal(&s->flush_cv);
 	for (;;) {
 		bool busy = false;
@@ -1748,7 +2133,7 @@ void tb_drop(struct tb_store *s, uint64_t obj, uint64_t from, uint64_t to)
 			e->reserved = false;
 		}
 		entry_unhash(s, e);
-		e->state = ES_FREE;
+		set_state(s, e, ES_FREE);
 		if (e->pins)
 			e->dead = true;
 		else
@@ -1862,6 +2247,8 @@ void tb_release(struct tb_store *s, uint64_t loc)
 		s->cap_pending = cap;
 	}
 	s->pending[s->npending++] = loc;
+	if (s->npending == 1)
+		pthread_cond_signal(&s->flush_cv); /* a sync point is due now */
 	pthread_mutex_unlock(&s->lock);
 }
 
@@ -1915,6 +2302,9 @@ void tb_get_stats(struct tb_store *s, struct tb_stats *st)
 	st->prefetch_used = s->pf_used;
 	st->prefetch_wasted = s->pf_wasted;
 	st->prefetch_late = s->pf_late;
+	st->prefetch_refused = s->pf_refused;
+	st->unsynced_blocks = s->commits_since_sync + s->npending;
+	st->expired_bytes = s->expired * s->bs;
 	st->partial_created = s->partial_created;
 	st->partial_merged = s->partial_merged;
 	st->dedup_hits = s->dedup_hits;
@@ -1988,9 +2378,18 @@ int tb_open(const struct tb_config *cfg, const struct tb_owner *owner, struct tb
 	if (nslots > UINT32_MAX)
 		nslots = UINT32_MAX;
 	s->nslots = (uint32_t)nslots;
-	s->dirty_max = cfg->dirty_bytes ? cfg->dirty_bytes / s->bs : nslots / 2;
-	if (s->dirty_max > nslots - cfg->max_pinned - 8)
-		s->dirty_max = nslots - cfg->max_pinned - 8;
+	/*
+	 * The reserve of free or clean slots that the flusher keeps ahead of
+	 * evictions. Dirty data may fill the rest (write-back is lazy), less
+	 * the readers' worst case; dirty= lowers that mark.
+	 */
+	s->clean_low = nslots / CLEAN_LOW_SHARE > CLEAN_LOW_MIN ? nslots / CLEAN_LOW_SHARE : CLEAN_LOW_MIN;
+	s->clean_high = 2 * s->clean_low;
+	s->dirty_max = nslots - cfg->max_pinned - 8 > s->clean_high
+			       ? nslots - cfg->max_pinned - 8 - s->clean_high
+			       : 1;
+	if (cfg->dirty_bytes && cfg->dirty_bytes / s->bs < s->dirty_max)
+		s->dirty_max = cfg->dirty_bytes / s->bs;
 	if (s->dirty_max < 1)
 		s->dirty_max = 1;
 
@@ -2011,6 +2410,8 @@ int tb_open(const struct tb_config *cfg, const struct tb_owner *owner, struct tb
 	s->ghost = calloc(s->nghost, sizeof(*s->ghost));
 	s->ghost_next = calloc(s->nghost, sizeof(*s->ghost_next));
 	s->ghost_head = calloc((size_t)s->ghost_mask + 1, sizeof(*s->ghost_head));
+	s->rank = calloc(RANK_MAX, sizeof(*s->rank));
+	s->scratch = calloc(s->nslots, sizeof(*s->scratch));
 	/*
 	 * Pins may hold what readers' pins do not need, less a quarter of
 	 * the slots that writers always have to cycle through: dirty blocks
@@ -2020,7 +2421,7 @@ int tb_open(const struct tb_config *cfg, const struct tb_owner *owner, struct tb
 			       ? s->nslots - cfg->max_pinned - 16 - s->nslots / 4
 			       : 0;
 	if (!s->zero || !s->entries || !s->hash || !s->ohash || !s->ghost || !s->ghost_next ||
-	    !s->ghost_head) {
+	    !s->ghost_head || !s->rank || !s->scratch) {
 		snprintf(err, errlen, "out of memory for %u cache entries", s->nslots);
 		ret = -ENOMEM;
 		goto fail;
@@ -2067,6 +2468,13 @@ int tb_open(const struct tb_config *cfg, const struct tb_owner *owner, struct tb
 		s->n_devs++;
 	}
 	s->wb_max = (uint64_t)s->n_devs * cfg->queue_depth;
+	/*
+	 * Blocks loaded ahead of their reader take slots from what the cycle
+	 * keeps resident: enough to hide the devices' latency, no more.
+	 */
+	s->pf_depth = s->nslots / PREFETCH_DEPTH_SHARE > PREFETCH_DEPTH_MIN
+			      ? s->nslots / PREFETCH_DEPTH_SHARE
+			      : PREFETCH_DEPTH_MIN;
 	s->prefetch_max = s->nslots / PREFETCH_SHARE;
 	if (s->prefetch_max > (uint64_t)s->n_devs * cfg->queue_depth)
 		s->prefetch_max = (uint64_t)s->n_devs * cfg->queue_depth;
@@ -2140,6 +2548,8 @@ int tb_close(struct tb_store *s)
 	free(s->ghost);
 	free(s->ghost_next);
 	free(s->ghost_head);
+	free(s->rank);
+	free(s->scratch);
 	free(s->hash);
 	free(s->entries);
 	free(s->sector_bits);

@@ -73,7 +73,7 @@ struct tb_dev_spec {
 struct tb_config {
 	size_t block_size;
 	size_t dram_bytes;
-	size_t dirty_bytes;	   /* high-water mark; writers wait above it */
+	size_t dirty_bytes;	   /* high-water mark, 0: all the arena but a clean reserve */
 	const char *store_id;	   /* binds device folders to this store */
 	const struct tb_dev_spec *devs; /* nvme folders first, then the remote tier */
 	unsigned n_devs;
@@ -81,6 +81,7 @@ struct tb_config {
 	enum tb_engine engine;	   /* for nvme devices */
 	unsigned queue_depth;	   /* I/Os in flight per device */
 	unsigned flush_delay_ms;   /* a partly written block waits this long */
+	unsigned dirty_expire_ms;  /* written back once dirty this long; 0: only when evicted */
 	unsigned sync_interval_ms; /* periodic durability point */
 	unsigned max_pinned;	   /* worst case of blocks pinned by readers */
 	enum tb_dedup dedup;	   /* share blocks whose bytes are already stored */
@@ -113,10 +114,12 @@ struct tb_owner {
 	int (*sync)(void *ctx);
 	/*
 	 * For eviction, called with the store lock held (it must take no lock
-	 * of the store's): whether a cycle is known, and how far ahead obj is
-	 * next used (UINT64_MAX: unknown).
+	 * of the store's): the period of the learned access cycle in uses of
+	 * objects (0: no cycle known), and how many uses ahead obj is next
+	 * used (UINT64_MAX: unknown). An object used just now is a whole
+	 * period ahead.
 	 */
-	bool (*cycle_known)(void *ctx);
+	uint64_t (*cycle_period)(void *ctx);
 	uint64_t (*next_use)(void *ctx, uint64_t obj);
 };
 
@@ -155,7 +158,10 @@ struct tb_stats {
 	uint64_t dram_read_ops, dram_write_ops;
 	uint64_t hits, misses, evictions, dirty_bytes, writeback_bytes;
 	uint64_t holes_written, wb_errors, syncs, backpressure_waits;
+	uint64_t unsynced_blocks; /* write-backs committed since the last sync point */
+	uint64_t expired_bytes;	  /* written back for the age limit, not for room */
 	uint64_t prefetch_issued, prefetch_used, prefetch_wasted, prefetch_late;
+	uint64_t prefetch_refused; /* not issued: every slot held a block needed sooner */
 	uint64_t partial_created, partial_merged; /* reads saved, and paid later */
 	uint64_t dedup_hits, dedup_verify_mismatch;
 	uint64_t pinned_bytes, pin_limit_bytes; /* resident blocks of pinned objects */

@@ -16,9 +16,12 @@ static uint64_t file_id(int sg, int kind)
 	return 100 + (uint64_t)sg * 10 + (uint64_t)kind; /* kind 0..2 state, 3.. grads */
 }
 
+#define FILE_BYTES (64ULL << 20)
+
+/* One use of a file: read or written whole. */
 static void touch(struct fs_learner *l, uint64_t ino)
 {
-	fs_learn_touch(l, ino, 1 << 20);
+	fs_learn_touch(l, ino, FILE_BYTES, FILE_BYTES);
 }
 
 /* One training iteration; skip_sg >= 0 leaves one subgroup's grads out. */
@@ -37,6 +40,96 @@ static void iteration(struct fs_learner *l, int skip_sg)
 		for (int k = 0; k < 3; k++)
 			touch(l, file_id(sg, k));
 	}
+}
+
+/* ---- the pipelined swapper: two streams of 1 MiB requests taking turns ---- */
+
+#define CHUNK (1ULL << 20)
+#define PIPE_FILE (16ULL << 20)
+#define MAX_RUN 3 /* requests of one stream in a row, at most */
+
+struct stream {
+	uint64_t files[3 + GRADS];
+	int nfiles, file;
+	uint64_t done; /* bytes of the current file */
+};
+
+static bool stream_step(struct fs_learner *l, struct stream *st)
+{
+	if (st->file == st->nfiles)
+		return false;
+	fs_learn_touch(l, st->files[st->file], PIPE_FILE, CHUNK);
+	st->done += CHUNK;
+	if (st->done == PIPE_FILE) {
+		st->done = 0;
+		st->file++;
+	}
+	return true;
+}
+
+/* Subgroup sg's state files, and its gradients when grads is set. */
+static void stream_init(struct stream *st, int sg, bool grads)
+{
+	st->nfiles = st->file = 0;
+	st->done = 0;
+	if (sg < 0 || sg >= SGS)
+		return;
+	for (int k = 0; k < 3; k++)
+		st->files[st->nfiles++] = file_id(sg, k);
+	for (int g = 0; grads && g < GRADS; g++)
+		st->files[st->nfiles++] = file_id(sg, 3 + g);
+}
+
+/* While sg computes, sg + 1 is read and sg - 1 written, in a jittered order. */
+static void pipelined_iteration(struct fs_learner *l, unsigned *seed)
+{
+	for (int sg = SGS - 1; sg >= 0; sg--) {
+		struct stream g;
+
+		stream_init(&g, sg, true);
+		g.file = 3; /* the backward pass writes the gradients only */
+		while (stream_step(l, &g))
+			;
+	}
+	for (int sg = -1; sg <= SGS; sg++) {
+		struct stream rd, wr;
+		int run = 0, last = 0;
+
+		stream_init(&rd, sg + 1, true);
+		stream_init(&wr, sg - 1, false);
+		for (;;) {
+			int pick = (int)(rand_r(seed) % 2);
+
+			if (run >= MAX_RUN)
+				pick = !last;
+			if (!(pick ? stream_step(l, &wr) : stream_step(l, &rd)) &&
+			    !(pick ? stream_step(l, &rd) : stream_step(l, &wr)))
+				break;
+			run = pick == last ? run + 1 : 1;
+			last = pick;
+		}
+	}
+}
+
+static void test_pipelined(void)
+{
+	struct fs_learner l;
+	struct fs_learn_stats st;
+	unsigned seed = 12345;
+
+	CHECK_EQ(fs_learn_init(&l), 0);
+	for (int i = 0; i < 4; i++)
+		pipelined_iteration(&l, &seed);
+	fs_learn_stats(&l, &st);
+	CHECK(st.period != 0);
+	CHECK(st.confidence > 0.7);
+	/* The last subgroup was just written: it is used after the first one. */
+	CHECK(fs_learn_distance(&l, file_id(0, 0)) < fs_learn_distance(&l, file_id(SGS - 1, 0)));
+	for (int i = 0; i < 3; i++)
+		pipelined_iteration(&l, &seed);
+	fs_learn_stats(&l, &st);
+	CHECK(st.period != 0);
+	fs_learn_fini(&l);
 }
 
 int main(void)
@@ -63,7 +156,7 @@ int main(void)
 	CHECK_EQ(fs_learn_distance(&l, 999), FS_LEARN_UNKNOWN);
 
 	/* What comes next: the backward pass's gradient files, last subgroup first. */
-	CHECK(fs_learn_next(&l, next, 8, 64ULL << 20, &gen) >= 3);
+	CHECK(fs_learn_next(&l, next, 8, 4 * FILE_BYTES, &gen) >= 3);
 	CHECK_EQ(next[0], file_id(SGS - 1, 3));
 
 	/* A skipped step keeps the cycle. */
@@ -78,5 +171,7 @@ int main(void)
 	fs_learn_stats(&l, &st);
 	CHECK_EQ(st.period, 0);
 	fs_learn_fini(&l);
+
+	test_pipelined();
 	return 0;
 }

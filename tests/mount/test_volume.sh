@@ -1,0 +1,151 @@
+#!/bin/bash
+# What reaches the devices: byte counts from /.tensorfs/stats, which no
+# timing noise moves. Each part fails when the DRAM tier does not save the
+# device traffic it should.
+#
+#   1. Lazy write-back: a file rewritten while it stays in DRAM is never
+#      written to a device; fsync writes it once; unlinking a dirty file
+#      writes nothing.
+#   2. The age limit (dirty_expire_ms) writes back a block dirty that long
+#      and makes it durable: it survives kill -9 without an fsync.
+#   3. Activation offloading (swapbench --workload activations) that fits
+#      in DRAM writes 0 bytes to the devices: every file dies in DRAM.
+#   4. Cyclic reads, default options (prefetch and readahead on): 16 files
+#      read in order over DRAM a quarter of their size read at most 0.8 of
+#      the data from the devices per pass (Belady's optimum is 0.75, LRU's
+#      1.0): prefetch and readahead must do no harm.
+#   5. swapbench, both swappers, optimizer state twice the DRAM tier: the
+#      devices move at most 0.6 of what the raw folder moves (the state
+#      read plus the state written) per steady iteration.
+. "$(dirname "$0")/lib.sh"
+
+: "${SWAPBENCH:?SWAPBENCH must name the swapbench binary}"
+
+# dev_bytes FIELD: FIELD (read_bytes or write_bytes) summed over the devices.
+dev_bytes() {
+	python3 - "$MNT/.tensorfs/stats" "$1" <<'PY'
+import json, sys
+st = json.load(open(sys.argv[1]))
+print(sum(t[sys.argv[2]] for name, t in st["tiers"].items() if name != "dram"))
+PY
+}
+
+MiB=$((1024 * 1024))
+
+echo "1. lazy write-back"
+TFS_DRAM=256M TFS_THREADS=4 tfs_mount
+for r in 1 2 3; do
+	dd if=/dev/urandom of="$MNT/hot" bs=1M count=16 conv=notrunc status=none || fail "write $r"
+done
+cp "$MNT/hot" "$T/hot.ref"
+w=$(dev_bytes write_bytes) || fail "stats"
+[ "$w" -eq 0 ] || fail "a file rewritten in DRAM was written back: $w bytes"
+python3 -c 'import os, sys; fd = os.open(sys.argv[1], os.O_RDWR); os.fsync(fd)' "$MNT/hot" ||
+	fail "fsync"
+w=$(dev_bytes write_bytes)
+[ "$w" -eq $((16 * MiB)) ] || fail "fsync of 16 MiB wrote $w bytes"
+dd if=/dev/urandom of="$MNT/dead" bs=1M count=32 status=none || fail "write dead"
+rm "$MNT/dead" || fail "unlink"
+dd if=/dev/urandom of="$MNT/trunc" bs=1M count=8 status=none || fail "write trunc"
+truncate -s 0 "$MNT/trunc" || fail "truncate"
+w2=$(dev_bytes write_bytes)
+[ "$w2" -eq "$w" ] || fail "dead data was written back: $((w2 - w)) bytes"
+tfs_umount || fail "unmount"
+TFS_DRAM=256M TFS_THREADS=4 tfs_mount
+cmp "$MNT/hot" "$T/hot.ref" || fail "the rewritten file differs after remount"
+tfs_umount || fail "unmount"
+echo "   rewrites stayed in DRAM; fsync wrote 16 MiB once; dead data wrote nothing"
+
+echo "2. the age limit"
+TFS_DRAM=256M TFS_THREADS=4 tfs_mount "dirty_expire_ms=500"
+dd if=/dev/urandom of="$MNT/aged" bs=1M count=8 status=none || fail "write aged"
+cp "$MNT/aged" "$T/aged.ref"
+ok=0
+for i in $(seq 1 300); do
+	# written back by age, committed, and a sync point past the commit
+	if [ "$(dev_bytes write_bytes)" -ge $((8 * MiB)) ] &&
+		[ "$(tfs_stat_json cache dirty_bytes)" -eq 0 ] &&
+		[ "$(tfs_stat_json cache unsynced_blocks)" -eq 0 ]; then
+		ok=1
+		break
+	fi
+	sleep 0.05
+done
+[ "$(tfs_stat_json cache expired_bytes)" -ge $((8 * MiB)) ] ||
+	fail "the write-back was not counted as the age limit's"
+[ $ok -eq 1 ] || fail "8 MiB dirty for longer than dirty_expire_ms=500 were not written back and synced within 15 s"
+tfs_kill9
+TFS_DRAM=256M TFS_THREADS=4 tfs_mount
+cmp "$MNT/aged" "$T/aged.ref" || fail "data older than the age limit was lost at kill -9"
+tfs_umount || fail "unmount"
+echo "   written back and durable without fsync; survived kill -9"
+
+echo "3. activations within DRAM"
+TFS_DRAM=256M TFS_THREADS=8 tfs_mount
+"$SWAPBENCH" -d "$MNT" --workload activations --layers 8 --act-size 4M --micro-batches 4 \
+	--iters 3 >"$T/act.out" 2>&1 || { cat "$T/act.out"; fail "swapbench activations"; }
+w=$(dev_bytes write_bytes)
+[ "$w" -eq 0 ] || fail "activations that fit in DRAM wrote $w bytes to the devices"
+tfs_umount || fail "unmount"
+echo "   0 bytes written to the devices"
+
+echo "4. cyclic reads with prefetch and readahead on"
+FILES=16
+BLOCKS=64 # MiB per file: 1 GiB against 256 MiB of DRAM
+TFS_DRAM=256M TFS_THREADS=4 tfs_mount
+for i in $(seq 1 $FILES); do
+	dd if=/dev/urandom of="$MNT/c$i" bs=1M count=$BLOCKS status=none || fail "write c$i"
+done
+tfs_umount || fail "unmount"
+TFS_DRAM=256M TFS_THREADS=4 tfs_mount
+read_pass() {
+	local i
+	for i in $(seq 1 $FILES); do
+		dd if="$MNT/c$i" of=/dev/null bs=1M iflag=direct status=none || fail "read c$i"
+	done
+}
+for p in 1 2 3; do read_pass; done # the learner's passes
+[ "$(tfs_stat_json learner cycle_files)" -eq $FILES ] || fail "no cycle of $FILES files learned"
+r0=$(dev_bytes read_bytes)
+read_pass
+read_pass
+r1=$(dev_bytes read_bytes)
+ratio=$(python3 -c "import sys; print('%.3f' % ((int(sys.argv[2]) - int(sys.argv[1])) / (2 * $FILES * $BLOCKS * $MiB)))" "$r0" "$r1")
+late=$(tfs_stat_json prefetch late)
+issued=$(tfs_stat_json prefetch issued)
+tfs_umount || fail "unmount"
+echo "   device bytes read per pass / data: $ratio (Belady 0.75, LRU 1.0); prefetch late $late of $issued"
+python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) <= 0.8 else 1)" "$ratio" ||
+	fail "cyclic reads read $ratio of the data per pass, more than 0.8"
+
+echo "5. swapbench at twice the DRAM tier"
+# swapbench_volume SWAPPER: device bytes per steady iteration / the raw folder's.
+swapbench_volume() {
+	local swapper=$1
+	TFS_DRAM=128M TFS_THREADS=8 tfs_mount
+	cat >"$T/snap.sh" <<EOF
+python3 -c 'import json,sys; st=json.load(open("$MNT/.tensorfs/stats")); print(sum(t["read_bytes"]+t["write_bytes"] for n,t in st["tiers"].items() if n!="dram"))' >>"$T/snaps"
+EOF
+	: >"$T/snaps"
+	"$SWAPBENCH" -d "$MNT" --params 1.6e7 --sub-group-size 4e6 --iters 4 --swapper "$swapper" \
+		--between "sh $T/snap.sh" --json >"$T/sb.json" 2>"$T/sb.err" ||
+		{ cat "$T/sb.err"; fail "swapbench $swapper"; }
+	sh "$T/snap.sh"
+	tfs_umount || fail "unmount"
+	python3 - "$T/sb.json" "$T/snaps" <<'PY'
+import json, sys
+cfg = json.load(open(sys.argv[1]))["config"]
+raw = cfg["read_bytes_per_iter"] + cfg["write_bytes_per_iter"]
+s = [int(x) for x in open(sys.argv[2]).read().split()]
+# snapshots after iterations 1, 2, 3 and at the end (4): iterations 3 and 4 are steady
+per = [(s[i + 1] - s[i]) / raw for i in range(1, len(s) - 1)]
+print("%.3f" % (sum(per) / len(per)))
+PY
+}
+for sw in partitioned pipelined; do
+	v=$(swapbench_volume $sw) || fail "swapbench $sw"
+	echo "   $sw: device bytes per steady iteration / raw folder's: $v"
+	python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) <= 0.6 else 1)" "$v" ||
+		fail "$sw: the devices moved $v of the raw folder's volume, more than 0.6"
+done
+echo "PASS: device volume"
