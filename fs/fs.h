@@ -92,6 +92,13 @@ int fs_iflush_all(struct fs *fs);
 void fs_inode_stat(const struct fs *fs, uint64_t ino, const struct meta_inode *rec,
 		   struct stat *st);
 void fs_now(int64_t *sec, uint32_t *nsec);
+/*
+ * Bytes up to end were just written, by a FUSE write or a GPU client's
+ * commit: the size grows to end, mtime and ctime become now. end 0 sets
+ * only the times, for a write that failed part way (bytes changed, not the
+ * size). The caller holds in->io, not in->lock.
+ */
+void fs_inode_written(struct fs_inode *in, uint64_t end);
 /* Make committed changes durable; returns -errno. */
 int fs_release_locs(struct fs *fs, struct locvec *freed);
 

@@ -562,21 +562,6 @@ static void inval(struct fs_gpu *g, uint64_t ino, uint64_t off, uint64_t len)
 		fuse_lowlevel_notify_inval_inode(g->se, ino, (off_t)off, (off_t)len);
 }
 
-static void write_touch(struct fs_inode *in, uint64_t end)
-{
-	int64_t s;
-	uint32_t ns;
-
-	fs_now(&s, &ns);
-	pthread_mutex_lock(&in->lock);
-	if (end > in->rec.size)
-		in->rec.size = end;
-	in->rec.mtime = in->rec.ctime = s;
-	in->rec.mtime_ns = in->rec.ctime_ns = ns;
-	in->attr_dirty = true;
-	pthread_mutex_unlock(&in->lock);
-}
-
 /* Pin every block of p for writing, holding in->io shared until release. */
 static int pin_write_blocks(struct fs *fs, struct fs_inode *in, struct gpu_pin *p, size_t bs)
 {
@@ -605,7 +590,7 @@ static int pin_write_blocks(struct fs *fs, struct fs_inode *in, struct gpu_pin *
 
 		write_abandon(g, p, i);
 		if (i)
-			write_touch(in, 0);
+			fs_inode_written(in, 0);
 		pthread_rwlock_unlock(&in->io);
 		if (i)
 			inval(g, p->ino, p->off, p->len);
@@ -723,7 +708,7 @@ static void pin_release(struct gpu_conn *c, struct gpu_pin *p, bool ok)
 		} else {
 			write_abandon(g, p, p->n);
 		}
-		write_touch(p->in, ok ? p->off + p->len : 0);
+		fs_inode_written(p->in, ok ? p->off + p->len : 0);
 		pthread_rwlock_unlock(&p->in->io);
 		fs_iput(fs, p->in);
 		inval(g, p->ino, p->off, p->len);

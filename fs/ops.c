@@ -729,14 +729,8 @@ static int write_data(struct fs *fs, struct fs_inode *in, const char *buf, size_
 		done += n;
 	}
 	tb_unreserve(fs->tb, resv);
-	pthread_mutex_lock(&in->lock);
-	if (done && (uint64_t)off + done > in->rec.size)
-		in->rec.size = (uint64_t)off + done;
-	if (done) {
-		touch(&in->rec, true);
-		in->attr_dirty = true;
-	}
-	pthread_mutex_unlock(&in->lock);
+	if (done)
+		fs_inode_written(in, (uint64_t)off + done);
 	return ret;
 }
 
