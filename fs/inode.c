@@ -66,6 +66,14 @@ void fs_inode_written(struct fs_inode *in, uint64_t end)
 	pthread_mutex_unlock(&in->lock);
 }
 
+uint64_t fs_monotonic_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
 static struct fs_inode **bucket(struct fs *fs, uint64_t ino)
 {
 	return &fs->itab[(ino * 0x9E3779B97F4A7C15ULL >> 40) & fs->itab_mask];
