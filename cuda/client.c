@@ -20,6 +20,7 @@
  */
 #include "client.h"
 #include "copy.h"
+#include "gpu_sock.h"
 #include "tensorfs_cuda.h"
 
 #include <errno.h>
@@ -118,65 +119,30 @@ void tfsc_close(struct tfsc_conn *c)
 /* One request and its reply; fd_in goes along, *fd_out receives one. */
 static int exchange(struct tfsc_conn *c, struct tfs_gpu_req *req, int fd_in, int *fd_out)
 {
-	union {
-		char buf[CMSG_SPACE(sizeof(int))];
-		struct cmsghdr align;
-	} u;
-	struct iovec iov = {req, sizeof(*req)};
-	struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1};
-	struct cmsghdr *cm;
 	ssize_t n;
-	int rflags = MSG_CMSG_CLOEXEC;
+	int rflags = 0, fd;
 
 	req->magic = TFS_GPU_MAGIC;
 	req->version = TFS_GPU_VERSION;
-	if (fd_in >= 0) {
-		memset(&u, 0, sizeof(u));
-		m.msg_control = u.buf;
-		m.msg_controllen = sizeof(u.buf);
-		cm = CMSG_FIRSTHDR(&m);
-		cm->cmsg_level = SOL_SOCKET;
-		cm->cmsg_type = SCM_RIGHTS;
-		cm->cmsg_len = CMSG_LEN(sizeof(int));
-		memcpy(CMSG_DATA(cm), &fd_in, sizeof(int));
-	}
-	do
-		n = sendmsg(c->fd, &m, MSG_NOSIGNAL);
-	while (n < 0 && errno == EINTR);
 	/* A daemon that refuses us answers first and hangs up: read that answer. */
-	if (n != (ssize_t)sizeof(*req))
+	if (gpusock_send(c->fd, req, sizeof(*req), fd_in) < 0)
 		rflags |= MSG_DONTWAIT;
-
-	memset(&m, 0, sizeof(m));
-	iov = (struct iovec){c->rep, TFS_GPU_REP_MAX};
-	m.msg_iov = &iov;
-	m.msg_iovlen = 1;
-	m.msg_control = u.buf;
-	m.msg_controllen = sizeof(u.buf);
-	do
-		n = recvmsg(c->fd, &m, rflags);
-	while (n < 0 && errno == EINTR);
+	n = gpusock_recv(c->fd, c->rep, TFS_GPU_REP_MAX, rflags, &fd);
 	/*
 	 * A peer that closed with our request unread makes the socket say
 	 * ECONNRESET once, before the answer it queued: read that next.
 	 */
-	if (n < 0 && errno == ECONNRESET)
-		n = recvmsg(c->fd, &m, rflags | MSG_DONTWAIT);
-	for (cm = CMSG_FIRSTHDR(&m); n > 0 && cm; cm = CMSG_NXTHDR(&m, cm)) {
-		int fd;
-
-		if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS ||
-		    cm->cmsg_len != CMSG_LEN(sizeof(int)))
-			continue;
-		memcpy(&fd, CMSG_DATA(cm), sizeof(int));
-		if (fd_out && *fd_out < 0)
-			*fd_out = fd;
-		else
-			close(fd);
-	}
+	if (n == -ECONNRESET)
+		n = gpusock_recv(c->fd, c->rep, TFS_GPU_REP_MAX, rflags | MSG_DONTWAIT, &fd);
+	if (fd >= 0 && fd_out && *fd_out < 0)
+		*fd_out = fd;
+	else if (fd >= 0)
+		close(fd);
+	if (n == -EMSGSIZE)
+		return tfsc_fail(-EPROTO, "bad reply from the tensorfs daemon");
 	if (n <= 0)
 		return tfsc_fail(-ENOTCONN, "the tensorfs daemon hung up (%s)",
-				 n < 0 ? strerror(errno) : "closed");
+				 n < 0 ? strerror((int)-n) : "closed");
 	if ((size_t)n < sizeof(*c->rep) || c->rep->magic != TFS_GPU_MAGIC ||
 	    (size_t)n != sizeof(*c->rep) + c->rep->nblocks * sizeof(uint64_t) ||
 	    c->rep->nblocks > TFS_GPU_MAX_BLOCKS)

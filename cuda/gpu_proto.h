@@ -11,8 +11,10 @@
  *   HELLO      the reply carries the arena memfd (when want_arena), its
  *              size, the block size and the pin limits
  *   GRANT      carries an fd of a file on the mount: the connection may
- *              then pin that file for reading or writing as the fd's open
- *              mode allows. PIN answers -EACCES for a file not granted.
+ *              then pin that file for reading as O_RDONLY or O_RDWR, for
+ *              writing as O_WRONLY or O_RDWR allows. An O_PATH fd, or one
+ *              opened for ioctls only, proves nothing: -EBADF. PIN answers
+ *              -EACCES for a file not granted.
  *   PIN_READ   pin the blocks of [off, off + len) that lie below EOF;
  *              the reply grants a prefix of the range (len 0: at EOF) and
  *              gives each block's slot offset in the arena, or
@@ -26,7 +28,16 @@
  * A pin belongs to its connection: no other connection can release it,
  * and all are released when the connection closes, also when the client
  * dies. A connection that holds no pin waits for its share of the pin
- * limit; one that holds some gets what is free now, or -EAGAIN.
+ * limit; one that holds some gets what is free now, or -EAGAIN. While a
+ * write pin is held, a truncate of its file (or an open with O_TRUNC, a
+ * fallocate, a copy_file_range into it) waits for it only a short while,
+ * then fails with ETXTBSY; the pin stays the client's.
+ *
+ * A message carries at most one fd, and only GRANT uses it: the daemon
+ * closes every fd it receives, and a message with several is taken as
+ * carrying none. A client the daemon will not serve (another uid:
+ * -EACCES; too many connections: -EMFILE) is answered with one reply of
+ * that status, then hung up on once its first request has been read.
  */
 #ifndef TENSORFS_GPU_PROTO_H
 #define TENSORFS_GPU_PROTO_H

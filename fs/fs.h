@@ -20,6 +20,17 @@
 #include "opts.h"
 #include "tb.h"
 
+/*
+ * A change of size or block map (truncate, O_TRUNC, fallocate,
+ * copy_file_range) fails with ETXTBSY rather than wait for a GPU client's
+ * write pins on the file once they have held it FS_PIN_WAIT_MS, or it has
+ * waited that long for them; it looks every FS_PIN_WAIT_STEP_MS whether
+ * the kernel has interrupted it (ops.c io_lock_excl). A pin lives as long
+ * as its client wants; a FUSE worker must not wait on it for long.
+ */
+#define FS_PIN_WAIT_MS 2000
+#define FS_PIN_WAIT_STEP_MS 20
+
 /* The hidden control folder and its files live above every real inode. */
 #define FS_CTL_DIR_INO (1ULL << 62)
 #define FS_CTL_STATS_INO (FS_CTL_DIR_INO + 1)
@@ -38,6 +49,8 @@ struct fs_inode {
 	struct meta_inode rec;
 	bool attr_dirty;
 	uint64_t ra_next; /* where a sequential reader reads next; lock */
+	unsigned gpu_wpins;   /* GPU write pins holding io shared (gpu.c); lock */
+	uint64_t gpu_wpin_ms; /* since when some have (fs_monotonic_ms); lock */
 	struct fs_inode *next;
 };
 
@@ -92,6 +105,15 @@ int fs_iflush_all(struct fs *fs);
 void fs_inode_stat(const struct fs *fs, uint64_t ino, const struct meta_inode *rec,
 		   struct stat *st);
 void fs_now(int64_t *sec, uint32_t *nsec);
+/* Milliseconds of CLOCK_MONOTONIC, for waits and ages. */
+uint64_t fs_monotonic_ms(void);
+/*
+ * Bytes up to end were just written, by a FUSE write or a GPU client's
+ * commit: the size grows to end, mtime and ctime become now. end 0 sets
+ * only the times, for a write that failed part way (bytes changed, not the
+ * size). The caller holds in->io, not in->lock.
+ */
+void fs_inode_written(struct fs_inode *in, uint64_t end);
 /* Make committed changes durable; returns -errno. */
 int fs_release_locs(struct fs *fs, struct locvec *freed);
 

@@ -10,11 +10,14 @@
  * mtime, and the kernel's page cache of the range dropped.
  *
  * One thread (tfs-gpu) accepts connections; only the mount owner's uid is
- * served. Each connection has its own thread (tfs-gpu-conn), owned and
- * joined by the accept thread or by fs_gpu_stop. A connection thread alone
- * touches its pins; when the client closes or dies the thread releases
- * them all. Pins of all clients together stay below tb_client_pins, so
- * that clients can never starve the daemon's own readers and writers.
+ * served, and a client refused is told why before the hang-up. Each
+ * connection has its own thread (tfs-gpu-conn), owned and joined by the
+ * accept thread or by fs_gpu_stop. A connection thread alone touches its
+ * pins; when the client closes or dies the thread releases them all. Pins
+ * of all clients together stay below tb_client_pins, so that clients can
+ * never starve the daemon's own readers and writers. A write pin holds
+ * the file's io lock shared; a truncate waits for it only a bounded time
+ * (ops.c io_lock_excl). Every fd a client sends is closed once used.
  *
  * With cuda=on the daemon also registers the arena with CUDA when a GPU
  * is there (cuMemHostRegister, through libcuda loaded at run time, so the
@@ -23,7 +26,9 @@
 #include "fs.h"
 #include "log.h"
 #include "../cuda/gpu_proto.h"
+#include "../cuda/gpu_sock.h"
 
+#include <assert.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -43,6 +48,8 @@
 #define GPU_MAX_CONNS 64
 #define GPU_GRANTS 64 /* files one connection may use, most recent kept */
 #define GPU_LISTEN_BACKLOG 16
+#define GPU_REFUSED_MAX 16	  /* refused clients whose request is awaited */
+#define GPU_REFUSE_LINGER_MS 1000 /* how long it is awaited */
 #define GPU_SOCK_NAME "sock"
 #define GPU_CU_PORTABLE 0x01 /* CU_MEMHOSTREGISTER_PORTABLE */
 #define WAKE_STOP 's'
@@ -102,6 +109,12 @@ struct gpu_cuda {
 	cu_unregister_fn unregister;
 };
 
+/* A refused connection, answered, kept until its request is read (refuse). */
+struct gpu_refused {
+	int fd;
+	uint64_t until_ms; /* fs_monotonic_ms */
+};
+
 struct fs_gpu {
 	struct fs *fs;
 	struct fuse_session *se;
@@ -117,6 +130,9 @@ struct fs_gpu {
 	size_t bs;
 	uint64_t max_pins, max_wpins;
 	struct gpu_cuda cu;
+	/* the accept thread's own */
+	struct gpu_refused refused_q[GPU_REFUSED_MAX];
+	unsigned nrefused;
 
 	pthread_mutex_t lock; /* guards all below */
 	pthread_cond_t cv;    /* pins were released, or stopping */
@@ -240,59 +256,24 @@ static void rep_init(struct tfs_gpu_rep *rep, uint16_t op, int status)
 static int rep_send(int sock, struct tfs_gpu_rep *rep, int fd)
 {
 	size_t len = sizeof(*rep) + rep->nblocks * sizeof(uint64_t);
-	struct iovec iov = {rep, len};
-	union {
-		char buf[CMSG_SPACE(sizeof(int))];
-		struct cmsghdr align;
-	} u;
-	struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1};
 
-	if (fd >= 0) {
-		struct cmsghdr *cm;
-
-		memset(&u, 0, sizeof(u));
-		m.msg_control = u.buf;
-		m.msg_controllen = sizeof(u.buf);
-		cm = CMSG_FIRSTHDR(&m);
-		cm->cmsg_level = SOL_SOCKET;
-		cm->cmsg_type = SCM_RIGHTS;
-		cm->cmsg_len = CMSG_LEN(sizeof(int));
-		memcpy(CMSG_DATA(cm), &fd, sizeof(int));
-	}
-	if (sendmsg(sock, &m, MSG_NOSIGNAL) != (ssize_t)len)
-		return -EPIPE;
-	return 0;
+	return gpusock_send(sock, rep, len, fd) < 0 ? -EPIPE : 0;
 }
 
-/* Receive one request; *fd gets a passed descriptor or -1. 0 at EOF, 1, or -errno. */
+/*
+ * Receive one request; *fd gets a passed descriptor or -1 (gpusock_recv
+ * closes any other). 0 at EOF, 1, or -errno.
+ */
 static int req_recv(struct gpu_conn *c, struct tfs_gpu_req *req, int *fd)
 {
-	union {
-		char buf[CMSG_SPACE(sizeof(int))];
-		struct cmsghdr align;
-	} u;
-	struct iovec iov = {req, sizeof(*req)};
-	struct msghdr m = {.msg_iov = &iov,
-			   .msg_iovlen = 1,
-			   .msg_control = u.buf,
-			   .msg_controllen = sizeof(u.buf)};
-	struct cmsghdr *cm;
-	ssize_t n;
+	ssize_t n = gpusock_recv(c->fd, req, sizeof(*req), 0, fd);
 
-	*fd = -1;
-	do
-		n = recvmsg(c->fd, &m, MSG_CMSG_CLOEXEC);
-	while (n < 0 && errno == EINTR);
-	if (n < 0)
-		return -errno;
+	if (n < 0 && n != -EMSGSIZE)
+		return (int)n;
 	if (n == 0)
 		return 0;
-	for (cm = CMSG_FIRSTHDR(&m); cm; cm = CMSG_NXTHDR(&m, cm))
-		if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS &&
-		    cm->cmsg_len == CMSG_LEN(sizeof(int)))
-			memcpy(fd, CMSG_DATA(cm), sizeof(int));
-	if ((size_t)n != sizeof(*req) || (m.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) ||
-	    req->magic != TFS_GPU_MAGIC || req->version != TFS_GPU_VERSION)
+	if (n != (ssize_t)sizeof(*req) || req->magic != TFS_GPU_MAGIC ||
+	    req->version != TFS_GPU_VERSION)
 		return -EPROTO;
 	return 1;
 }
@@ -330,6 +311,35 @@ static int mount_dev(struct fs_gpu *g, dev_t *dev)
 }
 
 /*
+ * What an fd's open proved: O_RDONLY the right to read, O_WRONLY to write,
+ * O_RDWR both. An O_PATH fd proves neither (it is opened without any
+ * permission check, even of a mode 000 file), nor does access mode 3,
+ * which Linux opens for ioctls only.
+ */
+static int fd_rights(int fd, bool *read, bool *write)
+{
+	int flags = fcntl(fd, F_GETFL);
+
+	if (flags < 0)
+		return -errno;
+	if (flags & O_PATH)
+		return -EBADF;
+	switch (flags & O_ACCMODE) {
+	case O_RDONLY:
+		*read = true;
+		return 0;
+	case O_WRONLY:
+		*write = true;
+		return 0;
+	case O_RDWR:
+		*read = *write = true;
+		return 0;
+	default:
+		return -EBADF;
+	}
+}
+
+/*
  * The client proves its right to a file by passing an fd of it: the fd
  * must be a regular file of this mount with the inode it names; its open
  * mode says what the connection may do.
@@ -339,10 +349,14 @@ static int do_grant(struct gpu_conn *c, const struct tfs_gpu_req *req, int fd)
 	struct gpu_grant *gr;
 	struct stat st;
 	dev_t dev = 0;
-	int mode, ret;
+	bool read = false, write = false;
+	int ret;
 
 	if (fd < 0)
 		return -EBADF;
+	ret = fd_rights(fd, &read, &write);
+	if (ret)
+		return ret;
 	ret = mount_dev(c->g, &dev);
 	if (ret)
 		return ret;
@@ -354,10 +368,6 @@ static int do_grant(struct gpu_conn *c, const struct tfs_gpu_req *req, int fd)
 		return -EINVAL;
 	if ((uint64_t)st.st_ino != req->ino)
 		return -ESTALE;
-	mode = fcntl(fd, F_GETFL);
-	if (mode < 0)
-		return -errno;
-	mode &= O_ACCMODE;
 	gr = grant_find(c, req->ino);
 	if (!gr) {
 		gr = &c->grants[c->grant_next];
@@ -366,8 +376,8 @@ static int do_grant(struct gpu_conn *c, const struct tfs_gpu_req *req, int fd)
 			c->ngrants++;
 		*gr = (struct gpu_grant){.ino = req->ino};
 	}
-	gr->read |= mode != O_WRONLY;
-	gr->write |= mode != O_RDONLY;
+	gr->read |= read;
+	gr->write |= write;
 	return 0;
 }
 
@@ -562,19 +572,26 @@ static void inval(struct fs_gpu *g, uint64_t ino, uint64_t off, uint64_t len)
 		fuse_lowlevel_notify_inval_inode(g->se, ino, (off_t)off, (off_t)len);
 }
 
-static void write_touch(struct fs_inode *in, uint64_t end)
+/*
+ * A write pin holds in->io shared from PIN to RELEASE, and says so in
+ * in->gpu_wpins: a truncate waits only so long for it (ops.c io_lock_excl).
+ */
+static void wpin_lock(struct fs_inode *in)
 {
-	int64_t s;
-	uint32_t ns;
-
-	fs_now(&s, &ns);
+	pthread_rwlock_rdlock(&in->io);
 	pthread_mutex_lock(&in->lock);
-	if (end > in->rec.size)
-		in->rec.size = end;
-	in->rec.mtime = in->rec.ctime = s;
-	in->rec.mtime_ns = in->rec.ctime_ns = ns;
-	in->attr_dirty = true;
+	if (in->gpu_wpins++ == 0)
+		in->gpu_wpin_ms = fs_monotonic_ms();
 	pthread_mutex_unlock(&in->lock);
+}
+
+static void wpin_unlock(struct fs_inode *in)
+{
+	pthread_mutex_lock(&in->lock);
+	assert(in->gpu_wpins > 0);
+	in->gpu_wpins--;
+	pthread_mutex_unlock(&in->lock);
+	pthread_rwlock_unlock(&in->io);
 }
 
 /* Pin every block of p for writing, holding in->io shared until release. */
@@ -584,11 +601,11 @@ static int pin_write_blocks(struct fs *fs, struct fs_inode *in, struct gpu_pin *
 	uint32_t i;
 	int ret;
 
-	pthread_rwlock_rdlock(&in->io);
+	wpin_lock(in);
 	/* All the space first, so a full tier fails the request before it changes anything. */
 	ret = tb_reserve(fs->tb, resv);
 	if (ret) {
-		pthread_rwlock_unlock(&in->io);
+		wpin_unlock(in);
 		return ret;
 	}
 	for (i = 0; i < p->n; i++) {
@@ -605,8 +622,8 @@ static int pin_write_blocks(struct fs *fs, struct fs_inode *in, struct gpu_pin *
 
 		write_abandon(g, p, i);
 		if (i)
-			write_touch(in, 0);
-		pthread_rwlock_unlock(&in->io);
+			fs_inode_written(in, 0);
+		wpin_unlock(in);
 		if (i)
 			inval(g, p->ino, p->off, p->len);
 		return ret;
@@ -723,8 +740,8 @@ static void pin_release(struct gpu_conn *c, struct gpu_pin *p, bool ok)
 		} else {
 			write_abandon(g, p, p->n);
 		}
-		write_touch(p->in, ok ? p->off + p->len : 0);
-		pthread_rwlock_unlock(&p->in->io);
+		fs_inode_written(p->in, ok ? p->off + p->len : 0);
+		wpin_unlock(p->in);
 		fs_iput(fs, p->in);
 		inval(g, p->ino, p->off, p->len);
 	}
@@ -771,6 +788,30 @@ static int do_hello(struct gpu_conn *c, const struct tfs_gpu_req *req)
 	return rep_send(c->fd, c->rep, req->want_arena ? g->arena.fd : -1);
 }
 
+/* Serve one request, fd (or -1) having come with it; < 0 when the reply could not go. */
+static int serve(struct gpu_conn *c, const struct tfs_gpu_req *req, int fd)
+{
+	if (req->op == TFS_GPU_HELLO)
+		return do_hello(c, req);
+	rep_init(c->rep, req->op, 0);
+	switch (req->op) {
+	case TFS_GPU_GRANT:
+		c->rep->status = do_grant(c, req, fd);
+		break;
+	case TFS_GPU_PIN_READ:
+	case TFS_GPU_PIN_WRITE:
+		c->rep->status = do_pin(c, req, req->op == TFS_GPU_PIN_WRITE);
+		break;
+	case TFS_GPU_RELEASE:
+		c->rep->status = do_release(c, req);
+		break;
+	default:
+		c->rep->status = -EOPNOTSUPP;
+		break;
+	}
+	return rep_send(c->fd, c->rep, -1);
+}
+
 static void *conn_main(void *arg)
 {
 	struct gpu_conn *c = arg;
@@ -780,7 +821,10 @@ static void *conn_main(void *arg)
 
 	for (;;) {
 		ret = req_recv(c, &req, &fd);
-		if (ret <= 0 && fd >= 0)
+		if (ret > 0 && serve(c, &req, fd) < 0)
+			ret = -EPIPE;
+		/* GRANT keeps no fd, and one kept would hold the mount busy: all are closed. */
+		if (fd >= 0)
 			close(fd);
 		if (ret == -EPROTO) {
 			/* Say why before hanging up: a client of another version. */
@@ -788,34 +832,6 @@ static void *conn_main(void *arg)
 			rep_send(c->fd, c->rep, -1);
 		}
 		if (ret <= 0)
-			break;
-		if (req.op == TFS_GPU_HELLO) {
-			if (fd >= 0)
-				close(fd);
-			if (do_hello(c, &req) < 0)
-				break;
-			continue;
-		}
-		rep_init(c->rep, req.op, 0);
-		switch (req.op) {
-		case TFS_GPU_GRANT:
-			c->rep->status = do_grant(c, &req, fd);
-			break;
-		case TFS_GPU_PIN_READ:
-		case TFS_GPU_PIN_WRITE:
-			c->rep->status = do_pin(c, &req, req.op == TFS_GPU_PIN_WRITE);
-			break;
-		case TFS_GPU_RELEASE:
-			c->rep->status = do_release(c, &req);
-			break;
-		default:
-			c->rep->status = -EOPNOTSUPP;
-			break;
-		}
-		/* Only GRANT takes an fd; any other would keep the mount busy. */
-		if (fd >= 0)
-			close(fd);
-		if (rep_send(c->fd, c->rep, -1) < 0)
 			break;
 	}
 	/* The client is gone (or broke the protocol): nothing it pinned stays pinned. */
@@ -861,8 +877,33 @@ static void reap(struct fs_gpu *g, bool all)
 	pthread_mutex_unlock(&g->lock);
 }
 
-static void refuse(struct fs_gpu *g, int fd, uid_t uid, const char *why)
+/* ---- refused connections ---- */
+
+/* Read what the refused client sent, closing any fd it passed, and hang up. */
+static void refused_close(struct fs_gpu *g, unsigned i)
 {
+	struct tfs_gpu_req req;
+	ssize_t n;
+	int fd;
+
+	do
+		n = gpusock_recv(g->refused_q[i].fd, &req, sizeof(req), MSG_DONTWAIT, &fd);
+	while (n > 0 || n == -EMSGSIZE);
+	close(g->refused_q[i].fd);
+	g->refused_q[i] = g->refused_q[--g->nrefused];
+}
+
+/*
+ * Answer a client we will not serve with why (status), then hang up, but
+ * only once its first request has been read: a socket closed with a
+ * message unread makes the peer's next read fail with ECONNRESET instead
+ * of returning the answer. The accept thread keeps the socket in its poll
+ * set until the request comes, the client hangs up, or GPU_REFUSE_LINGER_MS
+ * pass; at most GPU_REFUSED_MAX wait, the oldest gives way.
+ */
+static void refuse(struct fs_gpu *g, int fd, uid_t uid, int status, const char *why)
+{
+	struct gpu_refused *r;
 	struct tfs_gpu_rep rep;
 	bool log;
 
@@ -872,10 +913,22 @@ static void refuse(struct fs_gpu *g, int fd, uid_t uid, const char *why)
 	pthread_mutex_unlock(&g->lock);
 	if (log)
 		log_warn("gpu socket: refused a client of uid %u: %s", (unsigned)uid, why);
-	rep_init(&rep, TFS_GPU_HELLO, uid == g->owner ? -EMFILE : -EACCES);
+	rep_init(&rep, TFS_GPU_HELLO, status);
 	rep_send(fd, &rep, -1);
-	close(fd);
+	if (g->nrefused == GPU_REFUSED_MAX) {
+		unsigned oldest = 0;
+
+		for (unsigned i = 1; i < g->nrefused; i++)
+			if (g->refused_q[i].until_ms < g->refused_q[oldest].until_ms)
+				oldest = i;
+		refused_close(g, oldest);
+	}
+	r = &g->refused_q[g->nrefused++];
+	r->fd = fd;
+	r->until_ms = fs_monotonic_ms() + GPU_REFUSE_LINGER_MS;
 }
+
+/* ---- accepting ---- */
 
 static void accept_one(struct fs_gpu *g)
 {
@@ -891,13 +944,13 @@ static void accept_one(struct fs_gpu *g)
 		return;
 	}
 	if (cred.uid != g->owner) {
-		refuse(g, fd, cred.uid, "only the mount owner may use the arena");
+		refuse(g, fd, cred.uid, -EACCES, "only the mount owner may use the arena");
 		return;
 	}
 	pthread_mutex_lock(&g->lock);
 	if (g->nconns >= GPU_MAX_CONNS) {
 		pthread_mutex_unlock(&g->lock);
-		refuse(g, fd, cred.uid, "too many connections");
+		refuse(g, fd, cred.uid, -EMFILE, "too many connections");
 		return;
 	}
 	c = calloc(1, sizeof(*c));
@@ -908,10 +961,10 @@ static void accept_one(struct fs_gpu *g)
 	}
 	if (!c || !c->rep || pthread_create(&c->thread, NULL, conn_main, c) != 0) {
 		pthread_mutex_unlock(&g->lock);
-		close(fd);
 		if (c)
 			free(c->rep);
 		free(c);
+		refuse(g, fd, cred.uid, -ENOMEM, "out of memory or threads");
 		return;
 	}
 	pthread_setname_np(c->thread, "tfs-gpu-conn");
@@ -925,14 +978,33 @@ static void accept_one(struct fs_gpu *g)
 static void *accept_main(void *arg)
 {
 	struct fs_gpu *g = arg;
-	struct pollfd pf[2] = {{g->lfd, POLLIN, 0}, {g->wake_pipe[0], POLLIN, 0}};
+	struct pollfd pf[2 + GPU_REFUSED_MAX];
 
 	for (;;) {
+		unsigned nref = g->nrefused;
+		uint64_t now = fs_monotonic_ms();
+		int timeout = -1;
 		char wake = 0;
-		int n = poll(pf, 2, -1);
+		int n;
 
+		pf[0] = (struct pollfd){g->lfd, POLLIN, 0};
+		pf[1] = (struct pollfd){g->wake_pipe[0], POLLIN, 0};
+		for (unsigned i = 0; i < nref; i++) {
+			uint64_t until = g->refused_q[i].until_ms;
+			int left = until > now ? (int)(until - now) : 0;
+
+			pf[2 + i] = (struct pollfd){g->refused_q[i].fd, POLLIN, 0};
+			if (timeout < 0 || left < timeout)
+				timeout = left;
+		}
+		n = poll(pf, 2 + nref, timeout);
 		if (n < 0 && errno != EINTR)
 			break;
+		now = fs_monotonic_ms();
+		/* From the last: refused_close moves the last entry into the one it closes. */
+		for (unsigned i = nref; i-- > 0;)
+			if ((n > 0 && pf[2 + i].revents) || g->refused_q[i].until_ms <= now)
+				refused_close(g, i);
 		if (n > 0 && pf[1].revents) {
 			if (read(g->wake_pipe[0], &wake, 1) == 1 && wake == WAKE_STOP)
 				break;
@@ -941,6 +1013,8 @@ static void *accept_main(void *arg)
 		if (n > 0 && (pf[0].revents & POLLIN))
 			accept_one(g);
 	}
+	while (g->nrefused)
+		refused_close(g, g->nrefused - 1);
 	return NULL;
 }
 

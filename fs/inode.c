@@ -51,6 +51,29 @@ void fs_now(int64_t *sec, uint32_t *nsec)
 	*nsec = (uint32_t)ts.tv_nsec;
 }
 
+void fs_inode_written(struct fs_inode *in, uint64_t end)
+{
+	int64_t s;
+	uint32_t ns;
+
+	fs_now(&s, &ns);
+	pthread_mutex_lock(&in->lock);
+	if (end > in->rec.size)
+		in->rec.size = end;
+	in->rec.mtime = in->rec.ctime = s;
+	in->rec.mtime_ns = in->rec.ctime_ns = ns;
+	in->attr_dirty = true;
+	pthread_mutex_unlock(&in->lock);
+}
+
+uint64_t fs_monotonic_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
 static struct fs_inode **bucket(struct fs *fs, uint64_t ino)
 {
 	return &fs->itab[(ino * 0x9E3779B97F4A7C15ULL >> 40) & fs->itab_mask];

@@ -6,8 +6,9 @@
  * store: a write copies into DRAM slots and is answered at once; a read is
  * answered straight from the slots with an iovec, and a read that misses
  * is answered from the I/O completion, so no worker thread waits on a
- * device. Every op replies exactly once on every path. The table of ops is
- * at the bottom.
+ * device; nor long on a GPU client's write pin: a change of size gives up
+ * with ETXTBSY (io_lock_excl). Every op replies exactly once on every
+ * path. The table of ops is at the bottom.
  */
 #include "fs.h"
 #include "log.h"
@@ -20,6 +21,7 @@
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/xattr.h>
+#include <time.h>
 #include <unistd.h>
 
 #define FS_MAX_WRITE (1U << 20)
@@ -698,6 +700,48 @@ out:
 
 /* ---- data: helpers shared by write, truncate, punch and copy ---- */
 
+/*
+ * Take in->io exclusively, for a change of size or block map. A GPU
+ * client's write pin holds it shared for as long as that client copies
+ * (gpu.c), and the client is not the caller, so the wait is bounded: it
+ * ends with EINTR when the kernel interrupts the request (any signal,
+ * SIGKILL too), and with ETXTBSY once write pins have held the file for
+ * FS_PIN_WAIT_MS, or we have waited that long for them, as the kernel
+ * refuses to truncate an active swap file. The pin is never taken away:
+ * its client may still be copying into the slots. Without GPU pins this
+ * waits as a plain wrlock would.
+ */
+static int io_lock_excl(fuse_req_t req, struct fs_inode *in)
+{
+	uint64_t t0 = fs_monotonic_ms(), now, since;
+	struct timespec until;
+	unsigned wpins;
+
+	for (;;) {
+		clock_gettime(CLOCK_MONOTONIC, &until);
+		until.tv_nsec += FS_PIN_WAIT_STEP_MS * 1000000L;
+		if (until.tv_nsec >= 1000000000L) {
+			until.tv_sec++;
+			until.tv_nsec -= 1000000000L;
+		}
+		if (pthread_rwlock_clockwrlock(&in->io, CLOCK_MONOTONIC, &until) == 0)
+			return 0;
+		if (fuse_req_interrupted(req))
+			return -EINTR;
+		pthread_mutex_lock(&in->lock);
+		wpins = in->gpu_wpins;
+		since = in->gpu_wpin_ms;
+		pthread_mutex_unlock(&in->lock);
+		now = fs_monotonic_ms();
+		if (wpins && (now - since >= FS_PIN_WAIT_MS || now - t0 >= FS_PIN_WAIT_MS))
+			break;
+	}
+	log_warn("inode %llu: GPU write pins have held it for %llu ms; refusing to change its "
+		 "size (ETXTBSY)",
+		 (unsigned long long)in->ino, (unsigned long long)(now - since));
+	return -ETXTBSY;
+}
+
 /* Store len bytes of buf (NULL: zeros) at off, extending the size. */
 static int write_data(struct fs *fs, struct fs_inode *in, const char *buf, size_t len, off_t off)
 {
@@ -729,14 +773,8 @@ static int write_data(struct fs *fs, struct fs_inode *in, const char *buf, size_
 		done += n;
 	}
 	tb_unreserve(fs->tb, resv);
-	pthread_mutex_lock(&in->lock);
-	if (done && (uint64_t)off + done > in->rec.size)
-		in->rec.size = (uint64_t)off + done;
-	if (done) {
-		touch(&in->rec, true);
-		in->attr_dirty = true;
-	}
-	pthread_mutex_unlock(&in->lock);
+	if (done)
+		fs_inode_written(in, (uint64_t)off + done);
 	return ret;
 }
 
@@ -877,7 +915,9 @@ static void fs_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 			ret = -EISDIR;
 			goto put;
 		}
-		pthread_rwlock_wrlock(&in->io);
+		ret = io_lock_excl(req, in);
+		if (ret)
+			goto put;
 		ret = truncate_to(fs, in, (uint64_t)attr->st_size);
 		pthread_rwlock_unlock(&in->io);
 		if (ret)
@@ -957,9 +997,11 @@ static void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	}
 	if ((fi->flags & O_TRUNC) && (fi->flags & O_ACCMODE) != O_RDONLY) {
 		/* The kernel hands O_TRUNC to us (atomic_o_trunc). */
-		pthread_rwlock_wrlock(&in->io);
-		ret = truncate_to(fs, in, 0);
-		pthread_rwlock_unlock(&in->io);
+		ret = io_lock_excl(req, in);
+		if (ret == 0) {
+			ret = truncate_to(fs, in, 0);
+			pthread_rwlock_unlock(&in->io);
+		}
 		if (ret) {
 			fs_iput(fs, in);
 			reply_err(fs, req, ret);
@@ -1305,7 +1347,11 @@ static void fs_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, of
 	ret = fs_iget(fs, ino, &in);
 	if (ret)
 		goto err;
-	pthread_rwlock_wrlock(&in->io);
+	ret = io_lock_excl(req, in);
+	if (ret) {
+		fs_iput(fs, in);
+		goto err;
+	}
 	if (mode & FALLOC_FL_PUNCH_HOLE) {
 		ret = punch(fs, in, (uint64_t)off, (uint64_t)len);
 	} else {
@@ -1427,7 +1473,9 @@ static void fs_copy_file_range(fuse_req_t req, fuse_ino_t ino_in, off_t off_in,
 	if (n == 0)
 		goto out;
 
-	pthread_rwlock_wrlock(&dst->io);
+	ret = io_lock_excl(req, dst);
+	if (ret)
+		goto out;
 	if (so % fs->bs == dof % fs->bs) {
 		uint64_t head = so % fs->bs ? fs->bs - so % fs->bs : 0;
 

@@ -23,12 +23,28 @@
  *   gpuproto copyfail MNT zerocopy|fallback
  *       a copy that fails midway fails the call with a message, leaves
  *       no pin, and changes no byte outside a failed write's range
+ *   gpuproto fdleak MNT DAEMON-PID
+ *       messages with several fds, several control messages, too many
+ *       fds (MSG_CTRUNC), or an fd on a request other than GRANT leave
+ *       the daemon holding no more fds than before
+ *   gpuproto grantmode MNT
+ *       a GRANT proves what the fd's open proved: O_PATH (of a mode 000
+ *       file) and ioctl-only fds nothing, O_RDONLY read, O_WRONLY write
+ *   gpuproto pinwait MNT
+ *       while a client holds a write pin, a truncate can be killed, and
+ *       truncate, O_TRUNC and a punched hole fail with ETXTBSY within a
+ *       bound, changing nothing; the pin then commits; a truncate waits
+ *       for a pin released soon
+ *   gpuproto refuse MNT
+ *       a refused client (another uid, or past the connection limit)
+ *       reads a reply with the errno, then the hang-up (root only)
  *
  * Exit status: 0 pass, 1 fail, 77 skip.
  */
 #include "client.h"
 #include "tensorfs_cuda.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -41,6 +57,8 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/time.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -695,6 +713,501 @@ static int t_crash(void)
 	return 0;
 }
 
+/* ---- fdleak: every fd the daemon receives is closed ---- */
+
+#define LEAK_ROUNDS 40 /* messages of each kind: a leak of one fd each shows plainly */
+#define MANY_FDS 8     /* more than a message may carry, or the daemon has room for */
+
+/* Entries of /proc/PID/fd. */
+static int count_fds(pid_t pid)
+{
+	char path[64];
+	struct dirent *d;
+	int n = 0;
+	DIR *dir;
+
+	snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
+	dir = opendir(path);
+	CHECK(dir, "%s: %s", path, strerror(errno));
+	while ((d = readdir(dir)))
+		n += d->d_name[0] != '.';
+	closedir(dir);
+	return n;
+}
+
+/* Send req with fds as SCM_RIGHTS: in one control message, or (split) one each. */
+static void send_fds(int sock, struct tfs_gpu_req *req, const int *fds, int n, bool split)
+{
+	union {
+		char buf[MANY_FDS * CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} u;
+	struct iovec iov = {req, sizeof(*req)};
+	struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf};
+	struct cmsghdr *cm;
+
+	CHECK(n >= 1 && n <= MANY_FDS, "send_fds: %d fds", n);
+	req->magic = TFS_GPU_MAGIC;
+	req->version = TFS_GPU_VERSION;
+	memset(&u, 0, sizeof(u));
+	m.msg_controllen = split ? n * CMSG_SPACE(sizeof(int)) : CMSG_SPACE(n * sizeof(int));
+	cm = CMSG_FIRSTHDR(&m);
+	for (int i = 0; i < n; i++) {
+		cm->cmsg_level = SOL_SOCKET;
+		cm->cmsg_type = SCM_RIGHTS;
+		if (split) {
+			cm->cmsg_len = CMSG_LEN(sizeof(int));
+			memcpy(CMSG_DATA(cm), &fds[i], sizeof(int));
+			cm = CMSG_NXTHDR(&m, cm);
+		} else {
+			cm->cmsg_len = CMSG_LEN(n * sizeof(int));
+			memcpy(CMSG_DATA(cm), fds, n * sizeof(int));
+			break;
+		}
+	}
+	CHECK(sendmsg(sock, &m, MSG_NOSIGNAL) == (ssize_t)sizeof(*req), "sendmsg: %s",
+	      strerror(errno));
+}
+
+/* The daemon's answer to a request sent by hand: its status. */
+static int32_t recv_status(struct tfsc_conn *c, const char *what)
+{
+	ssize_t n = recv(c->fd, c->rep, TFS_GPU_REP_MAX, 0);
+
+	CHECK(n >= (ssize_t)sizeof(*c->rep), "%s: no reply (%s)", what,
+	      n < 0 ? strerror(errno) : "hung up");
+	return c->rep->status;
+}
+
+static int t_fdleak(pid_t daemon)
+{
+	struct tfsc_conn *c, *k;
+	struct tfs_gpu_req req;
+	int fds[MANY_FDS], rw, base, now = 0;
+	uint64_t ino;
+
+	rw = open_in("fl-data", O_RDWR | O_CREAT | O_TRUNC);
+	pwrite_all(rw, "tensor", 6, 0);
+	ino = ino_of(rw);
+	for (int i = 0; i < MANY_FDS; i++)
+		fds[i] = open_in("fl-data", O_RDONLY); /* of the mount: a leak keeps it busy */
+	CHECK(wait_field("clients", 0), "clients connected before the test");
+	base = count_fds(daemon);
+	c = connect_mnt(NULL);
+	for (int r = 0; r < LEAK_ROUNDS; r++) {
+		req = (struct tfs_gpu_req){.op = TFS_GPU_GRANT, .ino = ino};
+		send_fds(c->fd, &req, fds, 2, false);
+		CHECK(recv_status(c, "GRANT with two fds") == -EBADF,
+		      "GRANT with two fds in one message was not refused EBADF");
+		req = (struct tfs_gpu_req){.op = TFS_GPU_GRANT, .ino = ino};
+		send_fds(c->fd, &req, fds, 2, true);
+		CHECK(recv_status(c, "GRANT with two control messages") == -EBADF,
+		      "GRANT with two fds in two control messages was not refused EBADF");
+		req = (struct tfs_gpu_req){.op = TFS_GPU_PIN_READ, .ino = ino, .len = 1};
+		send_fds(c->fd, &req, fds, 1, false);
+		CHECK(recv_status(c, "PIN_READ with an fd") == -EACCES,
+		      "PIN_READ carrying an fd, of a file not granted");
+		req = (struct tfs_gpu_req){.op = TFS_GPU_RELEASE, .pin = 999999};
+		send_fds(c->fd, &req, fds, 2, false);
+		CHECK(recv_status(c, "RELEASE with fds") == -ENOENT, "RELEASE carrying fds");
+		req = (struct tfs_gpu_req){.op = TFS_GPU_HELLO};
+		send_fds(c->fd, &req, fds, 1, false);
+		CHECK(recv_status(c, "HELLO with an fd") == 0, "HELLO carrying an fd");
+	}
+	/* After all that, one fd in a GRANT still proves the right to the file. */
+	CHECK(tfsc_grant(c, fds[0], ino) == 0, "GRANT after the bad ones: %s", tfs_gpu_error());
+	CHECK(tfsc_pin(c, false, ino, 0, 6, 0) == 0 && c->rep->len == 6, "PIN_READ after GRANT");
+	CHECK(tfsc_release(c, c->rep->pin, 0) == 0, "RELEASE");
+	/* More fds than the daemon takes (MSG_CTRUNC): -EPROTO, and a hang-up. */
+	for (int r = 0; r < LEAK_ROUNDS / 4; r++) {
+		k = connect_mnt(NULL);
+		req = (struct tfs_gpu_req){.op = TFS_GPU_GRANT, .ino = ino};
+		send_fds(k->fd, &req, fds, MANY_FDS, r % 2);
+		CHECK(recv_status(k, "GRANT with many fds") == -EPROTO,
+		      "GRANT with %d fds was not answered -EPROTO", MANY_FDS);
+		CHECK(recv(k->fd, k->rep, TFS_GPU_REP_MAX, 0) == 0, "no hang-up after -EPROTO");
+		tfsc_close(k);
+	}
+	/* A message of the wrong size with an fd: the same. */
+	k = connect_mnt(NULL);
+	{
+		int fd0 = fds[0];
+		union {
+			char buf[CMSG_SPACE(sizeof(int))];
+			struct cmsghdr align;
+		} u = {{0}};
+		struct iovec iov = {&req, sizeof(req) / 2};
+		struct msghdr m = {.msg_iov = &iov,
+				   .msg_iovlen = 1,
+				   .msg_control = u.buf,
+				   .msg_controllen = sizeof(u.buf)};
+		struct cmsghdr *cm = CMSG_FIRSTHDR(&m);
+
+		req = (struct tfs_gpu_req){
+		    .magic = TFS_GPU_MAGIC, .version = TFS_GPU_VERSION, .op = TFS_GPU_GRANT};
+		cm->cmsg_level = SOL_SOCKET;
+		cm->cmsg_type = SCM_RIGHTS;
+		cm->cmsg_len = CMSG_LEN(sizeof(int));
+		memcpy(CMSG_DATA(cm), &fd0, sizeof(int));
+		CHECK(sendmsg(k->fd, &m, MSG_NOSIGNAL) == (ssize_t)(sizeof(req) / 2), "sendmsg");
+		CHECK(recv_status(k, "a short GRANT") == -EPROTO, "a short GRANT: not -EPROTO");
+	}
+	tfsc_close(k);
+	tfsc_close(c);
+
+	/* The daemon holds no more fds than before, once it has joined the connections. */
+	CHECK(wait_field("clients", 0), "clients remain after all hung up");
+	for (int i = 0; i < WAIT_TRIES; i++) {
+		now = count_fds(daemon);
+		if (now <= base)
+			break;
+		sleep_ms(25);
+	}
+	CHECK(now <= base, "the daemon holds %d fds more than before the test: received fds leak",
+	      now - base);
+	for (int i = 0; i < MANY_FDS; i++)
+		close(fds[i]);
+	close(rw);
+	printf("fdleak: ok (%d fds before and after)\n", base);
+	return 0;
+}
+
+/* ---- grantmode: a GRANT proves only what the fd's open proved ---- */
+
+static int t_grantmode(void)
+{
+	struct arena ar;
+	struct tfsc_conn *c = connect_mnt(&ar), *w = connect_mnt(NULL), *r = connect_mnt(NULL);
+	char path[4096];
+	int rw, pfd, ioc, fd;
+	uint64_t ino;
+	uint8_t got[6];
+
+	snprintf(path, sizeof(path), "%s/gm-data", mnt);
+	rw = open_in("gm-data", O_RDWR | O_CREAT | O_TRUNC);
+	pwrite_all(rw, "secret", 6, 0);
+	ino = ino_of(rw);
+
+	/* O_PATH opens a mode 000 file without a permission check: it proves nothing. */
+	CHECK(fchmod(rw, 0) == 0, "fchmod: %s", strerror(errno));
+	pfd = open(path, O_PATH | O_CLOEXEC);
+	CHECK(pfd >= 0, "open O_PATH: %s", strerror(errno));
+	CHECK(tfsc_grant(c, pfd, ino) == -EBADF, "GRANT of an O_PATH fd was not refused EBADF");
+	CHECK(tfsc_pin(c, false, ino, 0, 6, 0) == -EACCES, "PIN_READ after an O_PATH GRANT");
+	CHECK(tfsc_pin(c, true, ino, 0, 6, 0) == -EACCES, "PIN_WRITE after an O_PATH GRANT");
+	close(pfd);
+	CHECK(fchmod(rw, 0644) == 0, "fchmod: %s", strerror(errno));
+
+	/* Access mode 3 (O_ACCMODE) opens for ioctls only: neither read nor write. */
+	ioc = open(path, O_ACCMODE | O_CLOEXEC);
+	if (ioc >= 0) {
+		CHECK(tfsc_grant(c, ioc, ino) == -EBADF,
+		      "GRANT of an ioctl-only fd was not refused");
+		CHECK(tfsc_pin(c, false, ino, 0, 6, 0) == -EACCES,
+		      "PIN_READ after an ioctl-only GRANT");
+		CHECK(tfsc_pin(c, true, ino, 0, 6, 0) == -EACCES,
+		      "PIN_WRITE after an ioctl-only GRANT");
+		close(ioc);
+	}
+
+	/* O_WRONLY proves the right to write, not to read. */
+	fd = open_in("gm-data", O_WRONLY);
+	CHECK(tfsc_grant(c, fd, ino) == 0, "GRANT of an O_WRONLY fd: %s", tfs_gpu_error());
+	close(fd);
+	CHECK(tfsc_pin(c, false, ino, 0, 6, 0) == -EACCES, "PIN_READ with an O_WRONLY grant");
+	CHECK(tfsc_pin(c, true, ino, 0, 6, 0) == 0 && c->rep->nblocks == 1,
+	      "PIN_WRITE with an O_WRONLY grant: %s", tfs_gpu_error());
+	memcpy(ar.base + c->rep->slot[0], "SECRET", 6);
+	CHECK(tfsc_release(c, c->rep->pin, 0) == 0, "RELEASE of a write");
+	pread_all(rw, got, 6, 0);
+	CHECK(memcmp(got, "SECRET", 6) == 0, "the write of an O_WRONLY grant reads back wrong");
+
+	/* O_RDONLY proves the right to read, not to write. */
+	fd = open_in("gm-data", O_RDONLY);
+	CHECK(tfsc_grant(r, fd, ino) == 0, "GRANT of an O_RDONLY fd: %s", tfs_gpu_error());
+	close(fd);
+	CHECK(tfsc_pin(r, true, ino, 0, 6, 0) == -EACCES, "PIN_WRITE with an O_RDONLY grant");
+	CHECK(tfsc_pin(r, false, ino, 0, 6, 0) == 0 && r->rep->len == 6,
+	      "PIN_READ with an O_RDONLY grant: %s", tfs_gpu_error());
+	CHECK(tfsc_release(r, r->rep->pin, 0) == 0, "RELEASE");
+
+	/* O_RDWR proves both. */
+	CHECK(tfsc_grant(w, rw, ino) == 0, "GRANT of an O_RDWR fd: %s", tfs_gpu_error());
+	CHECK(tfsc_pin(w, false, ino, 0, 6, 0) == 0, "PIN_READ with an O_RDWR grant");
+	CHECK(tfsc_release(w, w->rep->pin, 0) == 0, "RELEASE");
+	CHECK(tfsc_pin(w, true, ino, 6, 6, 0) == 0, "PIN_WRITE with an O_RDWR grant");
+	CHECK(tfsc_release(w, w->rep->pin, -EIO) == 0, "RELEASE of an abandoned write");
+
+	tfsc_close(c);
+	tfsc_close(w);
+	tfsc_close(r);
+	munmap(ar.base, ar.bytes);
+	close(rw);
+	printf("grantmode: ok\n");
+	return 0;
+}
+
+/* ---- pinwait: a truncate does not wait long for a client's write pin ---- */
+
+#define KILL_WAIT_MS 1500   /* a killed truncate must be gone by then */
+#define TRUNC_WAIT_MS 10000 /* a truncate must have returned by then */
+#define PIN_SHORT_MS 300    /* a pin released this soon is waited for */
+
+/* Wait at most ms for pid; true when it was reaped, with its status. */
+static bool wait_pid_ms(pid_t pid, long ms, int *status)
+{
+	for (long t = 0; t <= ms; t += 10) {
+		pid_t r = waitpid(pid, status, WNOHANG);
+
+		CHECK(r >= 0, "waitpid: %s", strerror(errno));
+		if (r == pid)
+			return true;
+		sleep_ms(10);
+	}
+	return false;
+}
+
+/* Run what (0 truncate, 1 open O_TRUNC, 2 punch a hole) on path in a child: it exits 0 or errno. */
+static pid_t shrink_child(const char *path, int what, off_t size)
+{
+	pid_t pid = fork();
+	int fd, ret = 0;
+
+	CHECK(pid >= 0, "fork");
+	if (pid)
+		return pid;
+	alarm(120); /* the old daemon never answers while the pin is held */
+	if (what == 0) {
+		ret = truncate(path, size);
+	} else if (what == 1) {
+		fd = open(path, O_WRONLY | O_TRUNC);
+		ret = fd < 0 ? -1 : close(fd);
+	} else {
+		fd = open(path, O_WRONLY);
+		ret = fd < 0 ? -1
+			     : fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, size);
+	}
+	_exit(ret == 0 ? 0 : errno);
+}
+
+/* The child must have gone within ms; if not, release pin so that it can, and fail. */
+static int reap_or_fail(struct tfsc_conn *c, uint64_t pin, pid_t pid, long ms, const char *what)
+{
+	int status;
+
+	if (wait_pid_ms(pid, ms, &status))
+		return status;
+	tfsc_release(c, pin, -EIO);
+	waitpid(pid, &status, 0);
+	die("%s: still waiting after %ld ms for a client's write pin", what, ms);
+	return -1;
+}
+
+static int t_pinwait(void)
+{
+	struct arena ar;
+	struct tfsc_conn *c = connect_mnt(&ar);
+	size_t bs = ar.bs;
+	uint8_t *old = malloc(4 * bs), *fresh = malloc(2 * bs), *got = malloc(4 * bs);
+	char path[4096];
+	uint64_t s = 13, ino, pin;
+	struct timespec t0, t1;
+	pid_t pid[3];
+	struct stat st;
+	int fd, status;
+
+	CHECK(old && fresh && got, "out of memory");
+	snprintf(path, sizeof(path), "%s/pw-data", mnt);
+	fd = open_in("pw-data", O_RDWR | O_CREAT | O_TRUNC);
+	ino = ino_of(fd);
+	fill(old, 4 * bs, &s);
+	fill(fresh, 2 * bs, &s);
+	pwrite_all(fd, old, 4 * bs, 0);
+	CHECK(tfsc_grant(c, fd, ino) == 0, "GRANT: %s", tfs_gpu_error());
+	CHECK(tfsc_pin(c, true, ino, bs, 2 * bs, 0) == 0 && c->rep->nblocks == 2, "PIN_WRITE: %s",
+	      tfs_gpu_error());
+	pin = c->rep->pin;
+	for (uint32_t i = 0; i < 2; i++)
+		memcpy(ar.base + c->rep->slot[i], fresh + i * bs, bs);
+
+	/* SIGKILL ends a truncate that waits for the pin. */
+	pid[0] = shrink_child(path, 0, (off_t)(bs / 2));
+	sleep_ms(PIN_SHORT_MS);
+	CHECK(waitpid(pid[0], &status, WNOHANG) == 0, "a truncate did not wait for a write pin");
+	kill(pid[0], SIGKILL);
+	status = reap_or_fail(c, pin, pid[0], KILL_WAIT_MS, "a killed truncate");
+	CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL, "the truncate was not killed");
+
+	/* Truncate, O_TRUNC and a punched hole give up within a bound, with ETXTBSY. */
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (int i = 0; i < 3; i++)
+		pid[i] = shrink_child(path, i, (off_t)(bs / 2));
+	for (int i = 0; i < 3; i++) {
+		static const char *const what[] = {"truncate", "open O_TRUNC", "a punched hole"};
+
+		status = reap_or_fail(c, pin, pid[i], TRUNC_WAIT_MS, what[i]);
+		CHECK(WIFEXITED(status) && WEXITSTATUS(status) == ETXTBSY,
+		      "%s under a held write pin: exit %d, want ETXTBSY (%d)", what[i],
+		      WIFEXITED(status) ? WEXITSTATUS(status) : -1, ETXTBSY);
+	}
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	CHECK(fstat(fd, &st) == 0 && (size_t)st.st_size == 4 * bs,
+	      "a refused truncate changed the size to %lld", (long long)st.st_size);
+	/* Bytes under the pin are the client's to change until it releases; the rest stay. */
+	pread_all(fd, got, 4 * bs, 0);
+	CHECK(memcmp(got, old, bs) == 0 && memcmp(got + 3 * bs, old + 3 * bs, bs) == 0,
+	      "a refused truncate or punch changed the bytes");
+
+	/* The pin is the client's still: its write commits, and reads return it. */
+	CHECK(tfsc_release(c, pin, 0) == 0, "RELEASE of the write: %s", tfs_gpu_error());
+	memcpy(old + bs, fresh, 2 * bs);
+	pread_all(fd, got, 4 * bs, 0);
+	CHECK(memcmp(got, old, 4 * bs) == 0, "the write pin's bytes do not read back");
+
+	/* A truncate waits for a pin released soon, then goes through. */
+	CHECK(tfsc_pin(c, true, ino, 0, bs, 0) == 0, "PIN_WRITE: %s", tfs_gpu_error());
+	pin = c->rep->pin;
+	memcpy(ar.base + c->rep->slot[0], fresh, bs);
+	pid[0] = shrink_child(path, 0, (off_t)(bs / 2));
+	sleep_ms(PIN_SHORT_MS);
+	CHECK(waitpid(pid[0], &status, WNOHANG) == 0, "a truncate did not wait for a write pin");
+	CHECK(tfsc_release(c, pin, 0) == 0, "RELEASE of the write: %s", tfs_gpu_error());
+	status = reap_or_fail(c, 0, pid[0], TRUNC_WAIT_MS, "truncate after the pin's release");
+	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "truncate after the release: %s",
+	      strerror(WIFEXITED(status) ? WEXITSTATUS(status) : 0));
+	CHECK(fstat(fd, &st) == 0 && (size_t)st.st_size == bs / 2, "size %lld after the truncate",
+	      (long long)st.st_size);
+	pread_all(fd, got, bs / 2, 0);
+	CHECK(memcmp(got, fresh, bs / 2) == 0, "the truncated file does not hold the last write");
+	CHECK(gpu_field("write_pinned_blocks") == 0, "write pins remain");
+
+	tfsc_close(c);
+	munmap(ar.base, ar.bytes);
+	close(fd);
+	free(old);
+	free(fresh);
+	free(got);
+	printf("pinwait: ok (a truncate gave up after %ld ms)\n",
+	       (long)((t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000));
+	return 0;
+}
+
+/* ---- refuse: a refused client reads why, not ECONNRESET ---- */
+
+#define REFUSE_TRIES 50	    /* the race of a hang-up with our request shows in some */
+#define REFUSE_SETTLE_MS 30 /* the daemon has answered, and hung up if it will, by then */
+#define MAX_CONNS_TRY 200   /* more than the daemon serves at once */
+
+/*
+ * Connect to sock, send HELLO, let the daemon act, then read: its status,
+ * or -errno of the read. The send fails (EPIPE) where the daemon hung up
+ * before it; its answer must be there to read all the same.
+ */
+static int hello_raw(const char *sock, int *fdp)
+{
+	struct tfs_gpu_req req = {
+	    .magic = TFS_GPU_MAGIC, .version = TFS_GPU_VERSION, .op = TFS_GPU_HELLO};
+	struct timeval tv = {5, 0};
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	struct tfs_gpu_rep rep;
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	ssize_t n;
+
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", sock);
+	if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
+		return -1000 - errno;
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	if (send(fd, &req, sizeof(req), MSG_NOSIGNAL) != (ssize_t)sizeof(req) && errno != EPIPE)
+		return -2000 - errno;
+	sleep_ms(REFUSE_SETTLE_MS);
+	n = recv(fd, &rep, sizeof(rep), 0);
+	if (n < 0) {
+		int err = -errno;
+
+		close(fd);
+		return err;
+	}
+	*fdp = fd;
+	return n == (ssize_t)sizeof(rep) && rep.magic == TFS_GPU_MAGIC ? rep.status : -EPROTO;
+}
+
+/* After a refusal: the connection ends, with nothing more to read. */
+static bool hung_up(int fd)
+{
+	char b[8];
+
+	return recv(fd, b, sizeof(b), 0) == 0;
+}
+
+static int t_refuse(void)
+{
+	char sock[108], dir[108];
+	struct tfsc_conn *conns[MAX_CONNS_TRY];
+	long long refused;
+	uint64_t id;
+	int n = 0, ret = 0, fd = -1, status;
+	pid_t pid;
+
+	if (geteuid() != 0) {
+		printf("refuse: SKIP: needs root to run a client as another uid\n");
+		return 77;
+	}
+	CHECK(tfsc_gpu_file(mnt, sock, sizeof(sock), &id) == 0 && sock[0], "no socket");
+	CHECK(wait_field("clients", 0), "clients connected before the test");
+	snprintf(dir, sizeof(dir), "%s", sock);
+	*strrchr(dir, '/') = 0;
+	CHECK(chmod(dir, 0755) == 0 && chmod(sock, 0666) == 0, "chmod: %s", strerror(errno));
+	refused = gpu_field("refused");
+	pid = fork();
+	CHECK(pid >= 0, "fork");
+	if (pid == 0) {
+		if (setgid(OTHER_UID) || setuid(OTHER_UID))
+			_exit(2);
+		for (int i = 0; i < REFUSE_TRIES; i++) {
+			int r = hello_raw(sock, &fd);
+
+			if (r != -EACCES) {
+				fprintf(stderr, "refuse: try %d: %d (%s), want the reply -EACCES\n",
+					i, r, r < 0 ? strerror(-r) : "");
+				_exit(1);
+			}
+			if (!hung_up(fd)) {
+				fprintf(stderr, "refuse: try %d: no hang-up after the reply\n", i);
+				_exit(1);
+			}
+			close(fd);
+		}
+		_exit(0);
+	}
+	CHECK(waitpid(pid, &status, 0) == pid, "waitpid");
+	chmod(sock, 0600);
+	chmod(dir, 0700);
+	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+	      "a client of uid %d did not read its refusal (child status %d)", OTHER_UID,
+	      WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+	CHECK(gpu_field("refused") == refused + REFUSE_TRIES, "the refusals are not counted");
+
+	/* The owner, past the connection limit: refused with EMFILE, read as such. */
+	while (n < MAX_CONNS_TRY) {
+		ret = hello_raw(sock, &fd);
+		if (ret != 0)
+			break;
+		conns[n] = calloc(1, sizeof(**conns));
+		CHECK(conns[n], "out of memory");
+		conns[n++]->fd = fd;
+	}
+	CHECK(ret == -EMFILE, "connection %d past the limit: %d (%s), want the reply -EMFILE", n,
+	      ret, ret < 0 ? strerror(-ret) : "");
+	CHECK(hung_up(fd), "no hang-up after -EMFILE");
+	close(fd);
+	while (n)
+		tfsc_close(conns[--n]);
+	CHECK(wait_field("clients", 0), "clients remain");
+	tfsc_close(connect_mnt(NULL));
+	printf("refuse: ok\n");
+	return 0;
+}
+
 /* ---- remount: a process keeps using the library while the mount is replaced ---- */
 
 static bool wait_file(const char *path)
@@ -812,8 +1325,9 @@ int main(int argc, char **argv)
 			"usage: %s roundtrip MNT zerocopy|fallback [ITERS [THREADS]]\n"
 			"       %s copyfail MNT zerocopy|fallback\n"
 			"       %s remount MNT READY-FILE GO-FILE\n"
-			"       %s protocol|owner|crash MNT\n",
-			argv[0], argv[0], argv[0], argv[0]);
+			"       %s fdleak MNT DAEMON-PID\n"
+			"       %s protocol|owner|crash|grantmode|pinwait|refuse MNT\n",
+			argv[0], argv[0], argv[0], argv[0], argv[0]);
 		return 2;
 	}
 	mnt = argv[2];
@@ -831,6 +1345,14 @@ int main(int argc, char **argv)
 		return t_copyfail(argv[3]);
 	if (strcmp(argv[1], "remount") == 0 && argc >= 5)
 		return t_remount(argv[3], argv[4]);
+	if (strcmp(argv[1], "fdleak") == 0 && argc >= 4)
+		return t_fdleak((pid_t)atoi(argv[3]));
+	if (strcmp(argv[1], "grantmode") == 0)
+		return t_grantmode();
+	if (strcmp(argv[1], "pinwait") == 0)
+		return t_pinwait();
+	if (strcmp(argv[1], "refuse") == 0)
+		return t_refuse();
 	fprintf(stderr, "unknown test %s\n", argv[1]);
 	return 2;
 }

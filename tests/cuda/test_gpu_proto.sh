@@ -9,7 +9,10 @@
 #    protocol cases, random round trips (one and four threads), a client
 #    killed while holding pins, and a client of another uid all behave;
 #    a copy failing midway leaves no pin and no byte changed outside a
-#    failed write's range; unmount removes the socket.
+#    failed write's range; fds sent in any shape leave the daemon holding
+#    none; a GRANT proves only what the fd's open mode proves; a truncate
+#    under a held write pin can be killed and gives up with ETXTBSY within
+#    a bound; a refused client reads why; unmount removes the socket.
 # 2. What went through the arena survives a remount, and a process that
 #    used the arena before goes on using it after.
 # 3. cuda=off: no socket; the same calls take pread/pwrite and round trip
@@ -58,6 +61,12 @@ sock=$(gpu_json socket)
 "$GPUPROTO" owner "$MNT"
 rc=$?
 [ $rc -eq 0 ] || [ $rc -eq 77 ] || fail "a client of another uid"
+"$GPUPROTO" fdleak "$MNT" "$TFS_PID" || fail "the daemon keeps fds that clients sent"
+"$GPUPROTO" grantmode "$MNT" || fail "a GRANT proves more than the fd's open mode"
+"$GPUPROTO" pinwait "$MNT" || fail "a truncate under a client's write pin"
+"$GPUPROTO" refuse "$MNT"
+rc=$?
+[ $rc -eq 0 ] || [ $rc -eq 77 ] || fail "a refused client does not read why"
 before=$(sums) || fail "md5sum"
 "$GPUPROTO" remount "$MNT" "$T/ready" "$T/go" &
 GP_PID=$!
