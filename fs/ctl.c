@@ -715,39 +715,119 @@ static int collect_child(void *arg, const char *name, size_t namelen, uint64_t i
 }
 
 /*
- * The regular files at or under ino, breadth first; the list of folders to
- * visit is the same array, so a deep tree needs no recursion.
+ * Who asks for a walk under a folder. The ctl commands come from the
+ * mount's owner or root and walk everything (no caller); a getxattr may
+ * come from any user, who must not learn what lies in folders it cannot
+ * enter, so each folder is checked for its search permission.
  */
-static int ctl_files_under(struct fs *fs, uint64_t ino, struct ino_list *files)
+struct ctl_caller {
+	fuse_req_t req;
+	uid_t uid;
+	gid_t gid;
+	gid_t *groups; /* supplementary groups, read at the first need */
+	int ngroups;   /* -1 until read */
+};
+
+static void caller_init(struct ctl_caller *c, fuse_req_t req)
+{
+	const struct fuse_ctx *ctx = fuse_req_ctx(req);
+
+	c->req = req;
+	c->uid = ctx->uid;
+	c->gid = ctx->gid;
+	c->groups = NULL;
+	c->ngroups = -1;
+}
+
+/* The caller's supplementary groups; none when they cannot be read (grants less, never more). */
+static void caller_read_groups(struct ctl_caller *c)
+{
+	int n = fuse_req_getgroups(c->req, 0, NULL);
+
+	c->ngroups = 0;
+	if (n <= 0)
+		return;
+	c->groups = calloc((size_t)n, sizeof(*c->groups));
+	if (!c->groups)
+		return;
+	c->ngroups = fuse_req_getgroups(c->req, n, c->groups);
+	if (c->ngroups > n)
+		c->ngroups = n; /* it changed meanwhile: use what fitted */
+	if (c->ngroups < 0)
+		c->ngroups = 0;
+}
+
+static bool caller_in_group(struct ctl_caller *c, gid_t gid)
+{
+	if (c->gid == gid)
+		return true;
+	if (c->ngroups < 0)
+		caller_read_groups(c);
+	for (int i = 0; i < c->ngroups; i++)
+		if (c->groups[i] == gid)
+			return true;
+	return false;
+}
+
+/* Whether the caller may search (enter) a folder: the kernel's rule for x, root passes. */
+static bool may_search(struct ctl_caller *c, const struct meta_inode *rec)
+{
+	if (!c || c->uid == 0)
+		return true;
+	if (rec->uid == c->uid)
+		return rec->mode & S_IXUSR;
+	if (caller_in_group(c, rec->gid))
+		return rec->mode & S_IXGRP;
+	return rec->mode & S_IXOTH;
+}
+
+/*
+ * The regular files at or under ino, breadth first, in one read
+ * transaction; the list of folders to visit is the same array, so a deep
+ * tree needs no recursion. With a caller, a folder it may not search is
+ * left out (-EACCES when that is ino itself).
+ */
+static int ctl_files_under(struct fs *fs, MDB_txn *txn, uint64_t ino, struct ctl_caller *who,
+			   struct ino_list *files)
 {
 	struct ino_list todo = {0};
-	MDB_txn *txn;
 	int ret = ino_push(&todo, ino);
 
 	for (size_t i = 0; i < todo.n && !ret; i++) {
 		struct meta_inode rec;
 
-		ret = meta_begin(fs->meta, false, &txn);
+		ret = meta_inode_get(fs->meta, txn, todo.v[i], &rec);
+		if (ret == -ENOENT && i > 0) {
+			ret = 0; /* a name without its inode: fsck's business */
+			continue;
+		}
 		if (ret)
 			break;
-		ret = meta_inode_get(fs->meta, txn, todo.v[i], &rec);
-		if (ret == 0 && S_ISDIR(rec.mode))
+		if (S_ISDIR(rec.mode) && may_search(who, &rec))
 			ret = meta_readdir(fs->meta, txn, todo.v[i], 0, collect_child, &todo);
-		else if (ret == 0 && S_ISREG(rec.mode))
+		else if (S_ISDIR(rec.mode) && i == 0)
+			ret = -EACCES;
+		else if (S_ISREG(rec.mode))
 			ret = ino_push(files, todo.v[i]);
-		meta_abort(txn);
-		if (ret == -ENOENT && i > 0)
-			ret = 0; /* removed meanwhile */
 	}
 	free(todo.v);
 	return ret;
 }
 
-/* Load every block of ino into DRAM and keep it there. */
+/* Blocks one step of pin takes from the block map, between loads. */
+#define CTL_STEP_BLOCKS 64
+
+/*
+ * Load every stored block of ino into DRAM and keep it there. Holes take
+ * no DRAM, and a dirty block not yet written back is resident already, so
+ * only the block map's entries are visited.
+ */
 static int ctl_pin(struct fs *fs, uint64_t ino)
 {
 	struct fs_inode *in;
-	uint64_t nblk;
+	uint64_t idx[CTL_STEP_BLOCKS], nblk, nstored = 0, from = 0;
+	unsigned n;
+	MDB_txn *txn;
 	int ret = fs_iget(fs, ino, &in);
 
 	if (ret)
@@ -755,17 +835,29 @@ static int ctl_pin(struct fs *fs, uint64_t ino)
 	pthread_mutex_lock(&in->lock);
 	nblk = (in->rec.size + fs->bs - 1) / fs->bs;
 	pthread_mutex_unlock(&in->lock);
-	ret = tb_pin_obj(fs->tb, ino, nblk);
-	for (uint64_t b = 0; b < nblk && !ret; b++) {
-		struct tb_ref ref;
+	ret = meta_begin(fs->meta, false, &txn);
+	if (!ret) {
+		ret = meta_bmap_count(fs->meta, txn, ino, 0, nblk, &nstored);
+		meta_abort(txn);
+	}
+	if (!ret)
+		ret = tb_pin_obj(fs->tb, ino, nstored);
+	while (!ret) {
+		ret = meta_bmap_list(fs->meta, ino, from, nblk, idx, CTL_STEP_BLOCKS, &n);
+		for (unsigned i = 0; i < n && !ret; i++) {
+			struct tb_ref ref;
 
-		pthread_rwlock_rdlock(&in->io);
-		ret = tb_get(fs->tb, ino, b, &ref, NULL);
-		pthread_rwlock_unlock(&in->io);
-		if (ret == 0)
-			tb_put(fs->tb, &ref, 0);
-		else if (ret == -ENOENT)
-			ret = 0; /* a hole takes no DRAM */
+			pthread_rwlock_rdlock(&in->io);
+			ret = tb_get(fs->tb, ino, idx[i], &ref, NULL);
+			pthread_rwlock_unlock(&in->io);
+			if (ret == 0)
+				tb_put(fs->tb, &ref, 0);
+			else if (ret == -ENOENT)
+				ret = 0; /* became a hole meanwhile */
+		}
+		if (ret || n < CTL_STEP_BLOCKS)
+			break;
+		from = idx[n - 1] + 1;
 	}
 	if (ret)
 		tb_unpin_obj(fs->tb, ino);
@@ -773,11 +865,11 @@ static int ctl_pin(struct fs *fs, uint64_t ino)
 	return ret;
 }
 
-static int ctl_apply(struct fs *fs, enum fs_ctlverb verb, uint64_t ino)
+static int ctl_apply(struct fs *fs, enum fs_ctlverb verb, uint64_t ino, uint32_t uid)
 {
 	switch (verb) {
 	case CTL_PREFETCH:
-		return fs_prefetch_hint(fs, ino);
+		return fs_prefetch_hint(fs, ino, uid);
 	case CTL_PIN:
 		return ctl_pin(fs, ino);
 	case CTL_UNPIN:
@@ -791,9 +883,11 @@ static int ctl_apply(struct fs *fs, enum fs_ctlverb verb, uint64_t ino)
 	return -EINVAL;
 }
 
-static int ctl_run(struct fs *fs, const struct fs_ctlcmd *cmd)
+/* Run one command for user uid (the mount's owner or root). */
+static int ctl_run(struct fs *fs, const struct fs_ctlcmd *cmd, uint32_t uid)
 {
 	struct ino_list files = {0};
+	MDB_txn *txn;
 	uint64_t ino;
 	int ret;
 
@@ -805,9 +899,13 @@ static int ctl_run(struct fs *fs, const struct fs_ctlcmd *cmd)
 	}
 	ret = ctl_resolve(fs, cmd, &ino);
 	if (ret == 0)
-		ret = ctl_files_under(fs, ino, &files);
+		ret = meta_begin(fs->meta, false, &txn);
+	if (ret == 0) {
+		ret = ctl_files_under(fs, txn, ino, NULL, &files);
+		meta_abort(txn);
+	}
 	for (size_t i = 0; i < files.n && !ret; i++)
-		ret = ctl_apply(fs, cmd->verb, files.v[i]);
+		ret = ctl_apply(fs, cmd->verb, files.v[i], uid);
 	/* A pin that did not fit releases the files pinned before it. */
 	if (ret && cmd->verb == CTL_PIN)
 		for (size_t i = 0; i < files.n; i++)
@@ -838,7 +936,7 @@ void fs_ctl_write(struct fs *fs, fuse_req_t req, uint64_t ino, const char *buf, 
 			log_warn("ctl: rejected a command from uid %u: %s",
 				 (unsigned)fuse_req_ctx(req)->uid, why);
 	} else {
-		ret = ctl_run(fs, cmd);
+		ret = ctl_run(fs, cmd, fuse_req_ctx(req)->uid);
 		if (cmd->ino)
 			log_info("ctl: %s ino:%llu: %s", fs_ctlverb_name(cmd->verb),
 				 (unsigned long long)cmd->ino, ret ? strerror(-ret) : "done");
@@ -855,85 +953,123 @@ void fs_ctl_write(struct fs *fs, fuse_req_t req, uint64_t ino, const char *buf, 
 
 /* ---- user.tensorfs.tiers ---- */
 
-/* Add one regular file's bytes per device and in DRAM to the tallies. */
-static int tally_file(struct fs *fs, unsigned ndev, uint64_t ino, uint64_t *per_dev,
-		      uint64_t *dram)
-{
-	struct meta_inode rec;
-	uint64_t nblk, resident;
+/*
+ * Bytes per tier of the files a getxattr sums. A block counts once in each
+ * tier that holds it: in DRAM if resident, on its device if stored (a
+ * clean cached block is in both), never twice in one tier.
+ */
+struct tally {
+	struct fs *fs;
 	MDB_txn *txn;
-	int ret = meta_begin(fs->meta, false, &txn);
+	unsigned ndev;
+	uint64_t size; /* of the file being counted */
+	uint64_t per_dev[TB_MAX_DEVS];
+	uint64_t dram;
+};
+
+/* The bytes of block idx that lie inside the file: the last one may be short. */
+static uint64_t in_file(const struct tally *t, uint64_t idx)
+{
+	uint64_t start = idx * t->fs->bs; /* offsets stay below 2^63: no overflow */
+
+	if (start >= t->size)
+		return 0;
+	return t->size - start < t->fs->bs ? t->size - start : t->fs->bs;
+}
+
+static int tally_stored(void *arg, uint64_t idx, uint64_t id)
+{
+	struct tally *t = arg;
+	struct meta_block blk;
+	int ret = meta_block_get(t->fs->meta, t->txn, id, &blk);
 
 	if (ret)
 		return ret;
-	ret = meta_inode_get(fs->meta, txn, ino, &rec);
-	nblk = ret == 0 ? (rec.size + fs->bs - 1) / fs->bs : 0;
-	for (uint64_t b = 0; b < nblk && ret == 0; b++) {
-		uint64_t in_file = rec.size - b * fs->bs < fs->bs ? rec.size - b * fs->bs : fs->bs;
-		struct meta_block blk;
-		uint64_t id;
-		int r = meta_bmap_get(fs->meta, txn, ino, b, &id);
-
-		if (r == 0)
-			r = meta_block_get(fs->meta, txn, id, &blk);
-		if (r == 0 && blk.loc != TB_LOC_NONE && tb_loc_dev(blk.loc) < ndev)
-			per_dev[tb_loc_dev(blk.loc)] += in_file;
-		else if (r && r != -ENOENT)
-			ret = r;
-	}
-	meta_abort(txn);
-	if (ret)
-		return ret;
-	/* Resident blocks count whole, up to the file's size. */
-	resident = tb_resident(fs->tb, ino, NULL) * fs->bs;
-	*dram += resident < rec.size ? resident : rec.size;
+	if (blk.loc != TB_LOC_NONE && tb_loc_dev(blk.loc) < t->ndev)
+		t->per_dev[tb_loc_dev(blk.loc)] += in_file(t, idx);
 	return 0;
 }
 
-/* A regular file's bytes per tier, or the sum over the files under a folder. */
-int fs_ctl_tiers_xattr(struct fs *fs, uint64_t ino, char **out, size_t *len)
+static void tally_resident(void *arg, uint64_t idx)
+{
+	struct tally *t = arg;
+
+	t->dram += in_file(t, idx);
+}
+
+/*
+ * Add one regular file's bytes: stored blocks from the block map's cursor,
+ * resident ones from the cache's list of the object. Both cost what the
+ * file holds, not its size.
+ */
+static int tally_file(struct tally *t, uint64_t ino)
+{
+	struct meta_inode rec;
+	int ret = meta_inode_get(t->fs->meta, t->txn, ino, &rec);
+
+	if (ret)
+		return ret;
+	t->size = rec.size;
+	ret = meta_bmap_walk(t->fs->meta, t->txn, ino, 0, (rec.size + t->fs->bs - 1) / t->fs->bs,
+			     tally_stored, t);
+	if (ret)
+		return ret;
+	tb_resident_each(t->fs->tb, ino, tally_resident, t);
+	return 0;
+}
+
+static json_t *tally_json(const struct tally *t, const struct tb_stats *st)
+{
+	json_t *j = json_object();
+
+	json_object_set_new(j, "dram", json_integer((json_int_t)t->dram));
+	for (unsigned i = 0; i < st->n_devs; i++)
+		json_object_set_new(j, st->dev[i].name, json_integer((json_int_t)t->per_dev[i]));
+	return j;
+}
+
+int fs_ctl_tiers_xattr(struct fs *fs, fuse_req_t req, uint64_t ino, char **out, size_t *len)
 {
 	struct tb_stats *st = calloc(1, sizeof(*st));
-	uint64_t per_dev[TB_MAX_DEVS] = {0}, dram = 0;
+	struct tally *t = calloc(1, sizeof(*t));
 	struct ino_list files = {0};
+	struct ctl_caller who;
+	struct meta_inode rec;
 	json_t *j;
-	int ret;
+	int ret = st && t ? 0 : -ENOMEM;
 
-	if (!st)
-		return -ENOMEM;
-	tb_get_stats(fs->tb, st);
-	ret = ctl_files_under(fs, ino, &files);
-	for (size_t i = 0; i < files.n && ret == 0; i++) {
-		ret = tally_file(fs, st->n_devs, files.v[i], per_dev, &dram);
-		if (ret == -ENOENT && files.v[i] != ino)
-			ret = 0; /* removed meanwhile */
-	}
-	free(files.v);
-	if (ret == 0 && files.n == 0) {
-		struct meta_inode rec;
-		MDB_txn *txn;
-
-		/* A symlink or device: no data of its own. An empty folder: zeros. */
-		ret = meta_begin(fs->meta, false, &txn);
-		if (ret == 0) {
-			ret = meta_inode_get(fs->meta, txn, ino, &rec);
-			meta_abort(txn);
-			if (ret == 0 && !S_ISDIR(rec.mode))
-				ret = -ENODATA;
-		}
-	}
+	caller_init(&who, req);
 	if (ret)
 		goto out;
-	j = json_object();
-	json_object_set_new(j, "dram", json_integer((json_int_t)dram));
-	for (unsigned i = 0; i < st->n_devs; i++)
-		json_object_set_new(j, st->dev[i].name, json_integer((json_int_t)per_dev[i]));
+	tb_get_stats(fs->tb, st);
+	t->fs = fs;
+	t->ndev = st->n_devs;
+	/* One read transaction for the whole walk: one snapshot, one reader slot. */
+	ret = meta_begin(fs->meta, false, &t->txn);
+	if (ret)
+		goto out;
+	ret = ctl_files_under(fs, t->txn, ino, &who, &files);
+	for (size_t i = 0; i < files.n && ret == 0; i++)
+		ret = tally_file(t, files.v[i]);
+	if (ret == 0 && files.n == 0) {
+		/* A symlink or device: no data of its own. An empty folder: zeros. */
+		ret = meta_inode_get(fs->meta, t->txn, ino, &rec);
+		if (ret == 0 && !S_ISDIR(rec.mode))
+			ret = -ENODATA;
+	}
+	meta_abort(t->txn);
+	if (ret)
+		goto out;
+	j = tally_json(t, st);
 	*out = json_dumps(j, JSON_COMPACT);
 	json_decref(j);
 	ret = *out ? 0 : -ENOMEM;
 	if (*out)
 		*len = strlen(*out);
 out:
+	free(files.v);
+	free(who.groups);
+	free(t);
 	free(st);
 	return ret;
 }

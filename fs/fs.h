@@ -54,6 +54,17 @@ struct fs_inode {
 	struct fs_inode *next;
 };
 
+/* prefetch.c: a file being loaded ahead of use, a few blocks per turn. */
+struct fs_pf_file {
+	uint64_t ino;
+	uint64_t next; /* block index its next turn starts from */
+	uint64_t left; /* blocks it may still issue: at most what the DRAM tier holds */
+	uint32_t uid;  /* who hinted it: turns go round the users */
+};
+
+#define FS_PF_HINTS 1024	 /* hints queued at once; more get EBUSY */
+#define FS_PF_HINTS_PER_USER 256 /* so that one user cannot fill the queue */
+
 struct fs_counters {
 	uint64_t lookups, getattrs, setattrs, opens, creates, reads, writes, read_bytes,
 		write_bytes, fsyncs, unlinks, renames, copies, copy_shared_bytes, fallocates,
@@ -74,10 +85,11 @@ struct fs {
 	struct fs_learner learn;
 	/* prefetch.c */
 	pthread_t pf_thread;
-	pthread_mutex_t pf_lock; /* guards the hints and pf_stop */
+	pthread_mutex_t pf_lock; /* guards the hints, pf_last_uid and pf_stop */
 	pthread_cond_t pf_cv;
-	uint64_t pf_hints[64];
+	struct fs_pf_file pf_hints[FS_PF_HINTS]; /* in the order they came */
 	unsigned pf_nhints;
+	uint32_t pf_last_uid; /* the user whose hint had the last turn */
 	bool pf_stop, pf_running;
 	struct fs_gpu *gpu; /* gpu.c: the shared-arena server, NULL unless cuda=on */
 	/* ctl.c: per-tier byte counts of the last rate sample, taken each second */
@@ -128,8 +140,12 @@ void fs_ctl_write(struct fs *fs, fuse_req_t req, uint64_t ino, const char *buf, 
 /* The thread that samples each tier's byte counts once a second, for rates. */
 int fs_ctl_start(struct fs *fs);
 void fs_ctl_stop(struct fs *fs);
-/* user.tensorfs.tiers: JSON of the bytes per tier of a file, or of the files under a folder. */
-int fs_ctl_tiers_xattr(struct fs *fs, uint64_t ino, char **out, size_t *len);
+/*
+ * user.tensorfs.tiers: JSON of the bytes per tier of a file, or of the
+ * files under a folder that req's caller may search. Costs what the files
+ * store, not their sizes.
+ */
+int fs_ctl_tiers_xattr(struct fs *fs, fuse_req_t req, uint64_t ino, char **out, size_t *len);
 void fs_ctl_readdir(struct fs *fs, fuse_req_t req, uint64_t ino, size_t size, off_t off,
 		    bool plus);
 void fs_ctl_root_stat(struct stat *st, uint64_t ino);
@@ -138,7 +154,8 @@ void fs_ctl_root_stat(struct stat *st, uint64_t ino);
 int fs_prefetch_start(struct fs *fs);
 void fs_prefetch_stop(struct fs *fs);
 void fs_prefetch_kick(struct fs *fs);
-int fs_prefetch_hint(struct fs *fs, uint64_t ino);
+/* Load ino ahead of use, for user uid; -EBUSY when the queue, or uid's share of it, is full. */
+int fs_prefetch_hint(struct fs *fs, uint64_t ino, uint32_t uid);
 
 /* gpu.c: the shared DRAM arena for GPU clients (cuda=on) */
 struct json_t;

@@ -843,42 +843,130 @@ int meta_bmap_clear(struct fs_meta *m, MDB_txn *txn, uint64_t ino, uint64_t from
 	return (rc == 0 || rc == MDB_NOTFOUND) ? 0 : mdb_err(rc);
 }
 
+/*
+ * Drop dst's mappings in the range, then map each block src stores there:
+ * the cost follows the blocks the two ranges store, not the range's length.
+ * Clearing first is safe even within one file: the ranges do not overlap,
+ * so every block src maps keeps src's reference while dst's go.
+ */
 int meta_bmap_share(struct fs_meta *m, MDB_txn *txn, uint64_t src, uint64_t sidx, uint64_t dst,
 		    uint64_t didx, uint64_t n, struct locvec *freed)
 {
 	unsigned char kb[16];
 	MDB_val k = {16, kb}, v;
+	uint64_t idx, id;
 	int ret;
 
-	for (uint64_t i = 0; i < n; i++) {
-		uint64_t id;
-
-		ret = meta_bmap_get(m, txn, src, sidx + i, &id);
-		if (ret && ret != -ENOENT)
-			return ret;
-		bool hole = ret == -ENOENT;
-		if (!hole) {
+	if (n == 0)
+		return 0;
+	ret = meta_bmap_clear(m, txn, dst, didx, didx + n, freed);
+	for (uint64_t from = sidx; ret == 0; from = idx + 1) {
+		ret = meta_bmap_next(m, txn, src, from, sidx + n, &idx, &id);
+		if (ret == -ENOENT)
+			return 0;
+		if (!ret)
 			ret = block_ref(m, txn, id, 1, freed);
-			if (ret)
-				return ret;
-		}
-		ret = unref_mapping(m, txn, dst, didx + i, freed);
 		if (ret)
-			return ret;
-		bmap_key(kb, dst, didx + i);
-		if (hole) {
-			ret = mdb_err(mdb_del(txn, m->bmap, &k, NULL));
-			if (ret && ret != -ENOENT)
-				return ret;
-			continue;
-		}
+			break;
+		bmap_key(kb, dst, didx + (idx - sidx));
 		v.mv_size = sizeof(id);
 		v.mv_data = &id;
 		ret = mdb_err(mdb_put(txn, m->bmap, &k, &v, 0));
-		if (ret)
-			return ret;
 	}
-	return 0;
+	return ret;
+}
+
+/* Position c at the first mapping of ino in [from, to): 0 with *idx and *id, or -ENOENT. */
+static int bmap_seek(MDB_cursor *c, uint64_t ino, uint64_t from, uint64_t to, MDB_cursor_op op,
+		     uint64_t *idx, uint64_t *id)
+{
+	unsigned char kb[16];
+	MDB_val k = {16, kb}, v;
+	int rc;
+
+	bmap_key(kb, ino, from);
+	rc = mdb_cursor_get(c, &k, &v, op);
+	if (rc)
+		return mdb_err(rc);
+	if (k.mv_size != 16 || get_be64(k.mv_data) != ino)
+		return -ENOENT;
+	*idx = get_be64((unsigned char *)k.mv_data + 8);
+	if (*idx < from || *idx >= to)
+		return -ENOENT;
+	return meta_decode_id(v.mv_data, v.mv_size, id);
+}
+
+int meta_bmap_next(struct fs_meta *m, MDB_txn *txn, uint64_t ino, uint64_t from, uint64_t to,
+		   uint64_t *idx, uint64_t *id)
+{
+	MDB_cursor *c;
+	int ret;
+
+	if (from >= to)
+		return -ENOENT;
+	ret = mdb_err(mdb_cursor_open(txn, m->bmap, &c));
+	if (ret)
+		return ret;
+	ret = bmap_seek(c, ino, from, to, MDB_SET_RANGE, idx, id);
+	mdb_cursor_close(c);
+	return ret;
+}
+
+int meta_bmap_walk(struct fs_meta *m, MDB_txn *txn, uint64_t ino, uint64_t from, uint64_t to,
+		   meta_bmap_fn fn, void *arg)
+{
+	MDB_cursor *c;
+	uint64_t idx, id;
+	int ret;
+
+	if (from >= to)
+		return 0;
+	ret = mdb_err(mdb_cursor_open(txn, m->bmap, &c));
+	if (ret)
+		return ret;
+	ret = bmap_seek(c, ino, from, to, MDB_SET_RANGE, &idx, &id);
+	while (ret == 0) {
+		ret = fn(arg, idx, id);
+		if (ret)
+			break;
+		/* MDB_NEXT ignores the key: from only bounds the range here. */
+		ret = bmap_seek(c, ino, from, to, MDB_NEXT, &idx, &id);
+	}
+	mdb_cursor_close(c);
+	return ret == -ENOENT ? 0 : ret;
+}
+
+struct idx_list {
+	uint64_t *idx;
+	unsigned n, max;
+};
+
+static int idx_add(void *arg, uint64_t idx, uint64_t id)
+{
+	struct idx_list *l = arg;
+
+	(void)id;
+	l->idx[l->n++] = idx;
+	return l->n == l->max;
+}
+
+int meta_bmap_list(struct fs_meta *m, uint64_t ino, uint64_t from, uint64_t to, uint64_t *idx,
+		   unsigned max, unsigned *n)
+{
+	struct idx_list l = {idx, 0, max};
+	MDB_txn *txn;
+	int ret;
+
+	*n = 0;
+	if (max == 0)
+		return 0;
+	ret = meta_begin(m, false, &txn);
+	if (ret)
+		return ret;
+	ret = meta_bmap_walk(m, txn, ino, from, to, idx_add, &l);
+	meta_abort(txn);
+	*n = l.n;
+	return ret < 0 ? ret : 0;
 }
 
 int meta_bmap_count(struct fs_meta *m, MDB_txn *txn, uint64_t ino, uint64_t from, uint64_t to,

@@ -120,9 +120,33 @@ int meta_dedup_find(struct fs_meta *m, MDB_txn *txn, const uint8_t *hash, uint64
 /* Drop the mappings of blocks [from, to) of ino. */
 int meta_bmap_clear(struct fs_meta *m, MDB_txn *txn, uint64_t ino, uint64_t from, uint64_t to,
 		    struct locvec *freed);
-/* Make blocks [didx, didx+n) of dst share the blocks [sidx, sidx+n) of src. */
+/*
+ * Make blocks [didx, didx+n) of dst share the blocks [sidx, sidx+n) of src
+ * (holes of src become holes of dst). The ranges must not overlap.
+ */
 int meta_bmap_share(struct fs_meta *m, MDB_txn *txn, uint64_t src, uint64_t sidx, uint64_t dst,
 		    uint64_t didx, uint64_t n, struct locvec *freed);
+/*
+ * The block map walked by cursor, so that the cost follows the blocks a file
+ * stores and never its size (a sparse file may be 2^63 bytes long).
+ *
+ * meta_bmap_next: the first mapped block of ino in [from, to): 0 with its
+ * index and block id, or -ENOENT when there is none.
+ * meta_bmap_walk: each mapped block of ino in [from, to), in index order,
+ * until fn returns non-zero, which is returned; 0 at the end.
+ */
+int meta_bmap_next(struct fs_meta *m, MDB_txn *txn, uint64_t ino, uint64_t from, uint64_t to,
+		   uint64_t *idx, uint64_t *id);
+typedef int (*meta_bmap_fn)(void *arg, uint64_t idx, uint64_t id);
+int meta_bmap_walk(struct fs_meta *m, MDB_txn *txn, uint64_t ino, uint64_t from, uint64_t to,
+		   meta_bmap_fn fn, void *arg);
+/*
+ * Up to max indexes of the blocks ino maps in [from, to), in order, in *n;
+ * fewer than max means there are no more. In a read transaction of its
+ * own, over when it returns, so that the caller may then wait on I/O.
+ */
+int meta_bmap_list(struct fs_meta *m, uint64_t ino, uint64_t from, uint64_t to, uint64_t *idx,
+		   unsigned max, unsigned *n);
 /* Number of mapped blocks of ino in [from, to). */
 int meta_bmap_count(struct fs_meta *m, MDB_txn *txn, uint64_t ino, uint64_t from, uint64_t to,
 		    uint64_t *count);

@@ -31,6 +31,12 @@
 #define FS_XATTR_PREFETCH "user.tensorfs.prefetch"
 #define FS_XATTR_TIERS "user.tensorfs.tiers"
 #define FS_READAHEAD_SLACK (8U << 20) /* concurrent readers arrive out of order */
+/*
+ * Bytes one copy_file_range moves at most; callers loop on a short count.
+ * It bounds the time a copy holds a worker (by value it is as many bytes
+ * written) and keeps the count within the 32 bits of FUSE's reply.
+ */
+#define FS_MAX_COPY (64U << 20)
 
 static struct fs *req_fs(fuse_req_t req)
 {
@@ -1472,6 +1478,11 @@ static void fs_copy_file_range(fuse_req_t req, fuse_ino_t ino_in, off_t off_in,
 	}
 	if (n == 0)
 		goto out;
+	if (n > FS_MAX_COPY) {
+		n = FS_MAX_COPY;
+		/* End on a block boundary, so that the next call shares whole blocks. */
+		n -= (so + n) % fs->bs < n ? (so + n) % fs->bs : 0;
+	}
 
 	ret = io_lock_excl(req, dst);
 	if (ret)
@@ -1710,7 +1721,9 @@ static void fs_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const 
 		/* A hint, not stored: load this file into the DRAM tier now. */
 		(void)value;
 		(void)size;
-		reply_err(fs, req, fs->pf_running ? fs_prefetch_hint(fs, ino) : -EOPNOTSUPP);
+		reply_err(fs, req,
+			  fs->pf_running ? fs_prefetch_hint(fs, ino, fuse_req_ctx(req)->uid)
+					 : -EOPNOTSUPP);
 		return;
 	}
 	ret = meta_begin(fs->meta, true, &txn);
@@ -1750,7 +1763,7 @@ static void fs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t
 	}
 	if (strcmp(name, FS_XATTR_TIERS) == 0) {
 		/* Computed, not stored: where the file's bytes are now. */
-		ret = fs_ctl_tiers_xattr(fs, ino, &buf, &len);
+		ret = fs_ctl_tiers_xattr(fs, req, ino, &buf, &len);
 		reply_xattr(fs, req, ret, buf, len, size);
 		free(buf);
 		return;

@@ -3,11 +3,19 @@
  * files named by a hint, into the DRAM tier ahead of use.
  *
  * One thread (tfs-prefetch) wakes when the learner records a file or a
- * hint arrives. It asks the learner for the next files within a budget of
- * a quarter of the DRAM tier and issues their blocks in the prefetch class, which
- * devices serve after demand reads and before write-back. tb_prefetch
- * never waits: when the in-flight bound is reached the thread sleeps a
- * little and goes on, starting over whenever the cycle moves.
+ * hint arrives. Only the blocks a file stores are visited, found through
+ * the block map's cursor, so a sparse file of 2^63 bytes costs what it
+ * holds. The work goes in turns of at most PF_TURN_BLOCKS blocks: a turn
+ * of a hinted file, then a turn of the learned cycle's files. Users take
+ * turns, each user's hints in the order given, so no user's hint, however
+ * large its file, holds up another user's. A hint or a pass of the cycle
+ * issues at most as many blocks as the DRAM tier holds: loading more would
+ * only evict what it loaded first.
+ * The cycle's files are the next ones within a quarter of the DRAM tier;
+ * its pass starts over whenever the cycle moves. Blocks go in the prefetch
+ * class, which devices serve after demand reads and before write-back.
+ * tb_prefetch never waits: when the in-flight bound is reached the thread
+ * sleeps a little and ends the turn.
  */
 #include "fs.h"
 #include "log.h"
@@ -16,78 +24,164 @@
 #include <string.h>
 #include <time.h>
 
-#define AHEAD_MAX 64	     /* files looked ahead at most */
-#define RETRY_NS 2000000L    /* when the prefetch class is full */
-#define IDLE_MS 200	     /* wake to check the learner anyway */
-#define HINTS_MAX 64
-#define PREFETCH_SHARE 4 /* files ahead may fill a quarter of the DRAM tier */
+#define AHEAD_MAX 64	  /* files looked ahead at most */
+#define RETRY_NS 2000000L /* when the prefetch class is full */
+#define IDLE_MS 200	  /* wake to check the learner anyway */
+#define PREFETCH_SHARE 4  /* files ahead may fill a quarter of the DRAM tier */
+#define PF_TURN_BLOCKS 32 /* blocks one file issues per turn */
 
-/* Issue the blocks of one file; false when the cycle moved on (start over). */
-static bool prefetch_file(struct fs *fs, uint64_t ino, uint64_t gen, bool hinted)
+/* The learned cycle's pass: its files, the one being loaded, and what is left. */
+struct pf_cycle {
+	uint64_t inos[AHEAD_MAX];
+	unsigned n, i;
+	uint64_t gen;
+	struct fs_pf_file cur;
+};
+
+static uint64_t dram_blocks(const struct fs *fs)
 {
-	struct fs_inode *in;
-	uint64_t size, nblk;
+	return fs->cfg->dram / fs->bs;
+}
 
-	if (fs_iget(fs, ino, &in) != 0)
-		return true;
+/*
+ * One turn of a file: issue its next stored blocks from h->next, at most
+ * PF_TURN_BLOCKS and h->left, and advance h. False when it has no more to
+ * load (or has gone); true when another turn is due.
+ */
+static bool prefetch_turn(struct fs *fs, struct fs_pf_file *h)
+{
+	uint64_t idx[PF_TURN_BLOCKS], nblk;
+	unsigned n, max = h->left < PF_TURN_BLOCKS ? (unsigned)h->left : PF_TURN_BLOCKS;
+	struct fs_inode *in;
+	bool more;
+
+	if (max == 0 || fs_iget(fs, h->ino, &in) != 0)
+		return false;
 	pthread_mutex_lock(&in->lock);
-	size = in->rec.size;
+	nblk = (in->rec.size + fs->bs - 1) / fs->bs;
 	pthread_mutex_unlock(&in->lock);
-	nblk = (size + fs->bs - 1) / fs->bs;
-	for (uint64_t b = 0; b < nblk && !fs->pf_stop; b++) {
+	if (meta_bmap_list(fs->meta, h->ino, h->next, nblk, idx, max, &n) != 0)
+		n = 0;
+	more = n == max;
+	for (unsigned i = 0; i < n && !fs->pf_stop; i++) {
 		int ret;
 
 		pthread_rwlock_rdlock(&in->io);
-		ret = tb_prefetch(fs->tb, ino, b);
+		ret = tb_prefetch(fs->tb, h->ino, idx[i]);
 		pthread_rwlock_unlock(&in->io);
 		if (ret == -EAGAIN) {
 			struct timespec ts = {0, RETRY_NS};
 
+			/* Full for now: this block again at the file's next turn. */
 			nanosleep(&ts, NULL);
-			b--;
+			more = true;
+			break;
 		}
-		if (!hinted && __atomic_load_n(&fs->learn.generation, __ATOMIC_RELAXED) != gen) {
-			fs_iput(fs, in);
-			return false;
-		}
+		h->next = idx[i] + 1;
+		h->left--;
 	}
 	fs_iput(fs, in);
+	return more && h->left > 0 && !fs->pf_stop;
+}
+
+/*
+ * The hint whose turn it is: the oldest of the next user after the one
+ * served last, in the order of uids. A user's own hints go in the order
+ * given (a job hints what it needs first, first); users take turns.
+ */
+static unsigned next_hint(const struct fs *fs)
+{
+	unsigned best = FS_PF_HINTS, first = 0;
+
+	for (unsigned i = 0; i < fs->pf_nhints; i++) {
+		uint32_t u = fs->pf_hints[i].uid;
+
+		if (u > fs->pf_last_uid && (best == FS_PF_HINTS || u < fs->pf_hints[best].uid))
+			best = i;
+		if (u < fs->pf_hints[first].uid)
+			first = i;
+	}
+	return best < FS_PF_HINTS ? best : first;
+}
+
+/* A turn of the hint whose turn it is; false when none is queued. */
+static bool hint_turn(struct fs *fs)
+{
+	struct fs_pf_file h;
+	unsigned i;
+	bool more;
+
+	pthread_mutex_lock(&fs->pf_lock);
+	if (!fs->pf_nhints) {
+		pthread_mutex_unlock(&fs->pf_lock);
+		return false;
+	}
+	i = next_hint(fs);
+	h = fs->pf_hints[i];
+	pthread_mutex_unlock(&fs->pf_lock);
+
+	more = prefetch_turn(fs, &h);
+
+	/* Only this thread removes hints, and others append, so slot i is still h's. */
+	pthread_mutex_lock(&fs->pf_lock);
+	fs->pf_last_uid = h.uid;
+	if (more) {
+		fs->pf_hints[i] = h;
+	} else {
+		fs->pf_nhints--;
+		memmove(&fs->pf_hints[i], &fs->pf_hints[i + 1],
+			(fs->pf_nhints - i) * sizeof(fs->pf_hints[0]));
+	}
+	pthread_mutex_unlock(&fs->pf_lock);
+	return true;
+}
+
+static uint64_t learn_gen(struct fs *fs)
+{
+	return __atomic_load_n(&fs->learn.generation, __ATOMIC_RELAXED);
+}
+
+/* Start the cycle's pass over when the cycle has moved. */
+static void cycle_refresh(struct fs *fs, struct pf_cycle *c)
+{
+	if (learn_gen(fs) == c->gen)
+		return;
+	c->n =
+	    fs_learn_next(&fs->learn, c->inos, AHEAD_MAX, fs->cfg->dram / PREFETCH_SHARE, &c->gen);
+	c->i = 0;
+	c->cur = (struct fs_pf_file){.ino = c->n ? c->inos[0] : 0, .left = dram_blocks(fs)};
+}
+
+/* A turn of the learned cycle's pass; false when it has nothing to do. */
+static bool cycle_turn(struct fs *fs, struct pf_cycle *c)
+{
+	/* prefetch=off turns off the learned cycle's prefetch, not hints. */
+	if (!fs->cfg->prefetch)
+		return false;
+	cycle_refresh(fs, c);
+	if (c->i >= c->n || c->cur.left == 0)
+		return false;
+	if (!prefetch_turn(fs, &c->cur) && ++c->i < c->n)
+		c->cur = (struct fs_pf_file){.ino = c->inos[c->i], .left = c->cur.left};
 	return true;
 }
 
 static void *prefetch_main(void *arg)
 {
 	struct fs *fs = arg;
-	uint64_t inos[AHEAD_MAX], seen_gen = 0;
+	struct pf_cycle cycle = {0};
 
 	pthread_setname_np(pthread_self(), "tfs-prefetch");
 	pthread_mutex_lock(&fs->pf_lock);
 	while (!fs->pf_stop) {
-		uint64_t hints[HINTS_MAX], gen;
-		unsigned nh = fs->pf_nhints, n;
+		bool worked;
 
-		memcpy(hints, fs->pf_hints, nh * sizeof(hints[0]));
-		fs->pf_nhints = 0;
 		pthread_mutex_unlock(&fs->pf_lock);
-
-		for (unsigned i = 0; i < nh; i++)
-			prefetch_file(fs, hints[i], 0, true);
-		/* prefetch=off turns off the learned cycle's prefetch, not hints. */
-		n = 0;
-		gen = seen_gen;
-		if (fs->cfg->prefetch)
-			n = fs_learn_next(&fs->learn, inos, AHEAD_MAX,
-					  fs->cfg->dram / PREFETCH_SHARE, &gen);
-		if (gen != seen_gen) {
-			seen_gen = gen;
-			for (unsigned i = 0; i < n && !fs->pf_stop; i++)
-				if (!prefetch_file(fs, inos[i], gen, false))
-					break;
-		}
-
+		worked = hint_turn(fs);
+		worked |= cycle_turn(fs, &cycle);
 		pthread_mutex_lock(&fs->pf_lock);
-		if (!fs->pf_nhints && !fs->pf_stop &&
-		    __atomic_load_n(&fs->learn.generation, __ATOMIC_RELAXED) == seen_gen) {
+		if (!worked && !fs->pf_nhints && !fs->pf_stop &&
+		    (!fs->cfg->prefetch || learn_gen(fs) == cycle.gen)) {
 			struct timespec ts;
 
 			clock_gettime(CLOCK_REALTIME, &ts);
@@ -106,6 +200,8 @@ int fs_prefetch_start(struct fs *fs)
 	pthread_mutex_init(&fs->pf_lock, NULL);
 	pthread_cond_init(&fs->pf_cv, NULL);
 	fs->pf_stop = false;
+	fs->pf_nhints = 0;
+	fs->pf_last_uid = 0;
 	if (pthread_create(&fs->pf_thread, NULL, prefetch_main, fs) != 0)
 		return -EAGAIN;
 	fs->pf_running = true;
@@ -133,15 +229,23 @@ void fs_prefetch_kick(struct fs *fs)
 	pthread_mutex_unlock(&fs->pf_lock);
 }
 
-int fs_prefetch_hint(struct fs *fs, uint64_t ino)
+int fs_prefetch_hint(struct fs *fs, uint64_t ino, uint32_t uid)
 {
+	unsigned mine = 0;
 	int ret = 0;
 
 	pthread_mutex_lock(&fs->pf_lock);
-	if (fs->pf_nhints == HINTS_MAX)
+	for (unsigned i = 0; i < fs->pf_nhints; i++) {
+		if (fs->pf_hints[i].ino == ino)
+			goto out; /* queued already: its turns go on */
+		mine += fs->pf_hints[i].uid == uid;
+	}
+	if (fs->pf_nhints == FS_PF_HINTS || mine == FS_PF_HINTS_PER_USER)
 		ret = -EBUSY;
 	else
-		fs->pf_hints[fs->pf_nhints++] = ino;
+		fs->pf_hints[fs->pf_nhints++] =
+		    (struct fs_pf_file){.ino = ino, .left = dram_blocks(fs), .uid = uid};
+out:
 	pthread_cond_signal(&fs->pf_cv);
 	pthread_mutex_unlock(&fs->pf_lock);
 	return ret;

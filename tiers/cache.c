@@ -2230,6 +2230,18 @@ uint64_t tb_resident(struct tb_store *s, uint64_t obj, bool *pinned)
 	return n;
 }
 
+void tb_resident_each(struct tb_store *s, uint64_t obj, tb_block_fn fn, void *arg)
+{
+	struct tb_obj *o;
+
+	pthread_mutex_lock(&s->lock);
+	o = obj_find(s, obj);
+	for (struct tb_entry *e = o ? o->head : NULL; e; e = e->onext)
+		if (e->state == ES_CLEAN || e->state == ES_DIRTY || e->state == ES_WB)
+			fn(arg, e->idx);
+	pthread_mutex_unlock(&s->lock);
+}
+
 void tb_release(struct tb_store *s, uint64_t loc)
 {
 	pthread_mutex_lock(&s->lock);

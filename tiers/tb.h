@@ -233,6 +233,15 @@ void tb_unpin_obj(struct tb_store *s, uint64_t obj);
 int tb_evict_obj(struct tb_store *s, uint64_t obj);
 /* Blocks of obj resident in DRAM; *pinned, if given, says whether it is pinned. */
 uint64_t tb_resident(struct tb_store *s, uint64_t obj, bool *pinned);
+/*
+ * Call fn with the index of each block of obj resident in DRAM (clean,
+ * dirty or being written back), from the object's own list: the cost is
+ * what obj holds in DRAM, whatever its size. A dirty block that was never
+ * written back is here and nowhere else. fn runs under the store's lock and
+ * must not call the store.
+ */
+typedef void (*tb_block_fn)(void *arg, uint64_t idx);
+void tb_resident_each(struct tb_store *s, uint64_t obj, tb_block_fn fn, void *arg);
 /* The owner no longer references loc; reuse it after the next sync. */
 void tb_release(struct tb_store *s, uint64_t loc);
 /* Check that n more blocks fit in the persistent tiers right now. */

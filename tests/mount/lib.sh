@@ -94,13 +94,53 @@ print(v)
 PY
 }
 
+# alive PID: the process runs (a zombie, exited and not yet reaped, does not).
+alive() {
+	local st
+	read -r st 2>/dev/null <"/proc/$1/stat" || return 1
+	st=${st##*) } # the state follows the command's name in parentheses
+	[ "${st%% *}" != Z ]
+}
+
+# waitfor PID SECS: the status of background job PID if it ends within
+# SECS, else 124. A process waiting on a request that the daemon has taken
+# and never answers cannot be killed, not even by SIGKILL, so timeout(1)
+# would wait for it too: such a process is left behind here, and freed
+# when the cleanup kills the daemon.
+waitfor() {
+	local i
+	for ((i = 0; i < $2 * 10; i++)); do
+		if ! alive "$1"; then
+			wait "$1"
+			return
+		fi
+		sleep 0.1
+	done
+	return 124
+}
+
+# within SECS CMD...: run CMD, with waitfor's bound. Send its output to a
+# file, not a pipe: $(...) waits for every process that holds the pipe.
+within() {
+	local secs=$1
+	shift
+	"$@" &
+	waitfor $! "$secs"
+}
+
 tfs_cleanup() {
-	local rc=$?
+	local rc=$? i
 	if is_mounted "$MNT"; then
 		fusermount3 -u -z "$MNT" 2>/dev/null || umount -l "$MNT" 2>/dev/null
 	fi
 	if [ -n "$TFS_PID" ]; then
 		kill "$TFS_PID" 2>/dev/null
+		# A daemon stuck inside a request never gets to its exit: 10 s, then KILL.
+		for i in $(seq 1 100); do
+			alive "$TFS_PID" || break
+			sleep 0.1
+		done
+		alive "$TFS_PID" && kill -9 "$TFS_PID" 2>/dev/null
 		wait "$TFS_PID" 2>/dev/null
 	fi
 	if declare -F tfs_extra_cleanup >/dev/null; then

@@ -1,7 +1,8 @@
 /*
  * Unit test of the metadata store: names and readdir order, block maps
  * with shared blocks and reference counts, xattrs, symlinks, orphans, the
- * store's lock and its fixed block size, and persistence across reopen.
+ * store's lock and its fixed block size, and persistence across reopen;
+ * block-map walks over a 2^63-byte sparse file that cost what it stores.
  */
 #include "meta.h"
 #include "tb.h"
@@ -50,6 +51,95 @@ static bool has_loc(const struct locvec *v, uint64_t loc)
 		if (v->v[i] == loc)
 			return true;
 	return false;
+}
+
+struct idxs {
+	uint64_t v[8];
+	int n, stop_at;
+};
+
+static int collect_idx(void *arg, uint64_t idx, uint64_t id)
+{
+	struct idxs *x = arg;
+
+	(void)id;
+	x->v[x->n++] = idx;
+	return x->n == x->stop_at ? 7 : 0;
+}
+
+/*
+ * Block maps of a sparse file as long as a file can be: next, walk, list,
+ * count and share visit only the blocks stored, so each call is quick
+ * whatever the range. (Share used to step through every index of its range.)
+ */
+static void check_sparse_maps(struct fs_meta *m)
+{
+	const uint64_t far = (1ULL << 43) - 1; /* the last block of a 2^63-byte file */
+	const uint64_t dbase = 1ULL << 44;
+	struct locvec freed = {0};
+	struct idxs got = {0};
+	struct meta_block b;
+	uint64_t f3, f4, idx, id, count;
+	MDB_txn *txn;
+
+	alarm(20); /* a walk over the range's length would take hours */
+	CHECK_EQ(meta_begin(m, true, &txn), 0);
+	f3 = meta_new_ino(m);
+	f4 = meta_new_ino(m);
+	CHECK_EQ(meta_bmap_store(m, txn, f3, 0, tb_loc(0, 100), NULL, &freed), 0);
+	CHECK_EQ(meta_bmap_store(m, txn, f3, 7, tb_loc(0, 107), NULL, &freed), 0);
+	CHECK_EQ(meta_bmap_store(m, txn, f3, far, tb_loc(0, 199), NULL, &freed), 0);
+	/* f4 maps one block inside the range it will share into, one outside. */
+	CHECK_EQ(meta_bmap_store(m, txn, f4, 3, tb_loc(0, 203), NULL, &freed), 0);
+	CHECK_EQ(meta_bmap_store(m, txn, f4, dbase + 5, tb_loc(0, 205), NULL, &freed), 0);
+
+	CHECK_EQ(meta_bmap_next(m, txn, f3, 0, UINT64_MAX, &idx, &id), 0);
+	CHECK_EQ(idx, 0);
+	CHECK_EQ(meta_bmap_next(m, txn, f3, 1, UINT64_MAX, &idx, &id), 0);
+	CHECK_EQ(idx, 7);
+	CHECK_EQ(meta_bmap_next(m, txn, f3, 8, far + 1, &idx, &id), 0);
+	CHECK_EQ(idx, far);
+	CHECK_EQ(meta_bmap_next(m, txn, f3, 8, far, &idx, &id), -ENOENT);
+	CHECK_EQ(meta_bmap_next(m, txn, f3, far + 1, UINT64_MAX, &idx, &id), -ENOENT);
+	CHECK_EQ(meta_bmap_next(m, txn, f3, 5, 5, &idx, &id), -ENOENT);
+
+	CHECK_EQ(meta_bmap_walk(m, txn, f3, 0, far + 1, collect_idx, &got), 0);
+	CHECK_EQ(got.n, 3);
+	CHECK(got.v[0] == 0 && got.v[1] == 7 && got.v[2] == far);
+	got.n = 0;
+	got.stop_at = 2; /* fn's non-zero stops the walk and is returned */
+	CHECK_EQ(meta_bmap_walk(m, txn, f3, 0, UINT64_MAX, collect_idx, &got), 7);
+	CHECK_EQ(got.n, 2);
+	CHECK_EQ(meta_bmap_count(m, txn, f3, 0, far + 1, &count), 0);
+	CHECK_EQ(count, 3);
+
+	/* Share all 2^43 blocks of f3 into f4 at dbase: holes clear f4's block there. */
+	CHECK_EQ(meta_bmap_share(m, txn, f3, 0, f4, dbase, far + 1, &freed), 0);
+	CHECK_EQ(freed.n, 1);
+	CHECK(has_loc(&freed, tb_loc(0, 205)));
+	CHECK_EQ(meta_bmap_get(m, txn, f4, dbase + 5, &id), -ENOENT);
+	CHECK_EQ(meta_bmap_get(m, txn, f4, 3, &id), 0);
+	CHECK_EQ(meta_bmap_count(m, txn, f4, 0, UINT64_MAX, &count), 0);
+	CHECK_EQ(count, 4);
+	CHECK_EQ(meta_bmap_get(m, txn, f4, dbase + far, &id), 0);
+	CHECK_EQ(meta_block_get(m, txn, id, &b), 0);
+	CHECK_EQ(b.refs, 2);
+	CHECK_EQ(b.loc, tb_loc(0, 199));
+	CHECK_EQ(meta_commit(txn), 0);
+
+	/* Listing in steps, each in a transaction of its own. */
+	uint64_t list[2];
+	unsigned n;
+	CHECK_EQ(meta_bmap_list(m, f3, 0, far + 1, list, 2, &n), 0);
+	CHECK_EQ(n, 2);
+	CHECK(list[0] == 0 && list[1] == 7);
+	CHECK_EQ(meta_bmap_list(m, f3, list[1] + 1, far + 1, list, 2, &n), 0);
+	CHECK_EQ(n, 1);
+	CHECK_EQ(list[0], far);
+	CHECK_EQ(meta_bmap_list(m, f3, far + 1, UINT64_MAX, list, 2, &n), 0);
+	CHECK_EQ(n, 0);
+	locvec_free(&freed);
+	alarm(0);
 }
 
 int main(void)
@@ -178,6 +268,7 @@ int main(void)
 	CHECK_EQ(meta_inode_get(m, txn, f1, &got), -ENOENT);
 	CHECK_EQ(meta_xattr_get(m, txn, f1, "user.bb", buf, sizeof(buf), &len), -ENODATA);
 	meta_abort(txn);
+	check_sparse_maps(m);
 	meta_close(m);
 	locvec_free(&freed);
 
