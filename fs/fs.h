@@ -150,6 +150,12 @@ void fs_ctl_readdir(struct fs *fs, fuse_req_t req, uint64_t ino, size_t size, of
 		    bool plus);
 void fs_ctl_root_stat(struct stat *st, uint64_t ino);
 
+/*
+ * ops.c: a read or write of len bytes reached ino (now size bytes long): tell
+ * the learner, and wake the prefetcher when it records a step of the cycle.
+ */
+void fs_touch(struct fs *fs, uint64_t ino, uint64_t size, uint64_t len, bool write);
+
 /* prefetch.c: the next files of the learned cycle, and hints */
 int fs_prefetch_start(struct fs *fs);
 void fs_prefetch_stop(struct fs *fs);

@@ -447,17 +447,6 @@ static void pin_span(const struct gpu_pin *p, size_t bs, uint32_t i, size_t *bo,
 	*n = end - start;
 }
 
-/* Tell the learner, as a FUSE read or write does (ops.c), and wake the prefetcher. */
-static void learn_touch(struct fs *fs, uint64_t ino, uint64_t size, uint64_t len)
-{
-	uint64_t gen = __atomic_load_n(&fs->learn.generation, __ATOMIC_RELAXED);
-
-	fs_learn_touch(&fs->learn, ino, size, len);
-	if (__atomic_load_n(&fs->learn.generation, __ATOMIC_RELAXED) != gen &&
-	    __atomic_load_n(&fs->learn.period, __ATOMIC_RELAXED))
-		fs_prefetch_kick(fs);
-}
-
 static void pin_free(struct gpu_pin *p)
 {
 	if (p) {
@@ -683,7 +672,7 @@ static int do_pin(struct gpu_conn *c, const struct tfs_gpu_req *req, bool write)
 	p->first = req->off / g->bs;
 	p->n = (uint32_t)got;
 	p->len = ((p->first + got) * g->bs < end ? (p->first + got) * g->bs : end) - req->off;
-	learn_touch(fs, req->ino, write ? (size > end ? size : end) : size, p->len);
+	fs_touch(fs, req->ino, write ? (size > end ? size : end) : size, p->len, write);
 	ret = write ? pin_write_blocks(fs, in, p, g->bs) : pin_read_blocks(fs, in, p);
 	if (ret)
 		goto out;

@@ -29,6 +29,7 @@
 #define REPEAT_SHARE 4	    /* or this fraction of the file's size */
 #define JITTER 8	    /* records a file may be early or late in the cycle, at most */
 #define JITTER_SHARE 8	    /* and at most this fraction of the period */
+#define IN_USE 2	    /* a file recorded within this many records is in use */
 #define MATCH_WINDOW 32	    /* records compared to accept a period */
 #define MATCH_SHARE 0.9	    /* of them that must match */
 #define CONF_ALPHA 0.1	    /* weight of the latest prediction */
@@ -79,8 +80,9 @@ int fs_learn_init(struct fs_learner *l)
 	memset(l, 0, sizeof(*l));
 	pthread_mutex_init(&l->lock, NULL);
 	l->ring = calloc(RING, sizeof(*l->ring));
+	l->ring_write = calloc(RING, sizeof(*l->ring_write));
 	l->files = calloc(FILES_BUCKETS, sizeof(*l->files));
-	return l->ring && l->files ? 0 : -1;
+	return l->ring && l->ring_write && l->files ? 0 : -1;
 }
 
 void fs_learn_fini(struct fs_learner *l)
@@ -94,6 +96,7 @@ void fs_learn_fini(struct fs_learner *l)
 		}
 	free(l->files);
 	free(l->ring);
+	free(l->ring_write);
 	pthread_mutex_destroy(&l->lock);
 }
 
@@ -169,7 +172,7 @@ static void find_period(struct fs_learner *l, struct learn_file *f)
 	}
 }
 
-static void record(struct fs_learner *l, struct learn_file *f)
+static void record(struct fs_learner *l, struct learn_file *f, bool write)
 {
 	if (l->period) {
 		bool hit = l->n >= l->period &&
@@ -180,6 +183,7 @@ static void record(struct fs_learner *l, struct learn_file *f)
 			l->period = 0;
 	}
 	l->ring[l->n % RING] = f->ino;
+	l->ring_write[l->n % RING] = write;
 	f->last_pos = l->n;
 	memmove(f->pos + 1, f->pos, (POSITIONS - 1) * sizeof(f->pos[0]));
 	f->pos[0] = l->n;
@@ -190,7 +194,7 @@ static void record(struct fs_learner *l, struct learn_file *f)
 		l->bytes = cycle_bytes(l);
 }
 
-void fs_learn_touch(struct fs_learner *l, uint64_t ino, uint64_t size, uint64_t len)
+void fs_learn_touch(struct fs_learner *l, uint64_t ino, uint64_t size, uint64_t len, bool write)
 {
 	uint64_t clock = __atomic_add_fetch(&l->clock, len, __ATOMIC_RELAXED) - len;
 	struct learn_file *f, *prev;
@@ -211,34 +215,51 @@ void fs_learn_touch(struct fs_learner *l, uint64_t ino, uint64_t size, uint64_t 
 		f->size = size;
 		gap = size / REPEAT_SHARE > REPEAT_MIN ? size / REPEAT_SHARE : REPEAT_MIN;
 		if (f->last_pos == UINT64_MAX || clock > f->last_clock + gap)
-			record(l, f);
+			record(l, f, write);
 		if (f->last_clock < clock)
 			f->last_clock = clock;
 	}
 	pthread_mutex_unlock(&l->lock);
 }
 
-uint64_t fs_learn_distance(struct fs_learner *l, uint64_t ino)
+void fs_learn_next_use(struct fs_learner *l, uint64_t ino, struct fs_learn_use *u)
 {
 	struct learn_file *f;
-	uint64_t d = FS_LEARN_UNKNOWN;
+	uint64_t at = 0;
 
+	u->dist = FS_LEARN_UNKNOWN;
+	u->write = false;
+	u->now = false;
 	pthread_mutex_lock(&l->lock);
-	if (l->period && (f = file_find(l, ino)) && f->last_pos != UINT64_MAX) {
+	f = file_find(l, ino);
+	if (f && f->last_pos != UINT64_MAX)
+		u->now = f->last_pos + IN_USE >= l->n;
+	if (l->period && f && f->last_pos != UINT64_MAX) {
 		/* The soonest of its uses in the last cycle, one cycle on. */
 		for (int i = 0; i < POSITIONS && f->pos[i] != UINT64_MAX; i++) {
 			uint64_t next = f->pos[i] + l->period;
 
-			if (f->pos[i] + l->period < l->n)
+			if (next < l->n)
 				break; /* older than a cycle */
-			if (next - l->n < d || d == FS_LEARN_UNKNOWN)
-				d = next - l->n;
+			if (u->dist == FS_LEARN_UNKNOWN || next - l->n < u->dist) {
+				u->dist = next - l->n;
+				at = f->pos[i];
+			}
 		}
-		if (d == FS_LEARN_UNKNOWN)
-			d = 0; /* overdue: skipped this round, due any time now */
+		if (u->dist == FS_LEARN_UNKNOWN)
+			u->dist = 0; /* overdue: skipped this round, due any time now */
+		else
+			u->write = l->ring_write[at % RING];
 	}
 	pthread_mutex_unlock(&l->lock);
-	return d;
+}
+
+uint64_t fs_learn_distance(struct fs_learner *l, uint64_t ino)
+{
+	struct fs_learn_use u;
+
+	fs_learn_next_use(l, ino, &u);
+	return u.dist;
 }
 
 unsigned fs_learn_next(struct fs_learner *l, uint64_t *inos, unsigned max, uint64_t budget,
@@ -255,6 +276,9 @@ unsigned fs_learn_next(struct fs_learner *l, uint64_t *inos, unsigned max, uint6
 		struct learn_file *f = file_find(l, ino);
 		bool dup = false;
 
+		/* A use that begins with a write reads nothing: loading it is waste. */
+		if (l->ring_write[(l->n - l->period + j) % RING])
+			continue;
 		for (unsigned i = 0; i < k; i++)
 			dup |= inos[i] == ino;
 		if (dup || !f)

@@ -16,6 +16,7 @@ struct fs_learner {
 	pthread_mutex_t lock; /* guards all but last_ino */
 	uint64_t last_ino;    /* atomic: the file touched last */
 	uint64_t *ring;	      /* recorded files, by record index % size */
+	uint8_t *ring_write;  /* whether each record's use began with a write */
 	uint64_t n;	      /* records so far */
 	uint64_t touches;
 	uint64_t clock;	      /* atomic: bytes read and written so far */
@@ -34,9 +35,17 @@ struct fs_learn_stats {
 int fs_learn_init(struct fs_learner *l);
 void fs_learn_fini(struct fs_learner *l);
 /* A read or write of len bytes reached file ino (of this size). */
-void fs_learn_touch(struct fs_learner *l, uint64_t ino, uint64_t size, uint64_t len);
+void fs_learn_touch(struct fs_learner *l, uint64_t ino, uint64_t size, uint64_t len, bool write);
 /* Records until ino is used again, or FS_LEARN_UNKNOWN without a cycle. */
 uint64_t fs_learn_distance(struct fs_learner *l, uint64_t ino);
+
+/* What the cycle says of a file's next use. */
+struct fs_learn_use {
+	uint64_t dist; /* records until then, FS_LEARN_UNKNOWN without a cycle */
+	bool write;    /* that use begins with a write (the file is rewritten) */
+	bool now;      /* the file is in use: recorded within the last IN_USE records */
+};
+void fs_learn_next_use(struct fs_learner *l, uint64_t ino, struct fs_learn_use *u);
 void fs_learn_stats(struct fs_learner *l, struct fs_learn_stats *st);
 /*
  * The files that come next in the cycle, soonest first, up to max files and

@@ -300,11 +300,15 @@ static uint64_t owner_cycle_period(void *ctx)
 	return __atomic_load_n(&fs->learn.period, __ATOMIC_RELAXED);
 }
 
-static uint64_t owner_next_use(void *ctx, uint64_t obj)
+static void owner_next_use(void *ctx, uint64_t obj, struct tb_use *u)
 {
 	struct fs *fs = ctx;
+	struct fs_learn_use lu;
 
-	return fs_learn_distance(&fs->learn, obj);
+	fs_learn_next_use(&fs->learn, obj, &lu);
+	u->dist = lu.dist;
+	u->write = lu.write;
+	u->now = lu.now;
 }
 
 static int owner_sync(void *ctx)

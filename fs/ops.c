@@ -1160,11 +1160,11 @@ static void read_blk_ready(struct tb_waiter *w, int err)
 }
 
 /* Tell the learner; when it records a step of a known cycle, wake the prefetcher. */
-static void learn_touch(struct fs *fs, uint64_t ino, uint64_t size, uint64_t len)
+void fs_touch(struct fs *fs, uint64_t ino, uint64_t size, uint64_t len, bool write)
 {
 	uint64_t gen = __atomic_load_n(&fs->learn.generation, __ATOMIC_RELAXED);
 
-	fs_learn_touch(&fs->learn, ino, size, len);
+	fs_learn_touch(&fs->learn, ino, size, len, write);
 	if (__atomic_load_n(&fs->learn.generation, __ATOMIC_RELAXED) != gen &&
 	    __atomic_load_n(&fs->learn.period, __ATOMIC_RELAXED))
 		fs_prefetch_kick(fs);
@@ -1225,7 +1225,7 @@ static void fs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	}
 	if ((uint64_t)off + size > fsize)
 		size = (size_t)(fsize - (uint64_t)off);
-	learn_touch(fs, ino, fsize, size);
+	fs_touch(fs, ino, fsize, size, false);
 
 	uint64_t first = (uint64_t)off / fs->bs, last = ((uint64_t)off + size - 1) / fs->bs;
 	unsigned nblk = (unsigned)(last - first + 1);
@@ -1287,7 +1287,7 @@ static void fs_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 		reply_err(fs, req, ret);
 		return;
 	}
-	learn_touch(fs, ino, (uint64_t)off + size, size);
+	fs_touch(fs, ino, (uint64_t)off + size, size, true);
 	pthread_rwlock_rdlock(&in->io);
 	ret = write_data(fs, in, buf, size, off);
 	pthread_rwlock_unlock(&in->io);

@@ -59,9 +59,8 @@
 #define SECTOR 1024	 /* granularity of a partial block's written map */
 #define EVICT_SAMPLE 32	 /* candidates a sampled eviction compares */
 #define RANK_MAX 4096	 /* objects the cycle's eviction order ranks */
-#define IN_USE_RECENT 2	 /* an object recorded this recently is in use now */
 #define CLEAN_KICK 8	 /* evictions under the cycle between the flusher's looks */
-#define CLEAN_LOW_SHARE 16 /* the flusher keeps 1/16 to 1/8 of the slots clean */
+#define CLEAN_LOW_SHARE 32 /* the flusher keeps 1/32 to 1/16 of the slots clean */
 #define CLEAN_LOW_MIN 2
 #define BUSY_RETRY_MS 10 /* a dirty block pinned by a writer is looked at again after */
 #define IO_ALIGN 4096	 /* O_DIRECT alignment of a merge's bounce buffer */
@@ -76,6 +75,7 @@ struct tb_entry {
 	enum entry_state state;
 	bool in_hash, dead, ref_bit, reserved, urgent;
 	bool prefetched; /* loaded ahead of use and not yet read */
+	bool written_back; /* CLEAN by a write-back, not by a load */
 	bool hot;	   /* 2q: in Am, the re-referenced set; else in A1in */
 	uint64_t last_use; /* s->ticks at its last pin, for lru */
 	uint64_t admit;	   /* s->ticks when it entered the cache, for 2q's FIFO */
@@ -189,6 +189,7 @@ struct tb_store {
 	uint64_t dram_read_bytes, dram_write_bytes, dram_read_ops, dram_write_ops;
 	uint64_t wb_bytes;
 	uint64_t expired; /* write-backs started by the age limit */
+	uint64_t wb_rewritten; /* written back, then written again while still cached */
 	long wb_log_sec;
 };
 
@@ -526,27 +527,30 @@ static struct tb_entry *victim_lru(struct tb_store *s)
 }
 
 /*
- * Belady's rule on the learned cycle. The owner ranks objects by how many
- * uses ahead each is needed next; the cache evicts from the object needed
+ * Belady's rule on the learned cycle. The owner tells, per object, how many
+ * uses ahead it is needed next; the cache evicts from the object needed
  * furthest ahead (unknown objects first), and within an object the highest
- * block first, since files are read from the start. An object in use right
- * now is a whole period ahead by that count, but the blocks past its
- * reader's position are needed now: those are kept, and so are prefetched
- * blocks not yet read. Objects are ranked afresh for each choice; their
- * number is what is resident, tens to thousands, and at most RANK_MAX of
- * them are looked at.
+ * block first, since files are read from the start. The flusher cleans
+ * dirty blocks in the same order. An object in use right now keeps the
+ * blocks past its reader's position, and prefetched blocks not yet read are
+ * kept too. Objects are ranked afresh for each choice; their number is what
+ * is resident, tens to thousands, and at most RANK_MAX of them are looked
+ * at. (Ranking objects rewritten next first, since evicting a clean copy
+ * that is overwritten before it is read costs nothing, was tried: on the
+ * optimizer's cycle it moved a fifth more, as the churn it adds ends in
+ * more write-backs.)
  */
 struct rank {
 	struct tb_obj *o;
-	uint64_t d; /* uses until its next use; UINT64_MAX unknown */
+	struct tb_use u;
 };
 
 static int rank_cmp(const void *a, const void *b)
 {
 	const struct rank *x = a, *y = b;
 
-	if (x->d != y->d)
-		return x->d > y->d ? -1 : 1;
+	if (x->u.dist != y->u.dist)
+		return x->u.dist > y->u.dist ? -1 : 1;
 	/* At equal distance the object with more clean blocks: they cost no write. */
 	return x->o->nclean > y->o->nclean ? -1 : x->o->nclean < y->o->nclean;
 }
@@ -556,7 +560,12 @@ static bool obj_protected(const struct tb_store *s, const struct tb_obj *o)
 	return o->pinned && s->n_pinned_res <= s->pin_limit;
 }
 
-/* Objects furthest ahead first; with_dirty counts objects holding only dirty blocks. */
+static void next_use(struct tb_store *s, uint64_t obj, struct tb_use *u)
+{
+	s->owner.next_use(s->owner.ctx, obj, u);
+}
+
+/* Objects in eviction order; with_dirty counts objects holding only dirty blocks. */
 static size_t rank_objects(struct tb_store *s, bool with_dirty)
 {
 	size_t n = 0;
@@ -565,7 +574,7 @@ static size_t rank_objects(struct tb_store *s, bool with_dirty)
 		if (!(with_dirty ? o->n : o->nclean) || obj_protected(s, o))
 			continue;
 		s->rank[n].o = o;
-		s->rank[n].d = s->owner.next_use(s->owner.ctx, o->obj);
+		next_use(s, o->obj, &s->rank[n].u);
 		n++;
 	}
 	qsort(s->rank, n, sizeof(*s->rank), rank_cmp);
@@ -573,21 +582,20 @@ static size_t rank_objects(struct tb_store *s, bool with_dirty)
 }
 
 /* Whether e lies ahead of its object's reader, the object being in use now. */
-static bool ahead_of_reader(const struct tb_entry *e, uint64_t d, uint64_t period)
+static bool ahead_of_reader(const struct tb_entry *e, const struct tb_use *u)
 {
-	return d != UINT64_MAX && d + IN_USE_RECENT >= period && e->idx > e->o->last_idx;
+	return u->now && e->idx > e->o->last_idx;
 }
 
 /* The object's best victim: its highest evictable block, kept ones only if any. */
-static struct tb_entry *obj_victim(struct tb_store *s, struct tb_obj *o, uint64_t d,
-				   uint64_t period, bool any)
+static struct tb_entry *obj_victim(struct tb_store *s, const struct rank *r, bool any)
 {
 	struct tb_entry *best = NULL;
 
-	for (struct tb_entry *e = o->head; e; e = e->onext) {
+	for (struct tb_entry *e = r->o->head; e; e = e->onext) {
 		if (!evictable(s, e))
 			continue;
-		if (!any && (e->prefetched || ahead_of_reader(e, d, period)))
+		if (!any && (e->prefetched || ahead_of_reader(e, &r->u)))
 			continue;
 		if (!best || e->idx > best->idx)
 			best = e;
@@ -595,16 +603,18 @@ static struct tb_entry *obj_victim(struct tb_store *s, struct tb_obj *o, uint64_
 	return best;
 }
 
-static struct tb_entry *victim_cycle(struct tb_store *s, uint64_t period, uint64_t *dist)
+static struct tb_entry *victim_cycle(struct tb_store *s, struct tb_use *vu)
 {
 	size_t n = rank_objects(s, false);
 
 	for (int any = 0; any < 2; any++)
 		for (size_t i = 0; i < n; i++) {
-			struct tb_entry *e = obj_victim(s, s->rank[i].o, s->rank[i].d, period, any);
+			struct tb_entry *e = obj_victim(s, &s->rank[i], any);
 
 			if (e) {
-				*dist = any ? 0 : s->rank[i].d;
+				*vu = s->rank[i].u;
+				if (any)
+					vu->dist = 0, vu->write = false;
 				return e;
 			}
 		}
@@ -653,14 +663,13 @@ static uint64_t cycle_period(struct tb_store *s)
 }
 
 /*
- * The clean entry to evict by the policy. *dist, when the cycle ranks it,
- * is how many uses ahead its block is needed (UINT64_MAX otherwise).
+ * The clean entry to evict by the policy. *vu, when the cycle ranks it,
+ * says when its block is needed next (dist UINT64_MAX otherwise).
  */
-static struct tb_entry *pick_victim(struct tb_store *s, uint64_t *dist)
+static struct tb_entry *pick_victim(struct tb_store *s, struct tb_use *vu)
 {
-	uint64_t period;
-
-	*dist = UINT64_MAX;
+	vu->dist = UINT64_MAX;
+	vu->write = vu->now = false;
 	switch (s->cfg.policy) {
 	case TB_POLICY_LRU:
 		return victim_lru(s);
@@ -669,8 +678,7 @@ static struct tb_entry *pick_victim(struct tb_store *s, uint64_t *dist)
 	case TB_POLICY_2Q:
 		return victim_2q(s);
 	default:
-		period = cycle_period(s);
-		return period ? victim_cycle(s, period, dist) : victim_2q(s);
+		return cycle_period(s) ? victim_cycle(s, vu) : victim_2q(s);
 	}
 }
 
@@ -705,7 +713,7 @@ static struct tb_entry *entry_take(struct tb_store *s, struct tb_entry *e)
 	e->pins = e->wpins = 0;
 	e->err = 0;
 	e->retries = 0;
-	e->urgent = e->dead = e->reserved = false;
+	e->urgent = e->dead = e->reserved = e->written_back = false;
 	e->placeholder = e->partial = e->merging = false;
 	e->ref_bit = true;
 	e->fill = 0;
@@ -719,10 +727,10 @@ static struct tb_entry *entry_take(struct tb_store *s, struct tb_entry *e)
 static struct tb_entry *entry_alloc(struct tb_store *s)
 {
 	struct tb_entry *e = s->free_list.head;
-	uint64_t dist;
+	struct tb_use vu;
 
 	if (!e)
-		e = pick_victim(s, &dist);
+		e = pick_victim(s, &vu);
 	if (!e) {
 		pthread_cond_signal(&s->flush_cv);
 		return NULL;
@@ -803,6 +811,9 @@ static int reserve_blocks(struct tb_store *s, uint64_t n)
 static void make_dirty(struct tb_store *s, struct tb_entry *e)
 {
 	pf_clear(s, e);
+	if (e->written_back)
+		s->wb_rewritten++; /* written back, then written again in DRAM */
+	e->written_back = false;
 	set_state(s, e, ES_DIRTY);
 	e->dirty_seq = ++s->dirty_seq;
 	e->dirty_ms = now_ms();
@@ -1153,23 +1164,23 @@ void tb_put(struct tb_store *s, struct tb_ref *ref, size_t bytes_read)
  * re-referenced set. An unknown block (outside the cycle: a hint, or a
  * reader of another file) is taken as needed now.
  */
-static bool prefetch_worth(struct tb_store *s, const struct tb_entry *v, uint64_t vdist,
+static bool prefetch_worth(struct tb_store *s, const struct tb_entry *v, const struct tb_use *vu,
 			   uint64_t obj, uint64_t idx)
 {
-	uint64_t period = cycle_period(s), d;
+	struct tb_use u;
 	struct tb_obj *o;
 
-	if (!period)
+	if (!cycle_period(s))
 		return !v->hot;
-	if (vdist == UINT64_MAX)
-		return true;
-	d = s->owner.next_use(s->owner.ctx, obj);
-	if (d == UINT64_MAX)
+	if (vu->dist == UINT64_MAX || vu->write)
+		return true; /* unknown, or rewritten before it is read: no read lost */
+	next_use(s, obj, &u);
+	if (u.dist == UINT64_MAX)
 		return true;
 	o = obj_find(s, obj);
-	if (o && d + IN_USE_RECENT >= period && idx > o->last_idx)
-		d = 0; /* ahead of the reader of an object in use now */
-	return vdist > d;
+	if (o && u.now && idx > o->last_idx)
+		u.dist = 0; /* ahead of the reader of an object in use now */
+	return vu->dist > u.dist;
 }
 
 /*
@@ -1181,7 +1192,7 @@ static bool prefetch_worth(struct tb_store *s, const struct tb_entry *v, uint64_
 int tb_prefetch(struct tb_store *s, uint64_t obj, uint64_t idx)
 {
 	struct tb_entry *e;
-	uint64_t vdist;
+	struct tb_use vu;
 	int ret;
 
 	pthread_mutex_lock(&s->lock);
@@ -1196,13 +1207,13 @@ int tb_prefetch(struct tb_store *s, uint64_t obj, uint64_t idx)
 	}
 	e = s->free_list.head;
 	if (!e) {
-		e = pick_victim(s, &vdist);
+		e = pick_victim(s, &vu);
 		if (!e) {
 			pthread_cond_signal(&s->flush_cv);
 			pthread_mutex_unlock(&s->lock);
 			return -EAGAIN;
 		}
-		if (!prefetch_worth(s, e, vdist, obj, idx)) {
+		if (!prefetch_worth(s, e, &vu, obj, idx)) {
 			s->pf_refused++;
 			pthread_mutex_unlock(&s->lock);
 			return -EBUSY;
@@ -1626,37 +1637,38 @@ static int64_t dirty_over(struct tb_store *s)
  * dirty mark, dirty blocks go in the same order until it is met.
  */
 static size_t take_victims_cycle(struct tb_store *s, struct tb_entry **out, size_t max,
-				 uint64_t now, uint64_t *next_ms, uint64_t period)
+				 uint64_t now, uint64_t *next_ms)
 {
-	int64_t want = (int64_t)s->clean_high - (int64_t)s->free_list.n, over = dirty_over(s);
+	int64_t want = (int64_t)s->clean_high - (int64_t)s->free_list.n - (int64_t)s->nclean -
+		       (int64_t)s->wb_inflight,
+		over = dirty_over(s);
 	size_t n = 0, nr;
 
-	if (want <= 0 && over <= 0)
+	if (over > want)
+		want = over;
+	if (want <= 0)
 		return 0;
 	nr = rank_objects(s, true);
-	for (size_t i = 0; i < nr && (want > 0 || over > 0) && n < max; i++) {
+	for (size_t i = 0; i < nr && want > 0 && n < max; i++) {
 		struct tb_obj *o = s->rank[i].o;
 		size_t k = 0, behind;
 
 		for (struct tb_entry *e = o->head; e; e = e->onext)
-			if (!ahead_of_reader(e, s->rank[i].d, period))
+			if (!ahead_of_reader(e, &s->rank[i].u))
 				s->scratch[k++] = e;
 		behind = k;
 		for (struct tb_entry *e = o->head; e; e = e->onext)
-			if (ahead_of_reader(e, s->rank[i].d, period))
+			if (ahead_of_reader(e, &s->rank[i].u))
 				s->scratch[k++] = e;
 		qsort(s->scratch, behind, sizeof(*s->scratch), evict_order_cmp);
 		qsort(s->scratch + behind, k - behind, sizeof(*s->scratch), evict_order_cmp);
-		for (size_t j = 0; j < k && (want > 0 || over > 0) && n < max; j++) {
+		for (size_t j = 0; j < k && want > 0 && n < max; j++) {
 			struct tb_entry *e = s->scratch[j];
 
-			if (e->state == ES_CLEAN || e->state == ES_WB) {
-				want--;
-			} else if (may_clean(s, e, now, next_ms) && s->wb_inflight < s->wb_max) {
+			if (may_clean(s, e, now, next_ms) && s->wb_inflight < s->wb_max) {
 				start_wb(s, e);
 				out[n++] = e;
 				want--;
-				over--;
 			}
 		}
 	}
@@ -1705,14 +1717,12 @@ static size_t take_dirty(struct tb_store *s, struct tb_entry **out, size_t max, 
 			 uint64_t *next_ms)
 {
 	size_t n = take_due(s, out, max, now, next_ms);
-	uint64_t period;
 
 	if (n == max || s->wb_inflight >= s->wb_max)
 		return n;
 	s->evict_since_clean = 0;
-	period = cycle_period(s);
-	if (period)
-		return n + take_victims_cycle(s, out + n, max - n, now, next_ms, period);
+	if (cycle_period(s))
+		return n + take_victims_cycle(s, out + n, max - n, now, next_ms);
 	return n + take_victims_lru(s, out + n, max - n, now, next_ms);
 }
 
@@ -1860,6 +1870,7 @@ static void commit_batch(struct tb_store *s, struct tb_entry **v, size_t n)
 			s->wb_bytes += s->bs;
 		e->share_id = 0;
 		e->loc = e->new_loc;
+		e->written_back = true;
 		set_state(s, e, ES_CLEAN);
 		e->retries = 0;
 		e->err = 0;
@@ -2317,6 +2328,7 @@ void tb_get_stats(struct tb_store *s, struct tb_stats *st)
 	st->prefetch_refused = s->pf_refused;
 	st->unsynced_blocks = s->commits_since_sync + s->npending;
 	st->expired_bytes = s->expired * s->bs;
+	st->rewritten_bytes = s->wb_rewritten * s->bs;
 	st->partial_created = s->partial_created;
 	st->partial_merged = s->partial_merged;
 	st->dedup_hits = s->dedup_hits;
@@ -2397,9 +2409,7 @@ int tb_open(const struct tb_config *cfg, const struct tb_owner *owner, struct tb
 	 */
 	s->clean_low = nslots / CLEAN_LOW_SHARE > CLEAN_LOW_MIN ? nslots / CLEAN_LOW_SHARE : CLEAN_LOW_MIN;
 	s->clean_high = 2 * s->clean_low;
-	s->dirty_max = nslots - cfg->max_pinned - 8 > s->clean_high
-			       ? nslots - cfg->max_pinned - 8 - s->clean_high
-			       : 1;
+	s->dirty_max = nslots > s->clean_high ? nslots - s->clean_high : 1;
 	if (cfg->dirty_bytes && cfg->dirty_bytes / s->bs < s->dirty_max)
 		s->dirty_max = cfg->dirty_bytes / s->bs;
 	if (s->dirty_max < 1)

@@ -99,6 +99,13 @@ struct tb_commit {
 	uint8_t hash[TB_HASH_LEN];
 };
 
+/* An object's next use, as the owner's learned cycle predicts it. */
+struct tb_use {
+	uint64_t dist; /* uses of objects until then; UINT64_MAX: unknown */
+	bool write;    /* it begins with a write: the cached copy is not read again first */
+	bool now;      /* the object is in use right now */
+};
+
 struct tb_owner {
 	void *ctx;
 	/* Location of persisted block (obj, idx): 0 and *loc, or -ENOENT for a hole. */
@@ -115,12 +122,11 @@ struct tb_owner {
 	/*
 	 * For eviction, called with the store lock held (it must take no lock
 	 * of the store's): the period of the learned access cycle in uses of
-	 * objects (0: no cycle known), and how many uses ahead obj is next
-	 * used (UINT64_MAX: unknown). An object used just now is a whole
-	 * period ahead.
+	 * objects (0: no cycle known), and what the cycle says of obj's next
+	 * use (struct tb_use).
 	 */
 	uint64_t (*cycle_period)(void *ctx);
-	uint64_t (*next_use)(void *ctx, uint64_t obj);
+	void (*next_use)(void *ctx, uint64_t obj, struct tb_use *u);
 };
 
 struct tb_store;
@@ -160,6 +166,7 @@ struct tb_stats {
 	uint64_t holes_written, wb_errors, syncs, backpressure_waits;
 	uint64_t unsynced_blocks; /* write-backs committed since the last sync point */
 	uint64_t expired_bytes;	  /* written back for the age limit, not for room */
+	uint64_t rewritten_bytes; /* written back, then written again while in DRAM */
 	uint64_t prefetch_issued, prefetch_used, prefetch_wasted, prefetch_late;
 	uint64_t prefetch_refused; /* not issued: every slot held a block needed sooner */
 	uint64_t partial_created, partial_merged; /* reads saved, and paid later */

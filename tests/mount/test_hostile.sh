@@ -23,6 +23,10 @@
 #      not see the data in root's 0700 folder, a group's 0750 folder counts
 #      for its members only, and a folder it may read but not search is
 #      refused. (Regression: the hidden data was summed.)
+#   6. An idle mount uses no CPU: after writes, syncs and a remount's worth
+#      of work are done, the daemon's threads take less than 5% of a core
+#      over 3 s. (Regression: the flusher spun once sync_interval_ms passed
+#      with nothing to sync, a whole core on every mount.)
 . "$(dirname "$0")/lib.sh"
 : "${TFSCTL:?TFSCTL must name the tfsctl binary}"
 command -v setpriv >/dev/null || skip "no setpriv"
@@ -232,4 +236,25 @@ echo "   nobody sees 9 of 15 MiB, its group's member 5"
 
 tfs_umount || fail "unmount"
 "$TFSCTL" fsck "$META" >"$T/fsck.out" 2>&1 || fail "fsck: $(tail -n 5 "$T/fsck.out")"
+
+echo "6. an idle mount"
+# cpu_ticks: user + system clock ticks of the daemon, all threads.
+cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$TFS_PID/stat"; }
+tfs_mount
+dd if=/dev/urandom of="$MNT/idle" bs=1M count=8 conv=fsync status=none || fail "write"
+# Idle: nothing dirty and nothing left to make durable.
+for i in $(seq 1 100); do
+	[ "$(tfs_stat_json cache dirty_bytes)" -eq 0 ] &&
+		[ "$(tfs_stat_json cache unsynced_blocks)" -eq 0 ] && break
+	sleep 0.05
+done
+sleep 1.5 # past sync_interval_ms (1 s), where the flusher used to start spinning
+c0=$(cpu_ticks)
+sleep 3
+c1=$(cpu_ticks)
+hz=$(getconf CLK_TCK)
+echo "   $((c1 - c0)) ticks of CPU in 3 s idle ($hz a second)"
+[ $(((c1 - c0) * 100)) -lt $((3 * hz * 5)) ] ||
+	fail "an idle mount used $((c1 - c0)) ticks in 3 s: more than 5% of a core"
+tfs_umount || fail "unmount"
 echo "PASS: hostile users"

@@ -21,7 +21,7 @@ static uint64_t file_id(int sg, int kind)
 /* One use of a file: read or written whole. */
 static void touch(struct fs_learner *l, uint64_t ino)
 {
-	fs_learn_touch(l, ino, FILE_BYTES, FILE_BYTES);
+	fs_learn_touch(l, ino, FILE_BYTES, FILE_BYTES, false);
 }
 
 /* One training iteration; skip_sg >= 0 leaves one subgroup's grads out. */
@@ -51,6 +51,7 @@ static void iteration(struct fs_learner *l, int skip_sg)
 struct stream {
 	uint64_t files[3 + GRADS];
 	int nfiles, file;
+	bool write;
 	uint64_t done; /* bytes of the current file */
 };
 
@@ -58,7 +59,7 @@ static bool stream_step(struct fs_learner *l, struct stream *st)
 {
 	if (st->file == st->nfiles)
 		return false;
-	fs_learn_touch(l, st->files[st->file], PIPE_FILE, CHUNK);
+	fs_learn_touch(l, st->files[st->file], PIPE_FILE, CHUNK, st->write);
 	st->done += CHUNK;
 	if (st->done == PIPE_FILE) {
 		st->done = 0;
@@ -71,6 +72,7 @@ static bool stream_step(struct fs_learner *l, struct stream *st)
 static void stream_init(struct stream *st, int sg, bool grads)
 {
 	st->nfiles = st->file = 0;
+	st->write = !grads;
 	st->done = 0;
 	if (sg < 0 || sg >= SGS)
 		return;
