@@ -346,6 +346,7 @@ static json_t *config_json(struct fs *fs)
 	json_object_set_new(root, "dirty", json_integer((json_int_t)c->dirty));
 	json_object_set_new(root, "queue_depth", json_integer(c->queue_depth));
 	json_object_set_new(root, "flush_delay_ms", json_integer(c->flush_delay_ms));
+	json_object_set_new(root, "dirty_expire_ms", json_integer(c->dirty_expire_ms));
 	json_object_set_new(root, "sync_interval_ms", json_integer(c->sync_interval_ms));
 	json_object_set_new(root, "default_permissions", json_boolean(!c->no_default_permissions));
 	static const char *const dedups[] = {"off", "trust", "verify"};

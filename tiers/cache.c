@@ -21,17 +21,28 @@
  *
  * Entries are found through a hash of (obj, idx) and listed per object, so
  * that fsync and truncate touch only their own blocks. Only CLEAN, unpinned
- * entries are evicted, by CLOCK; free slots come first.
+ * entries are evicted; free slots come first. The victim is chosen by the
+ * policy: Belady's rule on the owner's learned cycle (cache_policy=auto
+ * while a cycle is known), else 2Q, CLOCK or sampled LRU.
  *
- * The flusher thread takes DIRTY entries oldest first. A block that was
- * written whole goes at once; a partly written one waits flush_delay_ms for
- * the rest of its bytes, unless dirty data is above a quarter of the
- * high-water mark or someone waits on it. All-zero blocks become holes with
- * no I/O. Others get a fresh slot on the next device round-robin and are
- * written in the write-back class. Finished write-backs are committed to
- * the owner in batches, one transaction per batch. Every sync_interval_ms
- * the flusher makes the commits durable (device flush, then the owner's
- * sync) and only then returns released locations to the allocators.
+ * Write-back is lazy. A dirty block stays in DRAM until eviction needs its
+ * slot, so a block rewritten while cached is never written back, and a
+ * block that dies in DRAM (unlink, truncate, punch) is never written at
+ * all. The flusher keeps clean_low to clean_high slots free or clean ahead
+ * of need, writing back the dirty blocks the policy would evict first (the
+ * objects needed furthest ahead under the cycle; the oldest dirty blocks,
+ * 2Q's re-referenced ones last, without it), so that neither a reader nor
+ * a writer waits on a write-back. It also writes back what must go now:
+ * blocks that fsync, flush or unmount wait on, and blocks dirty for longer
+ * than dirty_expire_ms, the bound on what a crash can lose without fsync.
+ * A partly written block waits flush_delay_ms for the rest of its bytes.
+ * All-zero blocks become holes with no I/O; the others get a fresh slot on
+ * a device chosen by weighted round-robin and are written in the
+ * write-back class. Finished write-backs are committed to the owner in
+ * batches, one transaction per batch. Every sync_interval_ms while there
+ * are commits, the flusher makes them durable (device flush, then the
+ * owner's sync) and only then returns released locations to the
+ * allocators; with nothing to do it sleeps without a deadline.
  *
  * Lock order: store lock, then a device lock. The store lock is never held
  * while calling the owner.
