@@ -1140,6 +1140,10 @@ int fs_fsck(const char *dir, bool repair, FILE *out, const char *prog)
 	MDB_txn *txn;
 	int ret, status;
 
+	if (meta_check_folder(dir, err, sizeof(err)) < 0) {
+		fprintf(stderr, "%s: %s\n", prog, err);
+		return FSCK_ERROR;
+	}
 	if (!meta_store_exists(dir)) {
 		fprintf(stderr, "%s: %s: no tensorfs metadata store there\n", prog, dir);
 		return FSCK_ERROR;

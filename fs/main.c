@@ -85,7 +85,8 @@ static void usage(const char *prog)
 	       "file):\n"
 	       "    -o dram=SIZE           DRAM cache size (default: a quarter of available "
 	       "memory);\n"
-	       "                           at least (2 x threads + 16) MiB with 1M blocks\n"
+	       "                           at least (2 x threads + 16) MiB with 1M blocks,\n"
+	       "                           at most 90%% of the host's memory (MemTotal)\n"
 	       "    -o nvme=DIR[:DIR...]   nvme tier folders; blocks are striped across them\n"
 	       "                           (default: $XDG_DATA_HOME/tensorfs, /var/lib/tensorfs "
 	       "for root,\n"
@@ -95,7 +96,9 @@ static void usage(const char *prog)
 	       "                           fixed when the store is created\n"
 	       "    -o meta=DIR            metadata folder (default: FIRST_NVME_DIR/meta)\n"
 	       "    -o threads=N           FUSE worker threads (default 32)\n"
-	       "    -o config=FILE         INI file with a [tensorfs] section; -o wins over it\n"
+	       "    -o config=FILE         INI file with a [tensorfs] section; -o wins over it;\n"
+	       "                           a regular file (not a link) of yours or root's\n"
+	       "                           that nobody else can write\n"
 	       "    -o nvme_engine=E       auto, io_uring or libaio (default auto: io_uring, "
 	       "else libaio)\n"
 	       "    -o dirty=SIZE          dirty data high-water mark; writers wait above it\n"
@@ -112,7 +115,9 @@ static void usage(const char *prog)
 	       "    -o syslog              log to syslog (facility daemon), not stderr\n"
 	       "    -o remote=URL          remote tier: s3://BUCKET[/PREFIX] or /pfs/folder;\n"
 	       "                           repeat it for several (one s3 at most)\n"
-	       "    -o endpoint=URL        S3 endpoint, http(s)://host[:port] (default: AWS)\n"
+	       "    -o endpoint=URL        S3 endpoint, http(s)://host[:port][/path]\n"
+	       "                           (default: AWS); no user, password, query or\n"
+	       "                           fragment in it\n"
 	       "    -o region=R            S3 region (default us-east-1)\n"
 	       "    -o s3_addressing=A     path or virtual (default: path with endpoint=)\n"
 	       "    -o remote_timeout=T    give up on a remote request after T seconds (30)\n"
@@ -135,6 +140,9 @@ static void usage(const char *prog)
 	       "    -o no_default_permissions  do not let the kernel check permissions\n"
 	       "\n"
 	       "SIZE is a number with an optional K, M, G or T suffix (powers of 1024).\n"
+	       "The nvme, remote and meta folders must be yours or root's and writable by\n"
+	       "nobody else, and hold no link or file of another user under the store's\n"
+	       "file names; the store's files are mode 600.\n"
 	       "S3 credentials come from AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and\n"
 	       "AWS_SESSION_TOKEN, or from an [s3] section of the config file (mode 600).\n"
 	       "Statistics: MOUNTPOINT/.tensorfs/stats (JSON); configuration: "
@@ -328,10 +336,14 @@ static unsigned max_pinned(const struct fs_config *c, size_t bs)
 /*
  * What can be checked before the store is touched, so that a refused start
  * creates nothing. (The store's block size, if it exists, is checked again.)
+ * The folders the store's files go into must be beyond other users' reach:
+ * the folder checks are made again, on the descriptors used, when the
+ * files are opened.
  */
 static int precheck(const struct fs_config *c, char *err, size_t errlen)
 {
 	uint64_t need = ((uint64_t)max_pinned(c, c->block) + 16) * c->block;
+	int ret;
 
 	if (c->dram < need) {
 		snprintf(err, errlen,
@@ -340,6 +352,32 @@ static int precheck(const struct fs_config *c, char *err, size_t errlen)
 			 c->dram >> 20, c->block >> 10, c->threads,
 			 (unsigned long long)((need + (1 << 20) - 1) >> 20));
 		return -EINVAL;
+	}
+	for (unsigned i = 0; i < c->n_devs; i++) {
+		if (c->devs[i].kind == TB_KIND_S3)
+			continue;
+		ret = tb_check_folder(c->devs[i].kind, c->devs[i].path, err, errlen);
+		if (ret)
+			return ret;
+	}
+	return meta_check_folder(c->meta, err, errlen);
+}
+
+/*
+ * A new store in device folders that hold another store's identity: the
+ * metadata that named their blocks is elsewhere, or gone. Say so, rather
+ * than that the folders belong to a store that nobody can name.
+ */
+static int check_unclaimed(const struct fs_config *c, char *err, size_t errlen)
+{
+	for (unsigned i = 0; i < c->n_devs; i++) {
+		int ret;
+
+		if (c->devs[i].kind == TB_KIND_S3)
+			continue; /* its identity is under the store's own id */
+		ret = tb_check_unclaimed(c->devs[i].kind, c->devs[i].path, c->meta, err, errlen);
+		if (ret)
+			return ret;
 	}
 	return 0;
 }
@@ -361,6 +399,11 @@ static int open_stores(struct fs *fs, char *err, size_t errlen)
 	if (ret)
 		return ret;
 	fs->new_store = meta_is_new(fs->meta);
+	if (fs->new_store) {
+		ret = check_unclaimed(c, err, errlen);
+		if (ret)
+			return ret;
+	}
 	fs->bs = bs;
 	tc.block_size = bs;
 	tc.dram_bytes = c->dram;

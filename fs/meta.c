@@ -11,8 +11,15 @@
  * The environment runs with MDB_NOSYNC: a kill of the daemon loses nothing
  * committed (the pages are in the kernel), and meta_sync flushes them for
  * fsync and at the periodic sync point.
+ *
+ * LMDB opens data.mdb and lock.mdb by path, through links. The folder is
+ * checked first (tiers/storedir.h: ours, writable by nobody else, no link
+ * or foreign file under a store file's name), and LMDB is given the path
+ * of our descriptor of it (/proc/self/fd/N), so it opens the files of the
+ * folder that was checked.
  */
 #include "meta.h"
+#include "storedir.h"
 #include "tb.h"
 
 #include <errno.h>
@@ -30,6 +37,12 @@
 #define META_MAP_MIN (1ULL << 30) /* the least map taken when the whole is refused */
 #define META_MAX_DBS 16
 #define KEY_MAX 520 /* 8 bytes of parent + NAME_MAX and then some */
+#define META_WHAT "meta folder"
+#define DATA_NAME "data.mdb"
+#define LMDB_LOCK_NAME "lock.mdb"
+#define LOCK_NAME "lock"
+
+static const char *const meta_files[] = {DATA_NAME, LMDB_LOCK_NAME, LOCK_NAME, NULL};
 
 struct meta_format {
 	uint32_t version;
@@ -42,8 +55,10 @@ struct fs_meta {
 	MDB_env *env;
 	MDB_dbi inode, dirent, dircook, bmap, block, xattr, symlink, info, dedup;
 	int lock_fd;
+	int dir_fd;  /* the folder, checked */
 	bool locked; /* we hold the flock, so the pid in the file is ours */
 	bool created; /* this open made the store */
+	bool made_dir, made_lock; /* this open made the folder, the lock file */
 	char dir[4096];
 	uint64_t next_ino;   /* atomic */
 	uint64_t next_block; /* atomic */
@@ -107,17 +122,21 @@ void locvec_free(struct locvec *v)
 
 /* ---- open ---- */
 
+int meta_check_folder(const char *dir, char *err, size_t errlen)
+{
+	return storedir_check(META_WHAT, dir, meta_files, err, errlen);
+}
+
 static int take_lock(struct fs_meta *m, const char *dir, char *err, size_t errlen)
 {
-	char path[4200], buf[32];
+	char buf[32];
+	int fd;
 
-	snprintf(path, sizeof(path), "%s/lock", dir);
-	m->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
-	if (m->lock_fd < 0) {
-		snprintf(err, errlen, "meta folder %s: cannot create its lock file: %s", dir,
-			 strerror(errno));
-		return -errno;
-	}
+	fd = storedir_open_file(m->dir_fd, META_WHAT, dir, LOCK_NAME, O_RDWR, true, &m->made_lock,
+				err, errlen);
+	if (fd < 0)
+		return fd;
+	m->lock_fd = fd;
 	if (flock(m->lock_fd, LOCK_EX | LOCK_NB) < 0) {
 		ssize_t n = pread(m->lock_fd, buf, sizeof(buf) - 1, 0);
 
@@ -132,6 +151,31 @@ static int take_lock(struct fs_meta *m, const char *dir, char *err, size_t errle
 	if (ftruncate(m->lock_fd, 0) < 0 || pwrite(m->lock_fd, buf, strlen(buf), 0) < 0)
 		return -errno;
 	return 0;
+}
+
+/*
+ * The path LMDB opens: our descriptor of the checked folder, so that a
+ * folder above it renamed meanwhile cannot send LMDB elsewhere; the
+ * folder's own path only where /proc is not mounted.
+ */
+static void env_path(const struct fs_meta *m, char *buf, size_t len)
+{
+	snprintf(buf, len, "/proc/self/fd/%d", m->dir_fd);
+	if (access(buf, F_OK) != 0)
+		snprintf(buf, len, "%s", m->dir);
+}
+
+/* Remove what this open made; store: data.mdb and lock.mdb too. */
+static void remove_made(struct fs_meta *m, bool store)
+{
+	if (m->dir_fd < 0)
+		return;
+	if (store) {
+		unlinkat(m->dir_fd, DATA_NAME, 0);
+		unlinkat(m->dir_fd, LMDB_LOCK_NAME, 0);
+	}
+	if (m->made_lock)
+		unlinkat(m->dir_fd, LOCK_NAME, 0);
 }
 
 static void make_store_id(char id[40])
@@ -256,20 +300,26 @@ int meta_open(struct fs_meta **out, const char *dir, size_t *block_size, bool bl
 {
 	struct fs_meta *m = calloc(1, sizeof(*m));
 	MDB_txn *txn = NULL;
+	char path[64 + sizeof(m->dir)];
+	struct stat st;
+	bool had_data = true;
 	int rc, ret;
 
 	if (!m)
 		return -ENOMEM;
 	m->lock_fd = -1;
+	m->dir_fd = -1;
 	snprintf(m->dir, sizeof(m->dir), "%s", dir);
-	if (mkdir(dir, 0700) < 0 && errno != EEXIST) {
-		snprintf(err, errlen, "meta folder %s: %s", dir, strerror(errno));
-		ret = -errno;
+	ret = m->dir_fd = storedir_open(META_WHAT, dir, true, &m->made_dir, err, errlen);
+	for (size_t i = 0; ret >= 0 && meta_files[i]; i++)
+		ret = storedir_check_file(m->dir_fd, META_WHAT, dir, meta_files[i], err, errlen);
+	if (ret < 0)
 		goto fail;
-	}
 	ret = take_lock(m, dir, err, errlen);
 	if (ret < 0)
 		goto fail;
+	had_data = fstatat(m->dir_fd, DATA_NAME, &st, AT_SYMLINK_NOFOLLOW) == 0;
+	env_path(m, path, sizeof(path));
 	/*
 	 * An address-space limit (ulimit -v, as batch schedulers set it, or
 	 * valgrind's) may refuse a map this large: take less, down to a floor.
@@ -281,7 +331,7 @@ int meta_open(struct fs_meta **out, const char *dir, size_t *block_size, bool bl
 		if (!rc)
 			rc = mdb_env_set_mapsize(m->env, map);
 		if (!rc)
-			rc = mdb_env_open(m->env, dir, MDB_NOSYNC | MDB_NOTLS, 0600);
+			rc = mdb_env_open(m->env, path, MDB_NOSYNC | MDB_NOTLS, 0600);
 		if (!rc || (rc != ENOMEM && rc != EINVAL) || map / 2 < META_MAP_MIN)
 			break;
 		mdb_env_close(m->env);
@@ -325,6 +375,10 @@ int meta_open(struct fs_meta **out, const char *dir, size_t *block_size, bool bl
 	*out = m;
 	return 0;
 fail:
+	/* A store this open was making goes: a later start makes it afresh. */
+	remove_made(m, m->locked && !had_data);
+	if (m->made_dir)
+		rmdir(m->dir); /* only if we left it empty */
 	meta_close(m);
 	return ret;
 }
@@ -343,6 +397,8 @@ void meta_close(struct fs_meta *m)
 		}
 		close(m->lock_fd);
 	}
+	if (m->dir_fd >= 0)
+		close(m->dir_fd);
 	free(m);
 }
 
@@ -353,15 +409,10 @@ bool meta_is_new(const struct fs_meta *m)
 
 void meta_discard(struct fs_meta *m)
 {
-	char path[4200];
-	static const char *const files[] = {"data.mdb", "lock.mdb", "lock"};
-
 	if (!m)
 		return;
-	for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
-		snprintf(path, sizeof(path), "%s/%s", m->dir, files[i]);
-		unlink(path);
-	}
+	m->made_lock = true; /* the whole store goes, its lock file too */
+	remove_made(m, true);
 	rmdir(m->dir); /* only if we left it empty */
 	meta_close(m);
 }
@@ -1396,13 +1447,16 @@ int meta_rec_put(struct fs_meta *m, MDB_txn *txn, enum meta_table t, const struc
 bool meta_store_exists(const char *dir)
 {
 	MDB_val k = {6, "format"}, v;
-	char path[4200];
+	char path[4200], err[1024];
 	struct stat st;
 	MDB_env *env;
 	MDB_txn *txn;
 	MDB_dbi dbi;
 	bool found = false;
 
+	/* LMDB would open its files through links: a folder others can change is none of ours. */
+	if (meta_check_folder(dir, err, sizeof(err)) < 0)
+		return false;
 	snprintf(path, sizeof(path), "%s/data.mdb", dir);
 	if (stat(path, &st) < 0 || !S_ISREG(st.st_mode) || mdb_env_create(&env))
 		return false;

@@ -59,7 +59,16 @@ struct locvec {
 struct fs_meta;
 
 /*
- * Open (or create) the store in dir and take its exclusive lock.
+ * Before anything is made: refuse a meta folder that another user owns or
+ * can write, or whose store files (data.mdb, lock.mdb, lock) are links, not
+ * regular files, or not ours alone. A missing folder passes. 0 or -errno,
+ * with err set.
+ */
+int meta_check_folder(const char *dir, char *err, size_t errlen);
+/*
+ * Open (or create) the store in dir and take its exclusive lock. The
+ * folder is checked as meta_check_folder does, and made 0700 if missing;
+ * a failed open of a store it was making removes what it made.
  * *block_size: the requested block size, 0 for the default; on return the
  * store's own. store_id receives the store's identity (36 chars + NUL).
  */

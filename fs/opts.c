@@ -7,7 +7,9 @@
  */
 #include "opts.h"
 
+#include <curl/curl.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <ini.h>
 #include <limits.h>
 #include <stdio.h>
@@ -28,6 +30,7 @@
 #define DEF_SYNC_INTERVAL_MS 1000
 #define DEF_DIRTY_EXPIRE_MS 30000 /* as the kernel's dirty_expire_centisecs */
 #define DRAM_SHARE_OF_AVAILABLE 4 /* a quarter */
+#define DRAM_MAX_PERCENT_OF_TOTAL 90 /* dram= above this share of MemTotal is refused */
 #define DEF_LOG_LEVEL 2		  /* info */
 #define DEF_REGION "us-east-1"
 #define DEF_REMOTE_TIMEOUT_MS 30000
@@ -173,32 +176,91 @@ static int on_ini_value(void *user, const char *section, const char *name, const
 	return 0;
 }
 
+/*
+ * Open the config file for reading, or refuse it: it chooses the folders a
+ * root daemon writes into and may hold credentials, so it must be a regular
+ * file (a FIFO or a device would hang the start, a folder reads as empty),
+ * not a link, owned by the user tensorfs runs as or root, and writable by
+ * nobody else. A descriptor, or -errno with err set.
+ */
+static int open_config(const char *path, struct stat *st, char *err, size_t errlen)
+{
+	int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+	int ret = -EPERM;
+
+	if (fd < 0) {
+		ret = -errno;
+		if (ret == -ELOOP && lstat(path, st) == 0 && S_ISLNK(st->st_mode))
+			snprintf(err, errlen,
+				 "config file %s is a symbolic link; give the path of the file "
+				 "itself",
+				 path);
+		else
+			snprintf(err, errlen, "config file %s: %s", path, strerror(-ret));
+		return ret;
+	}
+	if (fstat(fd, st) < 0) {
+		ret = -errno;
+		snprintf(err, errlen, "config file %s: %s", path, strerror(-ret));
+	} else if (!S_ISREG(st->st_mode)) {
+		ret = S_ISDIR(st->st_mode) ? -EISDIR : -EINVAL;
+		snprintf(err, errlen, "config file %s is not a regular file (it is %s)", path,
+			 S_ISDIR(st->st_mode)	 ? "a folder"
+			 : S_ISFIFO(st->st_mode) ? "a FIFO"
+			 : S_ISCHR(st->st_mode)	 ? "a character device"
+			 : S_ISBLK(st->st_mode)	 ? "a block device"
+						 : "a socket");
+	} else if (st->st_uid != geteuid() && st->st_uid != 0) {
+		char who[64] = "root";
+
+		if (geteuid() != 0)
+			snprintf(who, sizeof(who), "uid %u (the user tensorfs runs as) or root",
+				 (unsigned)geteuid());
+		snprintf(err, errlen, "config file %s is owned by uid %u, not by %s", path,
+			 (unsigned)st->st_uid, who);
+	} else if (st->st_mode & (S_IWGRP | S_IWOTH)) {
+		snprintf(err, errlen,
+			 "config file %s is writable by group or others (mode %03o); chmod go-w "
+			 "it",
+			 path, (unsigned)(st->st_mode & 0777));
+	} else if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) < 0) {
+		ret = -errno;
+		snprintf(err, errlen, "config file %s: %s", path, strerror(-ret));
+	} else {
+		return fd;
+	}
+	close(fd);
+	return ret;
+}
+
 int fs_config_load_file(struct fs_config *c, const char *path, char *err, size_t errlen)
 {
 	char why[256] = "";
 	struct ini_ctx x = {c, why, sizeof(why), path, false, c->remote_s != NULL};
-	FILE *f = fopen(path, "r");
-	int rc;
+	struct stat st;
+	FILE *f;
+	int fd, rc;
 
+	fd = open_config(path, &st, err, errlen);
+	if (fd < 0)
+		return fd;
+	f = fdopen(fd, "r");
 	if (!f) {
-		snprintf(err, errlen, "config file %s: %s", path, strerror(errno));
-		return -errno;
+		rc = -errno;
+		close(fd);
+		snprintf(err, errlen, "config file %s: %s", path, strerror(-rc));
+		return rc;
 	}
 	rc = ini_parse_file(f, on_ini_value, &x);
-	if (rc == 0 && x.has_secret) {
-		struct stat st;
-
-		/* Credentials in a file others can read are already leaked: refuse. */
-		if (fstat(fileno(f), &st) == 0 && (st.st_mode & 077)) {
-			fclose(f);
-			snprintf(err, errlen,
-				 "config %s holds S3 credentials but is readable by group or "
-				 "others (mode %03o); chmod 600 it",
-				 path, (unsigned)(st.st_mode & 0777));
-			return -EPERM;
-		}
-	}
 	fclose(f);
+	/* Credentials in a file others can read are already leaked: refuse. */
+	if (rc == 0 && x.has_secret && (st.st_mode & 077)) {
+		snprintf(err, errlen,
+			 "config %s holds S3 credentials but is readable by group or "
+			 "others (mode %03o); chmod 600 it",
+			 path, (unsigned)(st.st_mode & 0777));
+		return -EPERM;
+	}
 	if (rc != 0) {
 		snprintf(err, errlen, "config %s line %d: %s", path, rc,
 			 why[0] ? why : "cannot parse");
@@ -221,6 +283,31 @@ static size_t default_dram(void)
 	if (!kb)
 		kb = 1ULL << 20; /* 1 GiB when /proc says nothing */
 	return (size_t)(kb * 1024 / DRAM_SHARE_OF_AVAILABLE);
+}
+
+/*
+ * The DRAM tier is mlocked, so a dram= near or above the host's memory
+ * would call in the OOM killer: refuse more than DRAM_MAX_PERCENT_OF_TOTAL
+ * of the physical memory. (Not of MemAvailable, which changes from one
+ * start to the next: a mount that works should work again.)
+ */
+static int check_dram_bound(const struct fs_config *c, char *err, size_t errlen)
+{
+	long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+	unsigned long long total, most;
+
+	if (pages <= 0 || page <= 0)
+		return 0; /* not known: nothing to hold it to */
+	total = (unsigned long long)pages * (unsigned long long)page;
+	most = total / 100 * DRAM_MAX_PERCENT_OF_TOTAL;
+	if (c->dram <= most)
+		return 0;
+	snprintf(err, errlen,
+		 "bad dram='%s': %llu MiB is more than %d%% of this host's memory: it has %llu "
+		 "MiB, so dram= may be at most %llu MiB",
+		 c->dram_s, (unsigned long long)c->dram >> 20, DRAM_MAX_PERCENT_OF_TOTAL,
+		 total >> 20, most >> 20);
+	return -EINVAL;
 }
 
 static char *default_nvme_dir(void)
@@ -317,6 +404,59 @@ int fs_config_add_remote(struct fs_config *c, const char *value)
 	return 0;
 }
 
+static bool url_has(CURLU *u, CURLUPart part)
+{
+	char *v = NULL;
+	bool has = curl_url_get(u, part, &v, 0) == CURLUE_OK;
+
+	curl_free(v);
+	return has;
+}
+
+/*
+ * An s3 endpoint is http:// or https:// (in any case), a host, and maybe a
+ * port and a path: no user or password, query or fragment. It is shown in
+ * the log, in stats and in the config, so a secret in it would be too; and
+ * whatever is wrong with it, the value is never printed here. Parsed by
+ * libcurl's URL API, as the s3 tier parses it.
+ */
+static int check_endpoint(const char *url, char *err, size_t errlen)
+{
+	CURLU *u = curl_url();
+	char *scheme = NULL;
+	CURLUcode rc;
+	int ret = -EINVAL;
+
+	if (!u)
+		return -ENOMEM;
+	rc = curl_url_set(u, CURLUPART_URL, url, CURLU_NON_SUPPORT_SCHEME);
+	if (rc != CURLUE_OK)
+		snprintf(err, errlen,
+			 "bad endpoint=: not a URL like http(s)://host[:port] (%s); the value is "
+			 "not shown, as it may hold a secret",
+			 curl_url_strerror(rc));
+	else if (url_has(u, CURLUPART_USER) || url_has(u, CURLUPART_PASSWORD) ||
+		 url_has(u, CURLUPART_OPTIONS))
+		snprintf(err, errlen,
+			 "bad endpoint=: a user or password in the URL is refused, and not "
+			 "shown; give credentials in AWS_* variables or the [s3] section of the "
+			 "config file");
+	else if (url_has(u, CURLUPART_QUERY) || url_has(u, CURLUPART_FRAGMENT))
+		snprintf(err, errlen,
+			 "bad endpoint=: a query (?...) or fragment (#...) in the URL is refused, "
+			 "and not shown; an s3 endpoint is http(s)://host[:port][/path]");
+	else if (curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) != CURLUE_OK ||
+		 (strcmp(scheme, "http") != 0 && strcmp(scheme, "https") != 0))
+		snprintf(err, errlen,
+			 "bad endpoint=: must start with http:// or https://, not %s://",
+			 scheme ? scheme : "?");
+	else
+		ret = 0;
+	curl_free(scheme);
+	curl_url_cleanup(u);
+	return ret;
+}
+
 static int resolve_s3(struct fs_config *c, const char *url, unsigned timeout_ms, char *err,
 		      size_t errlen)
 {
@@ -340,10 +480,6 @@ static int resolve_s3(struct fs_config *c, const char *url, unsigned timeout_ms,
 			 url);
 		return -EINVAL;
 	}
-	if (c->endpoint_s && strncmp(c->endpoint_s, "http://", 7) &&
-	    strncmp(c->endpoint_s, "https://", 8))
-		return bad(err, errlen, "endpoint", c->endpoint_s,
-			   "must start with http:// or https://");
 	if (c->s3_addressing_s && strcmp(c->s3_addressing_s, "path") &&
 	    strcmp(c->s3_addressing_s, "virtual"))
 		return bad(err, errlen, "s3_addressing", c->s3_addressing_s,
@@ -422,9 +558,16 @@ static int resolve_devices(struct fs_config *c, char *err, size_t errlen)
 	    (ret = opt_size(c->pfs_cap_s, "pfs_cap", &pfs_cap, err, errlen)) ||
 	    (ret = parse_timeout(c, &timeout_ms, err, errlen)))
 		return ret;
-	if (!c->remote_s && (c->remote_bw_s || c->remote_cap_s || c->endpoint_s))
-		return bad(err, errlen, c->endpoint_s ? "endpoint" : "remote_bw",
-			   c->endpoint_s ? c->endpoint_s : "", "given without remote=");
+	if (c->endpoint_s && (ret = check_endpoint(c->endpoint_s, err, errlen)))
+		return ret;
+	if (!c->remote_s && c->endpoint_s) {
+		snprintf(err, errlen, "endpoint= given without remote=");
+		return -EINVAL;
+	}
+	if (!c->remote_s && (c->remote_bw_s || c->remote_cap_s))
+		return bad(err, errlen, c->remote_bw_s ? "remote_bw" : "remote_cap",
+			   c->remote_bw_s ? c->remote_bw_s : c->remote_cap_s,
+			   "given without remote=");
 	c->n_devs = 0;
 	for (unsigned i = 0; i < c->n_nvme; i++)
 		c->devs[c->n_devs++] = (struct tb_dev_spec){TB_KIND_NVME, c->nvme[i], nvme_bw,
@@ -491,6 +634,9 @@ int fs_config_resolve(struct fs_config *c, char *err, size_t errlen)
 	if (c->dram_s) {
 		if (fs_parse_size(c->dram_s, &c->dram) < 0 || c->dram == 0)
 			return bad(err, errlen, "dram", c->dram_s, "not a size (e.g. 512M, 16G)");
+		ret = check_dram_bound(c, err, errlen);
+		if (ret)
+			return ret;
 	} else {
 		c->dram = default_dram();
 	}

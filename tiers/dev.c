@@ -12,12 +12,15 @@
  * A slab device is a folder holding `tensorfs.slab`, a file of block-size
  * slots, and `tensorfs.dev`, which binds the folder to the store and to
  * its position so that reordered or foreign folders are caught at mount.
+ * The folder and both files are checked against other users (storedir.h)
+ * and opened through one descriptor of the folder.
  * Capacity is the filesystem's free space plus what the slab holds, less
  * a 1% reserve for the metadata store, or the cap if smaller.
  */
 #include "dev.h"
 #include "fault.h"
 #include "log.h"
+#include "storedir.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -69,6 +72,7 @@ int dev_init_common(struct tb_dev *d, const char *kind, unsigned index, size_t b
 	d->kind = kind;
 	d->index = index;
 	d->fd = -1;
+	d->dir_fd = -1;
 	d->block_size = block_size;
 	d->qd = queue_depth;
 	d->arena = arena;
@@ -369,6 +373,8 @@ void dev_close(struct tb_dev *d)
 		close(d->wake_efd);
 	if (d->fd >= 0)
 		close(d->fd);
+	if (d->dir_fd >= 0)
+		close(d->dir_fd);
 	slot_alloc_free_all(&d->alloc);
 	pthread_mutex_destroy(&d->lock);
 	free(d);
@@ -376,9 +382,13 @@ void dev_close(struct tb_dev *d)
 
 void dev_forget_identity(struct tb_dev *d)
 {
-	if (d->id_path[0])
-		unlink(d->id_path);
-	d->id_path[0] = 0;
+	if (d->id_made && unlinkat(d->dir_fd, ID_NAME, 0) < 0)
+		log_warn("%s (%s): cannot remove " ID_NAME ": %s", d->name, d->where,
+			 strerror(errno));
+	if (d->slab_made && unlinkat(d->dir_fd, SLAB_NAME, 0) < 0)
+		log_warn("%s (%s): cannot remove " SLAB_NAME ": %s", d->name, d->where,
+			 strerror(errno));
+	d->id_made = d->slab_made = false;
 }
 
 int dev_sync(struct tb_dev *d)
@@ -518,100 +528,162 @@ void dev_get_stats(struct tb_dev *d, struct tb_dev_stats *st)
 
 /* ---- slab devices ---- */
 
+static const char *const slab_files[] = {SLAB_NAME, ID_NAME, NULL};
+
+static const char *folder_what(enum tb_kind kind)
+{
+	return kind == TB_KIND_PFS ? "pfs folder" : "nvme folder";
+}
+
+/*
+ * The identity in the checked folder dirfd: 0 with its store id and index,
+ * -ENOENT when there is none, or -errno with err set.
+ */
+static int read_identity(int dirfd, const char *what, const char *dir, char id[64], unsigned *idx,
+			 char *err, size_t errlen)
+{
+	char line[160], kind[16];
+	int fd = storedir_open_file(dirfd, what, dir, ID_NAME, O_RDONLY, false, NULL, err, errlen);
+	FILE *f;
+	bool ok;
+
+	if (fd < 0)
+		return fd;
+	f = fdopen(fd, "r");
+	if (!f) {
+		int e = errno;
+
+		close(fd);
+		snprintf(err, errlen, "%s %s: cannot read " ID_NAME ": %s", what, dir, strerror(e));
+		return -e;
+	}
+	ok = fgets(line, sizeof(line), f) &&
+	     sscanf(line, "tensorfs-dev store=%63s index=%u kind=%15s", id, idx, kind) >= 2;
+	fclose(f);
+	if (!ok) {
+		snprintf(err, errlen, "%s %s: %s is malformed", what, dir, ID_NAME);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+int tb_check_folder(enum tb_kind kind, const char *dir, char *err, size_t errlen)
+{
+	return storedir_check(folder_what(kind), dir, slab_files, err, errlen);
+}
+
+int tb_check_unclaimed(enum tb_kind kind, const char *dir, const char *meta, char *err,
+		       size_t errlen)
+{
+	const char *what = folder_what(kind);
+	char id[64] = "";
+	unsigned idx = 0;
+	int fd, ret;
+
+	fd = storedir_open(what, dir, false, NULL, err, errlen);
+	if (fd < 0)
+		return fd;
+	ret = read_identity(fd, what, dir, id, &idx, err, errlen);
+	close(fd);
+	if (ret == -ENOENT)
+		return 0;
+	if (ret)
+		return ret;
+	snprintf(err, errlen,
+		 "%s %s holds " ID_NAME " of store %s but meta folder %s holds no store: remove "
+		 "%s/" ID_NAME " and %s/" SLAB_NAME " if that store is gone, or give the meta= "
+		 "folder it was created with",
+		 what, dir, id, meta, dir, dir);
+	return -EEXIST;
+}
+
 /*
  * Bind the folder to this store and this position in the list, or check
  * that it already is: block locations name devices by position.
  */
-static int check_identity(struct tb_dev *d, const char *dir, const char *store_id, char *err,
-			  size_t errlen)
+static int check_identity(struct tb_dev *d, const char *what, const char *dir, const char *store_id,
+			  char *err, size_t errlen)
 {
-	char path[512], id[64] = "", kind[16] = "", line[160];
+	char id[64] = "";
 	unsigned idx = 0;
 	FILE *f;
+	int fd, ret;
 
-	snprintf(path, sizeof(path), "%s/%s", dir, ID_NAME);
-	f = fopen(path, "r");
-	if (f) {
-		bool ok = fgets(line, sizeof(line), f) &&
-			  sscanf(line, "tensorfs-dev store=%63s index=%u kind=%15s", id, &idx,
-				 kind) >= 2;
-
-		fclose(f);
-		if (!ok) {
-			snprintf(err, errlen, "%s folder %s: %s is malformed", d->kind, dir,
-				 ID_NAME);
-			return -EINVAL;
-		}
+	ret = read_identity(d->dir_fd, what, dir, id, &idx, err, errlen);
+	if (ret == 0) {
 		if (strcmp(id, store_id) != 0) {
 			snprintf(err, errlen,
-				 "%s folder %s belongs to another tensorfs store (%s); give the "
+				 "%s %s belongs to another tensorfs store (%s); give the "
 				 "meta= folder it was created with",
-				 d->kind, dir, id);
+				 what, dir, id);
 			return -EINVAL;
 		}
 		if (idx != d->index) {
 			snprintf(err, errlen,
-				 "%s folder %s was device %u of this store but is now %u; keep the "
+				 "%s %s was device %u of this store but is now %u; keep the "
 				 "nvme= folders in their original order, with remote= after them",
-				 d->kind, dir, idx, d->index);
+				 what, dir, idx, d->index);
 			return -EINVAL;
 		}
 		return 0;
 	}
-	if (errno != ENOENT) {
-		dev_err(err, errlen, "folder %s: cannot read " ID_NAME, dir, errno);
-		return -errno;
+	if (ret != -ENOENT)
+		return ret;
+	fd = storedir_open_file(d->dir_fd, what, dir, ID_NAME, O_WRONLY, true, &d->id_made, err,
+				errlen);
+	if (fd < 0)
+		return fd;
+	if (!d->id_made) { /* made by someone else since we looked: never write into it */
+		close(fd);
+		snprintf(err, errlen,
+			 "%s %s: " ID_NAME " appeared while this mount started; is another "
+			 "tensorfs starting on this folder?",
+			 what, dir);
+		return -EEXIST;
 	}
-	/* Never through a link: whoever can write the folder could aim it anywhere. */
-	int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-
-	f = fd >= 0 ? fdopen(fd, "w") : NULL;
+	f = fdopen(fd, "w");
 	if (!f) {
-		dev_err(err, errlen, "folder %s: cannot create " ID_NAME, dir, errno);
-		if (fd >= 0)
-			close(fd);
-		return -errno;
+		ret = -errno;
+		close(fd);
+		dev_err(err, errlen, "folder %s: cannot write " ID_NAME, dir, -ret);
+		return ret;
 	}
 	fprintf(f, "tensorfs-dev store=%s index=%u kind=%s\n", store_id, d->index, d->kind);
-	snprintf(d->id_path, sizeof(d->id_path), "%s", path);
 	if (fflush(f) != 0 || fsync(fileno(f)) != 0) {
-		dev_err(err, errlen, "folder %s: cannot write " ID_NAME, dir, errno);
+		ret = -errno;
+		dev_err(err, errlen, "folder %s: cannot write " ID_NAME, dir, -ret);
 		fclose(f);
-		return -errno;
+		return ret;
 	}
 	fclose(f);
 	return 0;
 }
 
-static int open_slab(struct tb_dev *d, const char *dir, bool direct, uint64_t cap_bytes,
-		     char *err, size_t errlen)
+static int open_slab(struct tb_dev *d, const char *what, const char *dir, bool direct,
+		     uint64_t cap_bytes, char *err, size_t errlen)
 {
-	char path[512];
 	struct statvfs vfs;
 	struct stat st;
 	uint64_t fs_bytes, free_bytes, reserve, slab_bytes, nslots;
 
-	snprintf(path, sizeof(path), "%s/%s", dir, SLAB_NAME);
-	/* O_NOFOLLOW: a link planted in the folder must not aim our writes elsewhere. */
-	d->fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | (direct ? O_DIRECT : 0),
-		     0600);
-	if (d->fd < 0 && direct && errno == EINVAL) /* a filesystem without O_DIRECT */
-		d->fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
-	if (d->fd < 0) {
-		dev_err(err, errlen, "folder %s: cannot open the slab file", dir, errno);
+	/* Checked before use: never through a link, ours alone, a regular file. */
+	d->fd = storedir_open_file(d->dir_fd, what, dir, SLAB_NAME, O_RDWR, true, &d->slab_made,
+				   err, errlen);
+	if (d->fd < 0)
+		return d->fd;
+	/* O_DIRECT where the filesystem has it (EINVAL: it has not). */
+	if (direct && fcntl(d->fd, F_SETFL, fcntl(d->fd, F_GETFL) | O_DIRECT) < 0 &&
+	    errno != EINVAL) {
+		dev_err(err, errlen, "folder %s: cannot use the slab file with O_DIRECT", dir,
+			errno);
 		return -errno;
 	}
 	if (fstat(d->fd, &st) < 0 || fstatvfs(d->fd, &vfs) < 0) {
 		dev_err(err, errlen, "folder %s", dir, errno);
 		return -errno;
 	}
-	if (!S_ISREG(st.st_mode)) {
-		snprintf(err, errlen, "%s folder %s: %s is not a regular file", d->kind, dir,
-			 SLAB_NAME);
-		return -EINVAL;
-	}
 	if (vfs.f_flag & ST_RDONLY) {
-		snprintf(err, errlen, "%s folder %s is on a read-only filesystem", d->kind, dir);
+		snprintf(err, errlen, "%s %s is on a read-only filesystem", what, dir);
 		return -EROFS;
 	}
 	fs_bytes = (uint64_t)vfs.f_blocks * vfs.f_frsize;
@@ -629,7 +701,11 @@ static int open_slab(struct tb_dev *d, const char *dir, bool direct, uint64_t ca
 	if ((uint64_t)st.st_size / d->block_size > nslots && !cap_bytes)
 		nslots = (uint64_t)st.st_size / d->block_size;
 	if (nslots == 0) {
-		snprintf(err, errlen, "%s folder %s has no free space", d->kind, dir);
+		if (cap_bytes && cap_bytes < d->block_size)
+			snprintf(err, errlen, "%s %s: its cap of %llu bytes holds no block of %zuK",
+				 what, dir, (unsigned long long)cap_bytes, d->block_size >> 10);
+		else
+			snprintf(err, errlen, "%s %s has no free space", what, dir);
 		return -ENOSPC;
 	}
 	return slot_alloc_init(&d->alloc, nslots);
@@ -1091,7 +1167,7 @@ int dev_open_slab(struct tb_dev **out, const char *kind, unsigned index, const c
 {
 	struct tb_dev *d = calloc(1, sizeof(*d));
 	bool pfs = strcmp(kind, "pfs") == 0;
-	struct stat st;
+	const char *what = folder_what(pfs ? TB_KIND_PFS : TB_KIND_NVME);
 	int ret;
 
 	if (!d)
@@ -1100,25 +1176,18 @@ int dev_open_slab(struct tb_dev **out, const char *kind, unsigned index, const c
 	if (ret)
 		goto fail;
 	snprintf(d->where, sizeof(d->where), "%s", dir);
-	if (stat(dir, &st) < 0) {
-		dev_err(err, errlen, "folder %s", dir, errno);
-		ret = -errno;
+	ret = d->dir_fd = storedir_open(what, dir, false, NULL, err, errlen);
+	if (ret < 0)
 		goto fail;
-	}
-	if (!S_ISDIR(st.st_mode)) {
-		snprintf(err, errlen, "%s folder %s is not a directory", kind, dir);
-		ret = -ENOTDIR;
-		goto fail;
-	}
 	if (access(dir, W_OK) < 0) {
 		dev_err(err, errlen, "folder %s is not writable", dir, errno);
 		ret = -errno;
 		goto fail;
 	}
-	ret = check_identity(d, dir, store_id, err, errlen);
+	ret = check_identity(d, what, dir, store_id, err, errlen);
 	if (ret < 0)
 		goto fail;
-	ret = open_slab(d, dir, true, cap_bytes, err, errlen);
+	ret = open_slab(d, what, dir, true, cap_bytes, err, errlen);
 	if (ret < 0)
 		goto fail;
 	if (pfs) {
@@ -1142,6 +1211,8 @@ int dev_open_slab(struct tb_dev **out, const char *kind, unsigned index, const c
 	*out = d;
 	return 0;
 fail:
+	/* Whatever this open made goes: a later start must not trip on it. */
+	dev_forget_identity(d);
 	dev_close(d);
 	return ret;
 }

@@ -70,7 +70,9 @@ struct tb_dev {
 	const struct dev_engine *eng;
 	void *priv;	 /* the engine's state */
 	int fd;		 /* slab file, where there is one */
-	char id_path[600]; /* identity file this open created, else "" */
+	int dir_fd;	 /* its folder, checked (storedir.h), where there is one */
+	bool id_made;	 /* this open created the identity file */
+	bool slab_made;	 /* this open created the slab file */
 	int wake_efd;	 /* kicked when requests are queued */
 	bool running;
 
@@ -112,7 +114,7 @@ void dev_close(struct tb_dev *d);
 
 void dev_submit(struct tb_dev *d, struct tb_io *r);
 int dev_sync(struct tb_dev *d);
-/* A failed start: remove the identity file this open created, if any. */
+/* A failed start: remove the identity and slab files this open created, if any. */
 void dev_forget_identity(struct tb_dev *d);
 
 int dev_alloc(struct tb_dev *d, uint64_t *slot);

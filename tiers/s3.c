@@ -190,12 +190,12 @@ static int s3_base_url(struct s3_priv *p, const struct tb_s3_config *cfg, char *
 	if (curl_url_set(u, CURLUPART_URL, p->endpoint, 0) != CURLUE_OK ||
 	    curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) != CURLUE_OK ||
 	    curl_url_get(u, CURLUPART_HOST, &host, 0) != CURLUE_OK) {
-		snprintf(err, errlen, "s3 endpoint %s is not a URL", p->endpoint);
+		/* Not printed: what cannot be parsed may still hold a secret. */
+		snprintf(err, errlen, "s3 endpoint: not a URL like http(s)://host[:port]");
 		goto out;
 	}
 	if (strcmp(scheme, "http") != 0 && strcmp(scheme, "https") != 0) {
-		snprintf(err, errlen, "s3 endpoint %s: only http:// and https:// are supported",
-			 p->endpoint);
+		snprintf(err, errlen, "s3 endpoint: only http:// and https:// are supported");
 		goto out;
 	}
 	if (curl_url_get(u, CURLUPART_PORT, &port, 0) != CURLUE_OK)
@@ -219,7 +219,8 @@ static int s3_base_url(struct s3_priv *p, const struct tb_s3_config *cfg, char *
 			       port ? ":" : "", port ? port : "", (int)plen, path ? path : "");
 	ret = ret < (int)sizeof(p->base) ? 0 : -ENAMETOOLONG;
 	if (ret)
-		snprintf(err, errlen, "s3 endpoint %s: URL too long", p->endpoint);
+		snprintf(err, errlen, "s3 endpoint: URL too long (at most %zu characters)",
+			 sizeof(p->base));
 out:
 	curl_free(scheme);
 	curl_free(host);

@@ -178,6 +178,18 @@ struct tb_stats {
 	struct tb_dev_stats dev[TB_MAX_DEVS];
 };
 
+/*
+ * Before anything is made: refuse a device folder (nvme or pfs) that another
+ * user owns or can write, or whose store files are links, not regular
+ * files, or not ours alone (see storedir.h). 0, or -errno with err set.
+ */
+int tb_check_folder(enum tb_kind kind, const char *dir, char *err, size_t errlen);
+/*
+ * For a new store, whose metadata is in meta: refuse a device folder that
+ * already holds another store's identity. 0, or -errno with err set.
+ */
+int tb_check_unclaimed(enum tb_kind kind, const char *dir, const char *meta, char *err,
+		       size_t errlen);
 /* Open the store: arena, device folders and slab files; no threads yet. */
 int tb_open(const struct tb_config *cfg, const struct tb_owner *owner, struct tb_store **out,
 	    char *err, size_t errlen);
@@ -185,7 +197,7 @@ int tb_open(const struct tb_config *cfg, const struct tb_owner *owner, struct tb
 int tb_mark_used(struct tb_store *s, uint64_t loc);
 /* Start the I/O and flusher threads. */
 int tb_start(struct tb_store *s);
-/* A failed start: undo the device identities this open created. */
+/* A failed start: remove the device identities and slab files this open created. */
 void tb_forget_identity(struct tb_store *s);
 /* Write back everything, sync, stop the threads and free the store. */
 int tb_close(struct tb_store *s);

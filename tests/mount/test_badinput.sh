@@ -7,6 +7,12 @@
 # lines of --help, so that a usage dump alone does not pass), leave no mount
 # on the mount point and no tensorfs process. A second daemon on a metadata
 # folder in use is refused too, and the first mount stays healthy.
+#
+# Regressions of issue 12: dram= above 90% of the host's memory was taken
+# (and mlocked); a config= that is a folder was read as empty, one that is
+# /dev/zero or a FIFO hung the start, one of another user was used; a first
+# start refused by nvme_cap= left tensorfs.dev behind, after which every
+# start said the folder belonged to another store.
 
 . "$(dirname "$0")/lib.sh"
 
@@ -115,6 +121,7 @@ reject() {
 for o in dram= nvme= block= meta= threads= config=; do
 	grep -qF -- "$o" "$T/help" || bad "--help does not list $o"
 done
+grep -q "90%" "$T/help" || bad "--help does not state the bound on dram="
 "$TENSORFS" --version >"$T/version" 2>&1 || bad "--version: exit status $?"
 grep -Eq '[0-9]+\.[0-9]+' "$T/version" || bad "--version prints no version: $(head -c 200 "$T/version")"
 
@@ -134,12 +141,18 @@ next_case; reject "block=3K" 'block|3k' "$CM" -o "$OK_OPTS,block=3K" "$CM"
 next_case; reject "block=1T" 'block|1t' "$CM" -o "$OK_OPTS,block=1T" "$CM"
 next_case; reject "threads=0" 'thread' "$CM" -o "$OK_OPTS,threads=0" "$CM"
 next_case; reject "nvme_engine=bogus" 'nvme_engine|bogus' "$CM" -o "$OK_OPTS,nvme_engine=bogus" "$CM"
+# Twice the host's memory: mlocked, it would call in the OOM killer.
+mem_kb=$(awk '/^MemTotal:/ { print $2 }' /proc/meminfo)
+next_case; reject "dram= twice the host's memory" "dram='$((mem_kb * 2))K'.*more than 90% of this host's memory" \
+	"$CM" -o "$OK_OPTS,dram=$((mem_kb * 2))K" "$CM"
+next_case; reject "dram= of the host's whole memory" "dram=.*more than 90%.*at most [0-9]+ MiB" \
+	"$CM" -o "$OK_OPTS,dram=${mem_kb}K" "$CM"
 
 # Folders.
 next_case; reject "missing nvme folder" 'no-such-nvme' "$CM" \
 	-o "nvme=$T/no-such-nvme,meta=$T/meta.$n,dram=256M" "$CM"
 mkdir -p "$RO"
-if mount -t tmpfs -o ro,size=1m tmpfs "$RO" 2>/dev/null; then
+if mount -t tmpfs -o ro,size=1m,mode=0755 tmpfs "$RO" 2>/dev/null; then
 	next_case; reject "read-only nvme folder" 'ro-nvme|read-only' "$CM" \
 		-o "nvme=$RO,meta=$T/meta.$n,dram=256M" "$CM"
 	umount "$RO"
@@ -162,6 +175,28 @@ next_case; reject "config file with a bad line" 'badline\.ini|line 3' "$CM" \
 printf '[tensorfs]\nfrobnicate = 1\n' >"$T/badkey.ini"
 next_case; reject "config file with an unknown key" 'frobnicate' "$CM" \
 	-o "$OK_OPTS,config=$T/badkey.ini" "$CM"
+# Not a regular file: read as empty (a folder), or a start that never ends.
+mkdir "$T/conf-dir"
+next_case; reject "config= a folder" 'conf-dir is not a regular file \(it is a folder\)' "$CM" \
+	-o "$OK_OPTS,config=$T/conf-dir" "$CM"
+next_case; reject "config=/dev/zero" '/dev/zero is not a regular file \(it is a character device\)' \
+	"$CM" -o "$OK_OPTS,config=/dev/zero" "$CM"
+mkfifo "$T/conf-fifo"
+next_case; reject "config= a FIFO" 'conf-fifo is not a regular file \(it is a FIFO\)' "$CM" \
+	-o "$OK_OPTS,config=$T/conf-fifo" "$CM"
+# Another user's file, even mode 600 with credentials, or one others can change.
+printf '[tensorfs]\nthreads = 4\n[s3]\naccess_key_id = k\nsecret_access_key = s\n' >"$T/nobody.ini"
+chmod 600 "$T/nobody.ini"
+chown 65534:65534 "$T/nobody.ini"
+next_case; reject "config file of another user" 'nobody\.ini is owned by uid 65534' "$CM" \
+	-o "$OK_OPTS,config=$T/nobody.ini" "$CM"
+printf '[tensorfs]\nthreads = 4\n' >"$T/group-w.ini"
+chmod 664 "$T/group-w.ini"
+next_case; reject "config file writable by its group" 'group-w\.ini is writable by group' "$CM" \
+	-o "$OK_OPTS,config=$T/group-w.ini" "$CM"
+ln -s "$T/group-w.ini" "$T/link.ini"
+next_case; reject "config file that is a link" 'link\.ini is a symbolic link' "$CM" \
+	-o "$OK_OPTS,config=$T/link.ini" "$CM"
 
 # Remote tiers and caps.
 next_case; reject "missing remote folder" 'no-such-pfs' "$CM" \
@@ -184,6 +219,23 @@ next_case; reject "fresh store, dram too small" 'dram' "$CM" \
 	-o "nvme=$T/fresh-nvme,meta=$T/fresh-meta,dram=24M,block=4M" "$CM"
 [ ! -e "$T/fresh-meta/data.mdb" ] || bad "a refused start left a metadata store in $T/fresh-meta"
 [ ! -e "$T/fresh-nvme/tensorfs.dev" ] || bad "a refused start left $T/fresh-nvme/tensorfs.dev"
+# Refused by the first nvme folder itself, after its identity was written.
+next_case; reject "fresh store, nvme_cap below a block" 'fresh-nvme.*cap' "$CM" \
+	-o "nvme=$T/fresh-nvme,meta=$T/fresh-meta,dram=256M,nvme_cap=1" "$CM"
+[ -z "$(ls -A "$T/fresh-nvme")" ] || bad "a refused start left $(ls -A "$T/fresh-nvme") in $T/fresh-nvme"
+[ ! -e "$T/fresh-meta" ] || bad "a refused start left $T/fresh-meta"
+# ... so that a start without the cap makes the store there.
+NVME="$T/fresh-nvme" META="$T/fresh-meta" tfs_mount
+echo x >"$MNT/x" || bad "cannot write to the store made after a refused start"
+tfs_umount || bad "the store made after a refused start: daemon exited non-zero"
+# A folder that holds the identity of a store whose meta folder is not given:
+# say so, and make no store.
+cp "$T/fresh-nvme/tensorfs.dev" "$T/fresh-dev.orig"
+next_case; reject "nvme folder of a store whose meta folder is elsewhere" \
+	"nvme folder $T/fresh-nvme holds tensorfs\.dev of store [0-9a-f-]+ but meta folder $T/other-meta holds no store: remove $T/fresh-nvme/tensorfs\.dev and $T/fresh-nvme/tensorfs\.slab" \
+	"$CM" -o "nvme=$T/fresh-nvme,meta=$T/other-meta,dram=256M" "$CM"
+[ ! -e "$T/other-meta" ] || bad "a refused start left $T/other-meta"
+cmp -s "$T/fresh-nvme/tensorfs.dev" "$T/fresh-dev.orig" || bad "a refused start changed $T/fresh-nvme/tensorfs.dev"
 
 # A second daemon on a metadata folder in use.
 tfs_mount

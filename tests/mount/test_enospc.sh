@@ -22,7 +22,8 @@ command -v python3 >/dev/null 2>&1 || skip "python3 not found"
 
 SMALL="$T/small"
 mkdir -p "$SMALL"
-mount -t tmpfs -o size=64m tmpfs "$SMALL" 2>/dev/null || skip "cannot mount a tmpfs (needs root)"
+# mode=0700: a tmpfs is 1777 otherwise, and an nvme folder others can write is refused.
+mount -t tmpfs -o size=64m,mode=0700 tmpfs "$SMALL" 2>/dev/null || skip "cannot mount a tmpfs (needs root)"
 tfs_extra_cleanup() {
 	is_mounted "$SMALL" && { umount "$SMALL" 2>/dev/null || umount -l "$SMALL"; }
 	true

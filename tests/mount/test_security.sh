@@ -13,7 +13,21 @@
 #      the daemon moves to / in the background. (Regression: the log went
 #      to /FILE.)
 #   4. An s3 endpoint URL with a user or password in it is refused without
-#      being printed (the endpoint shows in logs, stats and the config).
+#      being printed (the endpoint shows in logs, stats and the config), in
+#      any scheme and any case of it, and so is one with a query or a
+#      fragment. (Regression: HTTP:// and ftp:// endpoints were refused with
+#      the whole URL, password included, in the message.)
+#   5. A meta or nvme folder that another user (nobody) owns or can write,
+#      or that holds links or another user's files under the store files'
+#      names, is refused before anything is written, and the links' target
+#      stays as it was. (Regression: LMDB opened lock.mdb and data.mdb
+#      through links, so a root mount on such a folder overwrote the target.)
+#      Folders of root, mode 755 or 700, still mount.
+#   6. A tensorfs.slab or tensorfs.dev that another user made in advance, or
+#      that is open to group or others, is refused, and a FIFO in place of
+#      tensorfs.dev does not hang the start. The files a mount makes are
+#      mode 600. (Regression: a 666 slab made by another user was used, so
+#      that user could read root's data; a FIFO hung the mount.)
 
 . "$(dirname "$0")/lib.sh"
 
@@ -94,15 +108,148 @@ echo "   log in $T/cwd/rel.log"
 echo "4. an s3 endpoint with credentials in it is refused, and not printed"
 mkdir -p "$T/n4"
 pw="pw$RANDOM$RANDOM$RANDOM"
-rc=0
-AWS_ACCESS_KEY_ID=k AWS_SECRET_ACCESS_KEY=s timeout 30 "$TENSORFS" -f -o \
-	"nvme=$T/n4,meta=$T/m4,dram=256M,threads=4,remote=s3://b,endpoint=http://key:$pw@127.0.0.1:9" \
-	"$MNT" >"$T/endpoint.out" 2>&1 || rc=$?
-is_mounted "$MNT" && fail "mounted with credentials in the endpoint URL"
-[ $rc -ne 0 ] && [ $rc -ne 124 ] || fail "tensorfs exited $rc with credentials in the endpoint URL"
-grep -qF "$pw" "$T/endpoint.out" && fail "the password of the endpoint URL was printed"
-grep -q "user or password" "$T/endpoint.out" || fail "no reason given: $(cat "$T/endpoint.out")"
-echo "   refused: $(tail -n 1 "$T/endpoint.out")"
+# endpoint_refused OPTS PATTERN: refused, saying PATTERN, with $pw nowhere.
+endpoint_refused() {
+	local rc=0
+	AWS_ACCESS_KEY_ID=k AWS_SECRET_ACCESS_KEY=s timeout 30 "$TENSORFS" -f -o \
+		"nvme=$T/n4,meta=$T/m4,dram=256M,threads=4,$1" "$MNT" >"$T/endpoint.out" 2>&1 || rc=$?
+	is_mounted "$MNT" && fail "mounted with $1"
+	[ $rc -ne 0 ] && [ $rc -ne 124 ] || fail "tensorfs exited $rc with $1"
+	grep -qF "$pw" "$T/endpoint.out" && fail "the secret in the endpoint URL was printed: $1"
+	grep -Eq "$2" "$T/endpoint.out" || fail "no reason (/$2/) given for $1: $(cat "$T/endpoint.out")"
+	[ ! -e "$T/m4/data.mdb" ] || fail "$1 was refused after a metadata store was made"
+	echo "   refused: $(tail -n 1 "$T/endpoint.out")"
+}
+endpoint_refused "remote=s3://b,endpoint=http://key:$pw@127.0.0.1:9" "user or password"
+endpoint_refused "remote=s3://b,endpoint=HTTP://a:$pw@127.0.0.1:1/" "user or password"
+endpoint_refused "remote=s3://b,endpoint=ftp://u:$pw@h/" "user or password"
+endpoint_refused "remote=s3://b,endpoint=http://:$pw@127.0.0.1:9" "user or password"
+endpoint_refused "remote=s3://b,endpoint=http://127.0.0.1:9/?X-Amz-Signature=$pw" "query"
+endpoint_refused "remote=s3://b,endpoint=http://127.0.0.1:9/#$pw" "fragment"
+endpoint_refused "remote=s3://b,endpoint=ftp://$pw.example/" "http:// or https://"
+endpoint_refused "remote=s3://b,endpoint=http://u:p w$pw@127.0.0.1:9" "endpoint"
+endpoint_refused "endpoint=http://u:$pw@127.0.0.1:9" "endpoint"
+
+# refuse NAME PATTERN OPTS: the daemon refuses the -o options OPTS saying
+# PATTERN (extended regex), mounts nothing, and leaves the decoy as it was.
+echo "root's own" >"$T/decoy"
+cp "$T/decoy" "$T/decoy.orig"
+refuse() {
+	local rc=0
+	timeout 30 "$TENSORFS" -f -o "$3,dram=256M,threads=4" "$MNT" >"$T/refused.out" 2>&1 || rc=$?
+	is_mounted "$MNT" && fail "$1: the mount went ahead"
+	[ $rc -ne 0 ] && [ $rc -ne 124 ] || fail "$1: tensorfs exited $rc"
+	grep -Eq -- "$2" "$T/refused.out" || fail "$1: no message matching /$2/: $(cat "$T/refused.out")"
+	cmp -s "$T/decoy" "$T/decoy.orig" || fail "$1: the decoy was changed"
+	echo "   $1: refused ($(tail -n 1 "$T/refused.out"))"
+}
+# mounts NAME OPTS: the daemon mounts with OPTS, and unmounts cleanly.
+mounts() {
+	local opts="$2,dram=256M,threads=4"
+	"$TENSORFS" -f -o "$opts" "$MNT" >>"$LOG" 2>&1 &
+	TFS_PID=$!
+	for _ in $(seq 1 200); do
+		is_mounted "$MNT" && break
+		kill -0 "$TFS_PID" 2>/dev/null || break
+		sleep 0.05
+	done
+	is_mounted "$MNT" || fail "$1: did not mount (opts $opts)"
+	echo data >"$MNT/f" || fail "$1: cannot write"
+	tfs_umount || fail "$1: tensorfs exited $? at unmount"
+	echo "   $1: mounts"
+}
+
+echo "5. meta and nvme folders that another user can change"
+mkdir -p "$T/n5"
+# The attacker's own folder, with links to root's file under LMDB's names.
+mkdir "$T/meta-nobody"
+ln -s "$T/decoy" "$T/meta-nobody/lock.mdb"
+ln -s "$T/decoy" "$T/meta-nobody/data.mdb"
+chown -h 65534:65534 "$T/meta-nobody" "$T/meta-nobody/lock.mdb" "$T/meta-nobody/data.mdb"
+refuse "meta folder of another user" "meta folder $T/meta-nobody is owned by uid 65534" \
+	"nvme=$T/n5,meta=$T/meta-nobody"
+[ "$(ls -A "$T/meta-nobody" | sort | tr '\n' ' ')" = "data.mdb lock.mdb " ] ||
+	fail "tensorfs wrote into a refused meta folder: $(ls -A "$T/meta-nobody")"
+mkdir -m 777 "$T/meta-777"
+ln -s "$T/decoy" "$T/meta-777/lock.mdb"
+refuse "meta folder writable by others" "meta folder $T/meta-777 is writable by group or others" \
+	"nvme=$T/n5,meta=$T/meta-777"
+mkdir -m 770 "$T/meta-770"
+refuse "meta folder writable by its group" "meta folder $T/meta-770 is writable by group" \
+	"nvme=$T/n5,meta=$T/meta-770"
+mkdir -m 700 "$T/meta-link"
+ln -s "$T/decoy" "$T/meta-link/lock.mdb"
+refuse "lock.mdb is a link" "meta folder $T/meta-link: lock.mdb is a symbolic link" \
+	"nvme=$T/n5,meta=$T/meta-link"
+rm "$T/meta-link/lock.mdb"
+ln -s "$T/decoy" "$T/meta-link/lock"
+refuse "lock is a link" "meta folder $T/meta-link: lock is a symbolic link" \
+	"nvme=$T/n5,meta=$T/meta-link"
+# The default meta folder is in the first nvme folder: that one is checked too.
+mkdir -p "$T/nvme-nobody/meta"
+ln -s "$T/decoy" "$T/nvme-nobody/meta/lock.mdb"
+chown -hR 65534:65534 "$T/nvme-nobody"
+refuse "nvme folder of another user, default meta" "nvme folder $T/nvme-nobody is owned by uid 65534" \
+	"nvme=$T/nvme-nobody"
+mkdir -m 775 "$T/nvme-775"
+refuse "nvme folder writable by its group" "nvme folder $T/nvme-775 is writable by group" \
+	"nvme=$T/nvme-775,meta=$T/m5"
+mkdir -m 1777 "$T/nvme-1777"
+refuse "sticky nvme folder writable by all" "nvme folder $T/nvme-1777 is writable by group or others" \
+	"nvme=$T/nvme-1777,meta=$T/m5"
+[ ! -e "$T/m5" ] || fail "a refused start made the meta folder $T/m5"
+# Root's own folders, 755 and 700, mount; a store file of another user is then refused.
+mkdir -m 755 "$T/n5-755" "$T/meta-755"
+mounts "nvme and meta folders of root, mode 755" "nvme=$T/n5-755,meta=$T/meta-755"
+mkdir -m 700 "$T/n5-700"
+mounts "nvme folder of root, mode 700, default meta" "nvme=$T/n5-700"
+for f in data.mdb lock.mdb lock; do
+	[ "$(stat -c %a "$T/meta-755/$f")" = 600 ] || fail "$T/meta-755/$f is mode $(stat -c %a "$T/meta-755/$f"), not 600"
+done
+chown 65534 "$T/meta-755/data.mdb"
+refuse "data.mdb of another user" "meta folder $T/meta-755: data.mdb is owned by uid 65534" \
+	"nvme=$T/n5-755,meta=$T/meta-755"
+chown 0 "$T/meta-755/data.mdb"
+chmod 644 "$T/meta-755/lock.mdb"
+refuse "lock.mdb readable by others" "meta folder $T/meta-755: lock.mdb is open to group or others" \
+	"nvme=$T/n5-755,meta=$T/meta-755"
+chmod 600 "$T/meta-755/lock.mdb"
+mounts "the same store, its files 600 again" "nvme=$T/n5-755,meta=$T/meta-755"
+
+echo "6. store files in an nvme folder that another user made, or can read"
+mkdir -p "$T/n6"
+: >"$T/n6/tensorfs.slab"
+chmod 666 "$T/n6/tensorfs.slab"
+chown 65534:65534 "$T/n6/tensorfs.slab"
+refuse "a 666 tensorfs.slab of another user" "nvme folder $T/n6: tensorfs.slab is owned by uid 65534" \
+	"nvme=$T/n6,meta=$T/m6"
+[ ! -s "$T/n6/tensorfs.slab" ] || fail "tensorfs wrote into a slab file of another user"
+[ ! -e "$T/n6/tensorfs.dev" ] || fail "a refused start left $T/n6/tensorfs.dev"
+[ ! -e "$T/m6" ] || fail "a refused start made the meta folder $T/m6"
+chown 0:0 "$T/n6/tensorfs.slab"
+refuse "a 666 tensorfs.slab of root" "nvme folder $T/n6: tensorfs.slab is open to group or others" \
+	"nvme=$T/n6,meta=$T/m6"
+rm "$T/n6/tensorfs.slab"
+echo "tensorfs-dev store=x index=0 kind=nvme" >"$T/n6/tensorfs.dev"
+chown 65534:65534 "$T/n6/tensorfs.dev"
+chmod 600 "$T/n6/tensorfs.dev"
+refuse "tensorfs.dev of another user" "nvme folder $T/n6: tensorfs.dev is owned by uid 65534" \
+	"nvme=$T/n6,meta=$T/m6"
+rm "$T/n6/tensorfs.dev"
+mkfifo "$T/n6/tensorfs.dev"
+refuse "tensorfs.dev is a fifo" "nvme folder $T/n6: tensorfs.dev is a FIFO" "nvme=$T/n6,meta=$T/m6"
+rm "$T/n6/tensorfs.dev"
+mkdir "$T/n6/tensorfs.slab"
+refuse "tensorfs.slab is a folder" "nvme folder $T/n6: tensorfs.slab is a folder" \
+	"nvme=$T/n6,meta=$T/m6"
+rmdir "$T/n6/tensorfs.slab"
+[ -z "$(ls -A "$T/n6")" ] || fail "refused starts left $(ls -A "$T/n6") in $T/n6"
+mounts "a fresh nvme folder" "nvme=$T/n6,meta=$T/m6"
+for f in tensorfs.slab tensorfs.dev; do
+	[ "$(stat -c '%a %u' "$T/n6/$f")" = "600 0" ] ||
+		fail "$T/n6/$f is $(stat -c '%a %u' "$T/n6/$f") (mode, owner), not 600 0"
+done
+mounts "the same folder again" "nvme=$T/n6,meta=$T/m6"
 
 echo "PASS: security checks"
 exit 0

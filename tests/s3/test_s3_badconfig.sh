@@ -8,8 +8,12 @@
 #   - an endpoint that refuses connections, a host name that does not
 #     resolve, and a server that accepts connections but never answers
 #     (remote_timeout=2).
+#   - the credentials in the endpoint URL, with the scheme in capitals or
+#     not http(s) at all: refused before any connection, and never printed
+#     (regression of issue 12: the whole URL was in the message).
 # The wrong secret never appears in what the daemon prints. Then a mount with
-# the right credentials works, so the failures above are the server's verdict.
+# the right credentials works, so the failures above are the server's verdict,
+# and so does one whose endpoint's scheme is in capitals.
 
 . "$(dirname "$0")/lib_s3.sh"
 
@@ -92,10 +96,23 @@ done
 expect_refused "server that never answers" "unreachable.*timed out" \
 	"remote=s3://$S3_BUCKET/x,endpoint=http://127.0.0.1:$(cat "$T/silent.port"),remote_timeout=2"
 
+expect_refused "credentials in the endpoint URL, HTTP://" "user or password" \
+	"remote=s3://$S3_BUCKET/x,endpoint=HTTP://$S3_KEY:$S3_SECRET@127.0.0.1:$S3_PORT/"
+expect_refused "credentials in an ftp:// endpoint URL" "user or password" \
+	"remote=s3://$S3_BUCKET/x,endpoint=ftp://$S3_KEY:$S3_SECRET@127.0.0.1:$S3_PORT/"
+expect_refused "the secret in the endpoint URL's query" "query" \
+	"remote=s3://$S3_BUCKET/x,endpoint=http://127.0.0.1:$S3_PORT/?k=$S3_SECRET"
+
 # And the right credentials mount.
 tfs_mount "nvme=none,$GOOD"
 echo hello >"$MNT/f" || fail "write with the right credentials"
 tfs_umount || fail "tensorfs exited $? after unmount"
+
+# The scheme in capitals is the same endpoint.
+tfs_mount "nvme=none,remote=s3://$S3_BUCKET/upper,endpoint=HTTP://127.0.0.1:$S3_PORT,region=$S3_REGION"
+echo hello >"$MNT/f" && sync "$MNT/f" || fail "write through an HTTP:// endpoint"
+tfs_umount || fail "tensorfs exited $? after unmount (HTTP:// endpoint)"
+find "$S3_DATA" -path "*upper*" | grep -q . || fail "nothing was stored under the HTTP:// endpoint's prefix"
 
 echo "PASS: bad s3 configurations are refused at mount with clear messages"
 exit 0

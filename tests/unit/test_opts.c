@@ -1,9 +1,14 @@
-/* Unit test of option parsing: sizes, ranges, the INI file, precedence. */
+/*
+ * Unit test of option parsing: sizes, ranges, the INI file, precedence;
+ * the bound on dram=; endpoints, whose refusals never show the value; and
+ * config files that are not regular files of ours.
+ */
 #include "opts.h"
 #include "test.h"
 
 #include <errno.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static void write_file(const char *path, const char *text)
@@ -19,6 +24,131 @@ static int resolve(struct fs_config *c, const char *nvme, char *err)
 {
 	c->nvme_s = strdup(nvme);
 	return fs_config_resolve(c, err, 512);
+}
+
+/* Resolve with an s3 tier at endpoint; credentials as if from the environment. */
+static int resolve_endpoint(struct fs_config *c, const char *dir, const char *endpoint, bool remote,
+			    char *err)
+{
+	c->endpoint_s = strdup(endpoint);
+	if (remote)
+		c->remote_s = strdup("s3://bucket/p");
+	c->s3_key = strdup("key");
+	c->s3_secret = strdup("secret");
+	return resolve(c, dir, err);
+}
+
+static void endpoints(const char *dir)
+{
+	const char *refused[][2] = {
+	    {"HTTP://a:Secret42@127.0.0.1:1/", "user or password"},
+	    {"ftp://u:Secret42@h/", "user or password"},
+	    {"http://:Secret42@h:9000", "user or password"},
+	    {"https://Secret42@h", "user or password"},
+	    {"http://h:9000/?X-Amz-Signature=Secret42", "query"},
+	    {"http://h:9000/#Secret42", "fragment"},
+	    {"ftp://Secret42.example/", "http:// or https://"},
+	    {"http://u:p wSecret42@h", "not a URL"},
+	    {"Secret42", "not a URL"},
+	};
+	struct fs_config c;
+	char err[512];
+
+	for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
+		memset(&c, 0, sizeof(c));
+		err[0] = 0;
+		CHECK_EQ(resolve_endpoint(&c, dir, refused[i][0], true, err), -EINVAL);
+		CHECK(strstr(err, "endpoint") && strstr(err, refused[i][1]));
+		CHECK(!strstr(err, "Secret42"));
+		fs_config_free(&c);
+	}
+	/* Without remote= it is refused too, and not shown either. */
+	memset(&c, 0, sizeof(c));
+	CHECK_EQ(resolve_endpoint(&c, dir, "http://u:Secret42@h", false, err), -EINVAL);
+	CHECK(!strstr(err, "Secret42"));
+	fs_config_free(&c);
+	memset(&c, 0, sizeof(c));
+	CHECK_EQ(resolve_endpoint(&c, dir, "http://h:9000", false, err), -EINVAL);
+	CHECK(strstr(err, "without remote="));
+	fs_config_free(&c);
+
+	/* The scheme in any case, a port, a path. */
+	const char *good[] = {"HTTP://127.0.0.1:9000", "https://s3.example.com/base/",
+			      "Https://[::1]:9000"};
+	for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+		memset(&c, 0, sizeof(c));
+		CHECK_EQ(resolve_endpoint(&c, dir, good[i], true, err), 0);
+		CHECK(c.has_s3 && strcmp(c.s3.endpoint, good[i]) == 0);
+		fs_config_free(&c);
+	}
+}
+
+static void dram_bound(const char *dir)
+{
+	unsigned long long total =
+	    (unsigned long long)sysconf(_SC_PHYS_PAGES) * (unsigned long long)sysconf(_SC_PAGESIZE);
+	struct fs_config c;
+	char err[512], v[64];
+
+	memset(&c, 0, sizeof(c));
+	snprintf(v, sizeof(v), "%lluK", total * 2 >> 10);
+	c.dram_s = strdup(v);
+	CHECK_EQ(resolve(&c, dir, err), -EINVAL);
+	CHECK(strstr(err, "dram") && strstr(err, v) && strstr(err, "more than 90%"));
+	fs_config_free(&c);
+
+	memset(&c, 0, sizeof(c));
+	snprintf(v, sizeof(v), "%lluK", total / 100 * 91 >> 10);
+	c.dram_s = strdup(v);
+	CHECK_EQ(resolve(&c, dir, err), -EINVAL);
+	fs_config_free(&c);
+
+	memset(&c, 0, sizeof(c));
+	snprintf(v, sizeof(v), "%lluK", total / 100 * 89 >> 10);
+	c.dram_s = strdup(v);
+	CHECK_EQ(resolve(&c, dir, err), 0);
+	fs_config_free(&c);
+}
+
+/* config=path is refused before it is read, saying why. */
+static void config_refused(const char *path, const char *why)
+{
+	struct fs_config c;
+	char err[512] = "";
+
+	memset(&c, 0, sizeof(c));
+	CHECK(fs_config_load_file(&c, path, err, sizeof(err)) < 0);
+	if (!strstr(err, path) || !strstr(err, why)) {
+		fprintf(stderr, "config=%s: '%s' does not say '%s'\n", path, err, why);
+		exit(1);
+	}
+	fs_config_free(&c);
+}
+
+static void config_files(const char *dir)
+{
+	char path[256], link[256];
+
+	config_refused(dir, "not a regular file (it is a folder)");
+	config_refused("/dev/zero", "not a regular file (it is a character device)");
+	snprintf(path, sizeof(path), "%s/fifo.conf", dir);
+	CHECK_EQ(mkfifo(path, 0600), 0);
+	config_refused(path, "not a regular file (it is a FIFO)"); /* at once, no writer needed */
+	snprintf(path, sizeof(path), "%s/gw.conf", dir);
+	write_file(path, "[tensorfs]\nthreads = 4\n");
+	CHECK_EQ(chmod(path, 0620), 0);
+	config_refused(path, "writable by group or others (mode 620)");
+	CHECK_EQ(chmod(path, 0644), 0);
+	snprintf(link, sizeof(link), "%s/link.conf", dir);
+	CHECK_EQ(symlink(path, link), 0);
+	config_refused(link, "symbolic link");
+	if (geteuid() == 0) {
+		snprintf(path, sizeof(path), "%s/other.conf", dir);
+		write_file(path, "[s3]\naccess_key_id = k\nsecret_access_key = s\n");
+		CHECK_EQ(chmod(path, 0600), 0);
+		CHECK_EQ(chown(path, 65534, 65534), 0);
+		config_refused(path, "owned by uid 65534");
+	}
 }
 
 int main(void)
@@ -113,6 +243,10 @@ int main(void)
 	CHECK(fs_config_load_file(&c, path, err, sizeof(err)) < 0);
 	CHECK(strstr(err, "missing.conf") != NULL);
 	fs_config_free(&c);
+
+	endpoints(dir);
+	dram_bound(dir);
+	config_files(dir);
 
 	snprintf(path, sizeof(path), "rm -rf '%s'", dir);
 	CHECK_EQ(system(path), 0);
