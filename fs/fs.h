@@ -91,6 +91,7 @@ struct fs {
 	unsigned pf_nhints;
 	uint32_t pf_last_uid; /* the user whose hint had the last turn */
 	bool pf_stop, pf_running;
+	bool pf_room_wait; /* atomic: the cycle's pass waits for readers to catch up */
 	struct fs_gpu *gpu; /* gpu.c: the shared-arena server, NULL unless cuda=on */
 	/* ctl.c: per-tier byte counts of the last rate sample, taken each second */
 	pthread_t rate_thread;
@@ -151,10 +152,11 @@ void fs_ctl_readdir(struct fs *fs, fuse_req_t req, uint64_t ino, size_t size, of
 void fs_ctl_root_stat(struct stat *st, uint64_t ino);
 
 /*
- * ops.c: a read or write of len bytes reached ino (now size bytes long): tell
- * the learner, and wake the prefetcher when it records a step of the cycle.
+ * ops.c: a read or write of len bytes reached ino (now size bytes long):
+ * tell the learner. True when it recorded a step of a known cycle: the
+ * caller then wakes the prefetcher (fs_prefetch_kick).
  */
-void fs_touch(struct fs *fs, uint64_t ino, uint64_t size, uint64_t len, bool write);
+bool fs_touch(struct fs *fs, uint64_t ino, uint64_t size, uint64_t len, bool write);
 
 /* prefetch.c: the next files of the learned cycle, and hints */
 int fs_prefetch_start(struct fs *fs);

@@ -270,14 +270,18 @@ unsigned fs_learn_next(struct fs_learner *l, uint64_t *inos, unsigned max, uint6
 
 	pthread_mutex_lock(&l->lock);
 	*generation = l->generation;
-	/* The record one period back was this file; those after it come next. */
-	for (uint64_t j = 0; l->period && j < l->period - 1 && k < max; j++) {
-		uint64_t ino = at(l, l->n - l->period + j);
+	/*
+	 * The file in use now (the newest record) first, for the rest of it;
+	 * then the records after its record one period back come next.
+	 */
+	for (uint64_t j = 0; l->period && j < l->period && k < max; j++) {
+		uint64_t pos = j == 0 ? l->n - 1 : l->n - l->period + j - 1;
+		uint64_t ino = at(l, pos);
 		struct learn_file *f = file_find(l, ino);
 		bool dup = false;
 
 		/* A use that begins with a write reads nothing: loading it is waste. */
-		if (l->ring_write[(l->n - l->period + j) % RING])
+		if (l->ring_write[pos % RING])
 			continue;
 		for (unsigned i = 0; i < k; i++)
 			dup |= inos[i] == ino;

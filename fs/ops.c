@@ -1160,14 +1160,13 @@ static void read_blk_ready(struct tb_waiter *w, int err)
 }
 
 /* Tell the learner; when it records a step of a known cycle, wake the prefetcher. */
-void fs_touch(struct fs *fs, uint64_t ino, uint64_t size, uint64_t len, bool write)
+bool fs_touch(struct fs *fs, uint64_t ino, uint64_t size, uint64_t len, bool write)
 {
 	uint64_t gen = __atomic_load_n(&fs->learn.generation, __ATOMIC_RELAXED);
 
 	fs_learn_touch(&fs->learn, ino, size, len, write);
-	if (__atomic_load_n(&fs->learn.generation, __ATOMIC_RELAXED) != gen &&
-	    __atomic_load_n(&fs->learn.period, __ATOMIC_RELAXED))
-		fs_prefetch_kick(fs);
+	return __atomic_load_n(&fs->learn.generation, __ATOMIC_RELAXED) != gen &&
+	       __atomic_load_n(&fs->learn.period, __ATOMIC_RELAXED);
 }
 
 /* A reader near where the last read ended is sequential: load ahead of it. */
@@ -1189,10 +1188,8 @@ static void fs_readahead(struct fs *fs, struct fs_inode *in, uint64_t off, size_
 	last = first + (fs->cfg->readahead + fs->bs - 1) / fs->bs;
 	end_blk = (fsize + fs->bs - 1) / fs->bs;
 	for (uint64_t b = first; b < last && b < end_blk; b++) {
-		int ret = tb_prefetch(fs->tb, in->ino, b);
-
-		if (ret == -EAGAIN || ret == -EBUSY)
-			break; /* no room now, or every slot is needed sooner */
+		if (tb_prefetch(fs->tb, in->ino, b, false) < 0)
+			break; /* no room now, far enough ahead, or every slot is needed sooner */
 	}
 }
 
@@ -1225,7 +1222,8 @@ static void fs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	}
 	if ((uint64_t)off + size > fsize)
 		size = (size_t)(fsize - (uint64_t)off);
-	fs_touch(fs, ino, fsize, size, false);
+	/* The prefetcher is woken once this read has pinned: the cache then knows where it is. */
+	bool moved = fs_touch(fs, ino, fsize, size, false);
 
 	uint64_t first = (uint64_t)off / fs->bs, last = ((uint64_t)off + size - 1) / fs->bs;
 	unsigned nblk = (unsigned)(last - first + 1);
@@ -1257,6 +1255,9 @@ static void fs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		read_blk_ready(&b->w, ret);
 	}
 	fs_readahead(fs, in, (uint64_t)off, size, fsize);
+	/* A read takes blocks loaded ahead: the cycle's pass may go on. */
+	if (__atomic_exchange_n(&fs->pf_room_wait, false, __ATOMIC_RELAXED) || moved)
+		fs_prefetch_kick(fs);
 	pthread_rwlock_unlock(&in->io);
 	fs_iput(fs, in);
 	if (__atomic_sub_fetch(&c->pending, 1, __ATOMIC_ACQ_REL) == 0)
@@ -1287,7 +1288,8 @@ static void fs_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 		reply_err(fs, req, ret);
 		return;
 	}
-	fs_touch(fs, ino, (uint64_t)off + size, size, true);
+	if (fs_touch(fs, ino, (uint64_t)off + size, size, true))
+		fs_prefetch_kick(fs);
 	pthread_rwlock_rdlock(&in->io);
 	ret = write_data(fs, in, buf, size, off);
 	pthread_rwlock_unlock(&in->io);

@@ -11,11 +11,17 @@
  * large its file, holds up another user's. A hint or a pass of the cycle
  * issues at most as many blocks as the DRAM tier holds: loading more would
  * only evict what it loaded first.
- * The cycle's files are the next ones within a quarter of the DRAM tier;
+ * The cycle's files are the one in use and the next ones within the DRAM
+ * tier (what is loaded of them is bounded by the cache's depth, below);
  * its pass starts over whenever the cycle moves. Blocks go in the prefetch
  * class, which devices serve after demand reads and before write-back.
  * tb_prefetch never waits: when the in-flight bound is reached the thread
- * sleeps a little and ends the turn.
+ * sleeps a little and ends the turn. The cycle's pass keeps only a few
+ * blocks ahead of their readers (the cache's bound): when it is reached
+ * the thread sleeps until a read takes one (fs_read kicks it), so the
+ * coming files are loaded just ahead of use. When no slot holds a block
+ * needed later than the next one, the pass ends until the cycle moves.
+ * Hints load their files whole.
  */
 #include "fs.h"
 #include "log.h"
@@ -27,7 +33,7 @@
 #define AHEAD_MAX 64	  /* files looked ahead at most */
 #define RETRY_NS 2000000L /* when the prefetch class is full */
 #define IDLE_MS 200	  /* wake to check the learner anyway */
-#define PREFETCH_SHARE 4  /* files ahead may fill a quarter of the DRAM tier */
+#define PREFETCH_SHARE 1  /* the files looked at ahead hold at most the DRAM tier */
 #define PF_TURN_BLOCKS 32 /* blocks one file issues per turn */
 
 /* The learned cycle's pass: its files, the one being loaded, and what is left. */
@@ -46,9 +52,10 @@ static uint64_t dram_blocks(const struct fs *fs)
 /*
  * One turn of a file: issue its next stored blocks from h->next, at most
  * PF_TURN_BLOCKS and h->left, and advance h. False when it has no more to
- * load (or has gone); true when another turn is due.
+ * load (or has gone); true when another turn is due. For the cycle (not a
+ * hint), *stop says that the pass should wait for the cycle to move.
  */
-static bool prefetch_turn(struct fs *fs, struct fs_pf_file *h)
+static bool prefetch_turn(struct fs *fs, struct fs_pf_file *h, bool hint, bool *stop)
 {
 	uint64_t idx[PF_TURN_BLOCKS], nblk;
 	unsigned n, max = h->left < PF_TURN_BLOCKS ? (unsigned)h->left : PF_TURN_BLOCKS;
@@ -67,8 +74,21 @@ static bool prefetch_turn(struct fs *fs, struct fs_pf_file *h)
 		int ret;
 
 		pthread_rwlock_rdlock(&in->io);
-		ret = tb_prefetch(fs->tb, h->ino, idx[i]);
+		ret = tb_prefetch(fs->tb, h->ino, idx[i], hint);
 		pthread_rwlock_unlock(&in->io);
+		if (ret == -ENOBUFS) {
+			/* Far enough ahead: the next read kicks the thread (fs_read). */
+			__atomic_store_n(&fs->pf_room_wait, true, __ATOMIC_RELAXED);
+			*stop = true;
+			more = true;
+			break;
+		}
+		if (ret == -EBUSY) {
+			*stop = true; /* every slot is needed sooner: wait for the cycle to move */
+			h->left = 0;
+			more = false;
+			break;
+		}
 		if (ret == -EAGAIN) {
 			struct timespec ts = {0, RETRY_NS};
 
@@ -109,7 +129,7 @@ static bool hint_turn(struct fs *fs)
 {
 	struct fs_pf_file h;
 	unsigned i;
-	bool more;
+	bool more, stop = false;
 
 	pthread_mutex_lock(&fs->pf_lock);
 	if (!fs->pf_nhints) {
@@ -120,7 +140,7 @@ static bool hint_turn(struct fs *fs)
 	h = fs->pf_hints[i];
 	pthread_mutex_unlock(&fs->pf_lock);
 
-	more = prefetch_turn(fs, &h);
+	more = prefetch_turn(fs, &h, true, &stop);
 
 	/* Only this thread removes hints, and others append, so slot i is still h's. */
 	pthread_mutex_lock(&fs->pf_lock);
@@ -158,12 +178,14 @@ static bool cycle_turn(struct fs *fs, struct pf_cycle *c)
 	/* prefetch=off turns off the learned cycle's prefetch, not hints. */
 	if (!fs->cfg->prefetch)
 		return false;
+	bool stop = false;
+
 	cycle_refresh(fs, c);
 	if (c->i >= c->n || c->cur.left == 0)
 		return false;
-	if (!prefetch_turn(fs, &c->cur) && ++c->i < c->n)
+	if (!prefetch_turn(fs, &c->cur, false, &stop) && ++c->i < c->n && c->cur.left)
 		c->cur = (struct fs_pf_file){.ino = c->inos[c->i], .left = c->cur.left};
-	return true;
+	return !stop; /* stopped: asleep until a read or the cycle moves */
 }
 
 static void *prefetch_main(void *arg)

@@ -925,7 +925,7 @@ static void submit_read(struct tb_store *s, struct tb_entry *e, uint64_t loc,
  * Returns 1 when loading, -ENOENT for a hole, or -errno.
  */
 static int start_load(struct tb_store *s, struct tb_entry *e, uint64_t obj, uint64_t idx,
-		      struct tb_waiter *w, enum io_class cls)
+		      struct tb_waiter *w, enum io_class cls, bool ahead)
 {
 	uint64_t loc;
 	int ret;
@@ -948,10 +948,11 @@ static int start_load(struct tb_store *s, struct tb_entry *e, uint64_t obj, uint
 			w->next = e->waiters;
 			e->waiters = w;
 		}
-		if (cls == IO_PREFETCH) {
+		if (cls == IO_PREFETCH)
+			s->prefetch_inflight++;
+		if (ahead) {
 			e->prefetched = true;
 			s->n_pf++;
-			s->prefetch_inflight++;
 		}
 		pthread_mutex_unlock(&s->lock);
 		submit_read(s, e, loc, cls);
@@ -1128,6 +1129,7 @@ int tb_get(struct tb_store *s, uint64_t obj, uint64_t idx, struct tb_ref *ref,
 			return 0;
 		}
 		if (e) { /* loading for someone else */
+			e->o->last_idx = idx;
 			if (w) {
 				w->next = e->waiters;
 				e->waiters = w;
@@ -1141,7 +1143,7 @@ int tb_get(struct tb_store *s, uint64_t obj, uint64_t idx, struct tb_ref *ref,
 		if (!e)
 			continue; /* someone else inserted it meanwhile */
 		s->misses++;
-		ret = start_load(s, e, obj, idx, w, IO_DEMAND);
+		ret = start_load(s, e, obj, idx, w, IO_DEMAND, false);
 		if (ret != 1 || w) {
 			pthread_mutex_unlock(&s->lock);
 			return ret;
@@ -1194,13 +1196,8 @@ static bool prefetch_worth(struct tb_store *s, const struct tb_entry *v, const s
 	return vu->dist > u.dist;
 }
 
-/*
- * Start loading (obj, idx) ahead of use, in the prefetch class. Never waits:
- * 0 when issued or already cached; -EAGAIN when too many prefetches are in
- * flight, dirty data is at its mark, or no clean slot is free yet; -EBUSY
- * when every slot holds a block needed sooner than this one.
- */
-int tb_prefetch(struct tb_store *s, uint64_t obj, uint64_t idx)
+/* Start loading (obj, idx) ahead of use, in the prefetch class (see tb.h). */
+int tb_prefetch(struct tb_store *s, uint64_t obj, uint64_t idx, bool hint)
 {
 	struct tb_entry *e;
 	struct tb_use vu;
@@ -1211,10 +1208,13 @@ int tb_prefetch(struct tb_store *s, uint64_t obj, uint64_t idx)
 		pthread_mutex_unlock(&s->lock);
 		return 0;
 	}
-	if (s->prefetch_inflight >= s->prefetch_max || s->n_pf >= s->pf_depth ||
-	    s->ndirty >= s->dirty_max) {
+	if (s->prefetch_inflight >= s->prefetch_max || s->ndirty >= s->dirty_max) {
 		pthread_mutex_unlock(&s->lock);
-		return -EAGAIN; /* try again once some have landed or been read */
+		return -EAGAIN; /* try again once some have landed */
+	}
+	if (!hint && s->n_pf >= s->pf_depth) {
+		pthread_mutex_unlock(&s->lock);
+		return -ENOBUFS; /* try again once some have been read */
 	}
 	e = s->free_list.head;
 	if (!e) {
@@ -1224,7 +1224,7 @@ int tb_prefetch(struct tb_store *s, uint64_t obj, uint64_t idx)
 			pthread_mutex_unlock(&s->lock);
 			return -EAGAIN;
 		}
-		if (!prefetch_worth(s, e, &vu, obj, idx)) {
+		if (!hint && !prefetch_worth(s, e, &vu, obj, idx)) {
 			s->pf_refused++;
 			pthread_mutex_unlock(&s->lock);
 			return -EBUSY;
@@ -1232,7 +1232,7 @@ int tb_prefetch(struct tb_store *s, uint64_t obj, uint64_t idx)
 	}
 	e = entry_take(s, e);
 	s->pf_issued++;
-	ret = start_load(s, e, obj, idx, NULL, IO_PREFETCH);
+	ret = start_load(s, e, obj, idx, NULL, IO_PREFETCH, !hint);
 	pthread_mutex_unlock(&s->lock);
 	return ret == 1 || ret == -ENOENT ? 0 : ret;
 }
@@ -1394,7 +1394,7 @@ int tb_get_write(struct tb_store *s, uint64_t obj, uint64_t idx, size_t off, siz
 		if (!whole) {
 			/* Unaligned part of an uncached block: load it if persisted. */
 			s->misses++;
-			ret = start_load(s, e, obj, idx, NULL, IO_DEMAND);
+			ret = start_load(s, e, obj, idx, NULL, IO_DEMAND, false);
 			if (ret == 1)
 				continue; /* wait for it in the loop above */
 			if (ret != -ENOENT)

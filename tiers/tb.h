@@ -211,8 +211,16 @@ int tb_get(struct tb_store *s, uint64_t obj, uint64_t idx, struct tb_ref *ref,
 	   struct tb_waiter *w);
 /* Release a read pin, counting the bytes served from it. */
 void tb_put(struct tb_store *s, struct tb_ref *ref, size_t bytes_read);
-/* Load (obj, idx) ahead of use, below demand reads and above write-back. */
-int tb_prefetch(struct tb_store *s, uint64_t obj, uint64_t idx);
+/*
+ * Load (obj, idx) ahead of use, below demand reads and above write-back.
+ * Never waits: 0 when issued or cached already; -EAGAIN when no slot or
+ * I/O can be had right now (try again soon); -ENOBUFS when the blocks
+ * loaded ahead and not yet read are at their bound (their readers must
+ * catch up); -EBUSY when every slot holds a block needed sooner than this
+ * one. A hint (an explicit request to load the object) is held to
+ * neither of the last two.
+ */
+int tb_prefetch(struct tb_store *s, uint64_t obj, uint64_t idx, bool hint);
 
 /*
  * Pin block (obj, idx) for writing bytes [off, off + len) of it. Loads a

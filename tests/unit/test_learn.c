@@ -19,9 +19,14 @@ static uint64_t file_id(int sg, int kind)
 #define FILE_BYTES (64ULL << 20)
 
 /* One use of a file: read or written whole. */
+static void use(struct fs_learner *l, uint64_t ino, bool write)
+{
+	fs_learn_touch(l, ino, FILE_BYTES, FILE_BYTES, write);
+}
+
 static void touch(struct fs_learner *l, uint64_t ino)
 {
-	fs_learn_touch(l, ino, FILE_BYTES, FILE_BYTES, false);
+	use(l, ino, false);
 }
 
 /* One training iteration; skip_sg >= 0 leaves one subgroup's grads out. */
@@ -30,15 +35,15 @@ static void iteration(struct fs_learner *l, int skip_sg)
 	for (int sg = SGS - 1; sg >= 0; sg--) /* backward: last layer first */
 		for (int g = 0; g < GRADS; g++)
 			if (sg != skip_sg)
-				touch(l, file_id(sg, 3 + g));
+				use(l, file_id(sg, 3 + g), true);
 	for (int sg = 0; sg < SGS; sg++) {
 		for (int k = 0; k < 3; k++)
-			touch(l, file_id(sg, k));
+			use(l, file_id(sg, k), false);
 		for (int g = 0; g < GRADS; g++)
 			if (sg != skip_sg)
-				touch(l, file_id(sg, 3 + g));
+				use(l, file_id(sg, 3 + g), false);
 		for (int k = 0; k < 3; k++)
-			touch(l, file_id(sg, k));
+			use(l, file_id(sg, k), true);
 	}
 }
 
@@ -157,9 +162,24 @@ int main(void)
 	CHECK(fs_learn_distance(&l, file_id(0, 0)) < fs_learn_distance(&l, file_id(SGS - 1, 0)));
 	CHECK_EQ(fs_learn_distance(&l, 999), FS_LEARN_UNKNOWN);
 
-	/* What comes next: the backward pass's gradient files, last subgroup first. */
+	/*
+	 * What comes next to load: the backward pass writes the gradient files
+	 * (nothing to read, so not loaded), then subgroup 0's state is read.
+	 */
 	CHECK(fs_learn_next(&l, next, 8, 4 * FILE_BYTES, &gen) >= 3);
-	CHECK_EQ(next[0], file_id(SGS - 1, 3));
+	CHECK_EQ(next[0], file_id(0, 0));
+	CHECK_EQ(next[1], file_id(0, 1));
+	{
+		struct fs_learn_use u;
+
+		fs_learn_next_use(&l, file_id(SGS - 1, 3), &u);
+		CHECK(u.write); /* the last subgroup's gradients are written next */
+		fs_learn_next_use(&l, file_id(0, 0), &u);
+		CHECK(!u.write); /* subgroup 0's weights are read next */
+		CHECK(!u.now);
+		fs_learn_next_use(&l, file_id(SGS - 1, 2), &u);
+		CHECK(u.now); /* just written */
+	}
 
 	/* A skipped step keeps the cycle. */
 	iteration(&l, 2);
