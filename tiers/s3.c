@@ -919,10 +919,10 @@ static void s3_log_failure(struct s3_priv *p, struct s3_xfer *x)
 		return;
 	s3_describe(x, why, sizeof(why));
 	if (p->pack)
-		log_err("%s: %s of object %llx (generation %x, slot %llu) failed after %u "
-			"attempt%s: %s",
-			p->d->name, job_name[x->job], (unsigned long long)x->v.objno, x->v.gen,
-			(unsigned long long)x->slot, x->attempts, x->attempts == 1 ? "" : "s", why);
+		log_err("%s: %s of slot %llu failed after %u attempt%s (object %llx, generation "
+			"%x): %s",
+			p->d->name, job_name[x->job], (unsigned long long)x->slot, x->attempts,
+			x->attempts == 1 ? "" : "s", (unsigned long long)x->v.objno, x->v.gen, why);
 	else
 		log_err("%s: %s of slot %llu failed after %u attempt%s: %s", p->d->name,
 			job_name[x->job], (unsigned long long)x->slot, x->attempts,
