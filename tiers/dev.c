@@ -16,7 +16,10 @@
  * hard for at least half the time (requests waiting in its queue, or half
  * its depth in flight) says what it can do, and moves the capability
  * towards it, up or down; a window in which it was not can only raise it;
- * a window with failures or retries says nothing.
+ * a window with failures or retries says nothing. Until a device has been
+ * driven hard once, what it moved is only a floor, and it weighs at least
+ * as much as an unmeasured one: weighed by the little a light load sent
+ * it, a new device would never be sent enough to show more.
  *
  * A slab device is a folder holding `tensorfs.slab`, a file of block-size
  * slots, and `tensorfs.dev`, which binds the folder to the store and to
@@ -52,6 +55,7 @@
 #define BURST_NS 50000000ULL	  /* a capped device may burst 50 ms worth */
 #define BW_WINDOW_NS 200000000ULL /* bandwidth is measured over 200 ms windows */
 #define BW_EWMA 0.3
+#define BW_UNKNOWN 1e9 /* the weight of a device never driven hard, unless it showed more */
 #define DOWN_AFTER_ERRORS 3
 #define POOL_THREADS_START 16 /* a pfs pool starts with this many, or the depth if lower */
 #define POOL_THREADS_MAX 128  /* and grows while requests wait, up to the depth */
@@ -271,9 +275,10 @@ void dev_measure(struct tb_dev *d, size_t bytes, uint64_t start, uint64_t now)
 	bool troubled = d->errors + d->retries != d->window_errors;
 
 	d->bw_measured = d->bw_measured ? BW_EWMA * rate + (1 - BW_EWMA) * d->bw_measured : rate;
-	if (!troubled && hard)
-		d->bw_capable =
-		    d->bw_capable ? BW_EWMA * rate + (1 - BW_EWMA) * d->bw_capable : rate;
+	if (!troubled && hard) {
+		d->bw_capable = d->bw_known ? BW_EWMA * rate + (1 - BW_EWMA) * d->bw_capable : rate;
+		d->bw_known = true;
+	}
 	else if (!troubled && rate > d->bw_capable)
 		d->bw_capable = rate;
 	d->bw_window_ns = now;
@@ -640,8 +645,10 @@ static double weight_locked(struct tb_dev *d)
 		 */
 		if (d->bw_cap)
 			w = (double)d->bw_cap;
+		else if (!d->bw_known && d->bw_capable < BW_UNKNOWN)
+			w = BW_UNKNOWN;
 		else
-			w = d->bw_capable > 0 ? d->bw_capable : 1e9;
+			w = d->bw_capable;
 	}
 	return w;
 }

@@ -106,6 +106,7 @@ struct tb_dev {
 	uint64_t tokens_ns;   /* last refill */
 	double bw_measured;   /* moving average of bytes per second under load */
 	double bw_capable;    /* what it moved when driven hard: its placement weight */
+	bool bw_known;	      /* it was driven hard once: bw_capable is more than a floor */
 	uint64_t bw_window_ns, bw_window_bytes;
 	uint64_t bw_last_ns; /* end of the last transfer measured */
 	uint64_t load_ns;    /* last change of the queue or in-flight counts */
