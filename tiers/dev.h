@@ -114,6 +114,7 @@ struct tb_dev {
 	uint64_t retries;    /* attempts the engine had to make again (s3) */
 	uint64_t window_errors; /* errors + retries when the window began */
 	double read_lat_ns;  /* moving average of a read's time from take to end */
+	double read_lat_min_ns; /* the least of them, rising slowly: latency unloaded */
 	uint64_t ra_max;     /* readahead depth at most, bytes (remote devices) */
 	unsigned run;	     /* blocks placement gives it in a row (an s3 object's) */
 	uint64_t held_slots; /* neither free nor in use: dead or unfilled, in packed objects */
@@ -156,8 +157,9 @@ double dev_weight(struct tb_dev *d);
 /*
  * Blocks a sequential reader of this device should have loaded or in flight
  * ahead of it: 0 for an nvme folder (the caller's readahead= applies), else
- * its capability times its read latency, twice over, between two placement
- * runs and ra_max.
+ * its capability times its unloaded read latency, twice over, between two
+ * placement runs and ra_max. (The average latency would not do: by Little's
+ * law it grows with what is in flight, and so with the depth itself.)
  */
 unsigned dev_ra_blocks(struct tb_dev *d);
 /* The deepest readahead for this device; a pfs pool grows to cover it. Before dev_start. */
