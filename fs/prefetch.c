@@ -60,7 +60,7 @@ static bool prefetch_turn(struct fs *fs, struct fs_pf_file *h, bool hint, bool *
 	uint64_t idx[PF_TURN_BLOCKS], nblk;
 	unsigned n, max = h->left < PF_TURN_BLOCKS ? (unsigned)h->left : PF_TURN_BLOCKS;
 	struct fs_inode *in;
-	bool more;
+	bool more, retry = false;
 
 	if (max == 0 || fs_iget(fs, h->ino, &in) != 0)
 		return false;
@@ -70,6 +70,8 @@ static bool prefetch_turn(struct fs *fs, struct fs_pf_file *h, bool hint, bool *
 	if (meta_bmap_list(fs->meta, h->ino, h->next, nblk, idx, max, &n) != 0)
 		n = 0;
 	more = n == max;
+	/* A turn's blocks reach the devices together: an s3 tier reads neighbours in one GET. */
+	tb_plug();
 	for (unsigned i = 0; i < n && !fs->pf_stop; i++) {
 		int ret;
 
@@ -90,15 +92,19 @@ static bool prefetch_turn(struct fs *fs, struct fs_pf_file *h, bool hint, bool *
 			break;
 		}
 		if (ret == -EAGAIN) {
-			struct timespec ts = {0, RETRY_NS};
-
 			/* Full for now: this block again at the file's next turn. */
-			nanosleep(&ts, NULL);
+			retry = true;
 			more = true;
 			break;
 		}
 		h->next = idx[i] + 1;
 		h->left--;
+	}
+	tb_unplug();
+	if (retry) {
+		struct timespec ts = {0, RETRY_NS};
+
+		nanosleep(&ts, NULL);
 	}
 	fs_iput(fs, in);
 	return more && h->left > 0 && !fs->pf_stop;
@@ -324,9 +330,14 @@ bool fs_readahead_deep(struct fs *fs, struct fs_inode *in, uint64_t first, uint6
 	}
 	in->ra_end = to;
 	pthread_mutex_unlock(&in->lock);
+	/*
+	 * The window ends on a run's end, so it spans up to depth + run - 1
+	 * blocks: bounded by depth alone, a full window would take a block
+	 * per block read, and every GET would be one block.
+	 */
 	tb_plug();
 	for (b = from; b < to; b++)
-		if (tb_prefetch_deep(fs->tb, in->ino, b, depth) < 0)
+		if (tb_prefetch_deep(fs->tb, in->ino, b, depth + run) < 0)
 			break; /* no room now, far enough ahead, or every slot is needed sooner */
 	tb_unplug();
 	if (b < to) {

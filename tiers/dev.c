@@ -143,9 +143,11 @@ static unsigned inflight_total(const struct tb_dev *d)
 	return n;
 }
 
-/* Requests wait for it, or half its depth is in flight. Lock held. */
+/* Requests wait for it (in its queue, or in its engine), or half its depth is in flight. Lock held. */
 static bool driven_hard(const struct tb_dev *d)
 {
+	if (d->backlog)
+		return true;
 	for (int c = 0; c < IO_NCLASS; c++)
 		if (d->head[c])
 			return true;
@@ -182,7 +184,14 @@ static unsigned take_requests(struct tb_dev *d, struct tb_io **out, unsigned max
 		while (d->head[c] && total < d->qd && n < max && d->inflight[c] < limit) {
 			struct tb_io *r = d->head[c];
 
-			if (d->bw_cap && d->tokens <= 0)
+			/*
+			 * Under a cap, the rest of a run (an s3 object's blocks,
+			 * queued together) goes with its first block, in debt
+			 * that the bucket pays back: taken a block at a time,
+			 * each was its own GET.
+			 */
+			if (d->bw_cap && d->tokens <= 0 &&
+			    !(n && d->run > 1 && r->slot / d->run == out[n - 1]->slot / d->run))
 				goto out;
 			d->head[c] = r->next;
 			if (!d->head[c])

@@ -94,6 +94,7 @@ struct tb_dev {
 	struct tb_io *head[IO_NCLASS], *tail[IO_NCLASS];
 	unsigned inflight[IO_NCLASS];
 	unsigned queued_reads;
+	unsigned backlog; /* requests the engine took and cannot start yet (s3) */
 	bool stopping;
 	struct slot_alloc alloc;
 	bool full;	  /* said ENOSPC: no new blocks for a while */
@@ -175,7 +176,7 @@ unsigned dev_take(struct tb_dev *d, struct tb_io **out, unsigned max);
  * the queue and in-flight counts it wants the window to see.
  */
 void dev_measure(struct tb_dev *d, size_t bytes, uint64_t start, uint64_t now);
-/* The queue or in-flight counts are about to change at now: account the time before. Lock held. */
+/* The queue, in-flight or backlog counts are about to change at now: account the time before. Lock held. */
 void dev_load_tick(struct tb_dev *d, uint64_t now);
 /* For engines: a transfer ended; true when the request must go again. */
 bool dev_finish(struct tb_dev *d, struct tb_io *r, long res);
