@@ -288,13 +288,17 @@ out:
  * sliding it a block per block read made one GET per block. The home of
  * each block the reader enters is looked up once; the reader keeps the deep
  * window while any of its last 32 blocks was remote, so a file spread over
- * nvme and s3 keeps it. Blocks on nvme keep the shallow window that suits
- * Belady's caching there, since a deep one costs hits.
+ * nvme and s3 keeps it, and the window grows by the inverse of the share of
+ * those blocks that were remote: the depth is what the remote tier needs in
+ * flight, and a window over a file a third on s3 holds a third of it there.
+ * Blocks on nvme keep the shallow window that suits Belady's caching there,
+ * since a deep one costs hits.
  */
 bool fs_readahead_deep(struct fs *fs, struct fs_inode *in, uint64_t first, uint64_t end_blk)
 {
 	uint64_t cur = first - 1, from, to, b;
 	unsigned depth = 0, run = 1, min_depth = (unsigned)(fs->cfg->readahead / fs->bs);
+	unsigned max_depth = (unsigned)(fs->cfg->remote_readahead / fs->bs);
 	bool look;
 
 	if (!fs->cfg->remote_readahead)
@@ -317,7 +321,11 @@ bool fs_readahead_deep(struct fs *fs, struct fs_inode *in, uint64_t first, uint6
 		pthread_mutex_unlock(&in->lock);
 		return false;
 	}
-	depth = in->ra_depth > min_depth ? in->ra_depth : min_depth;
+	depth = in->ra_depth * 32 / (unsigned)__builtin_popcount(in->ra_remote);
+	if (depth > max_depth)
+		depth = max_depth;
+	if (depth < min_depth)
+		depth = min_depth;
 	run = in->ra_run ? in->ra_run : 1;
 	to = (first + depth) / run * run;
 	if (to > end_blk)
