@@ -187,7 +187,8 @@ struct tb_store {
 	uint64_t hits, misses, evictions, holes, wb_errors, syncs, bp_waits;
 	uint64_t prefetch_inflight, prefetch_max;
 	uint64_t n_pf, pf_depth; /* blocks loaded ahead and not yet read, and their bound */
-	uint64_t n_pf_deep, pf_deep_max; /* the same for readers of remote blocks (tb_prefetch_deep) */
+	/* The same for readers of remote blocks (tb_prefetch_deep). */
+	uint64_t n_pf_deep, pf_deep_max;
 	uint64_t *sector_bits; /* one bitmap per slot */
 	size_t sector_words;
 	uint32_t nsectors;
@@ -1217,8 +1218,8 @@ static int prefetch(struct tb_store *s, uint64_t obj, uint64_t idx, bool hint, u
 	uint64_t *n_pf = depth ? &s->n_pf_deep : &s->n_pf;
 	uint64_t bound = depth ? (depth < s->pf_deep_max ? depth : s->pf_deep_max) : s->pf_depth;
 	/* A remote reader's whole window may be in flight: latency is what it hides. */
-	uint64_t inflight_max = depth && s->pf_deep_max > s->prefetch_max ? s->pf_deep_max
-									  : s->prefetch_max;
+	uint64_t inflight_max =
+	    depth && s->pf_deep_max > s->prefetch_max ? s->pf_deep_max : s->prefetch_max;
 	struct tb_entry *e;
 	struct tb_use vu;
 	int ret;

@@ -171,8 +171,8 @@ struct s3_priv {
 	char empty_sha[SHA256_HEX_LEN + 1];
 	char *token_hdr; /* "x-amz-security-token: ..." or NULL */
 	uint64_t timeout_ns;
-	unsigned pack;	    /* blocks per object; 0: one object per slot (blk/) */
-	struct s3objs objs; /* packed: with d->lock */
+	unsigned pack;			 /* blocks per object; 0: one object per slot (blk/) */
+	struct s3objs objs;		 /* packed: with d->lock */
 	struct s3_del *dels, *dels_tail; /* with d->lock: versions to delete */
 	/* Owned by the engine thread once it runs. */
 	unsigned nx;
@@ -183,7 +183,7 @@ struct s3_priv {
 	bool probing;
 	uint64_t next_probe_ns;
 	unsigned no_server; /* attempts in a row that could not connect */
-	struct tb_io *reads, *reads_tail; /* reads taken, waiting for a handle */
+	struct tb_io *reads, *reads_tail;   /* reads taken, waiting for a handle */
 	struct tb_io *writes, *writes_tail; /* unpacked writes waiting for a handle */
 	struct s3_fill *fills;		    /* packed writes, by object */
 	uint64_t last_write_ns;		    /* when the latest write request came */
@@ -785,9 +785,10 @@ static int s3_check_identity(struct s3_priv *p, const char *store_id, unsigned p
 		}
 		p->pack = got == 4 ? have_pack : 0;
 		if (!p->pack)
-			log_info("%s: one object per block (a tier made before objects were packed; "
-				 "s3_object= applies to new tiers)",
-				 p->d->name);
+			log_info(
+			    "%s: one object per block (a tier made before objects were packed; "
+			    "s3_object= applies to new tiers)",
+			    p->d->name);
 		return 0;
 	}
 	s3_error_code(x, code, sizeof(code));
@@ -913,9 +914,12 @@ static int s3_mark(struct tb_dev *d, uint64_t slot)
 /* ---- the engine: transfers ---- */
 
 static const char *const job_name[] = {
-    [S3_JOB_CHECK] = "check",	   [S3_JOB_READ] = "GET",
-    [S3_JOB_WRITE] = "PUT",	   [S3_JOB_DELETE] = "DELETE",
-    [S3_JOB_COMPACT_GET] = "GET (compaction)", [S3_JOB_COMPACT_PUT] = "PUT (compaction)",
+    [S3_JOB_CHECK] = "check",
+    [S3_JOB_READ] = "GET",
+    [S3_JOB_WRITE] = "PUT",
+    [S3_JOB_DELETE] = "DELETE",
+    [S3_JOB_COMPACT_GET] = "GET (compaction)",
+    [S3_JOB_COMPACT_PUT] = "PUT (compaction)",
 };
 
 static void s3_log_failure(struct s3_priv *p, struct s3_xfer *x)
@@ -1291,7 +1295,8 @@ static bool s3_start_read(struct s3_priv *p, struct s3_xfer *x)
 		grew = false;
 		while (*pp && x->nr < p->pack) {
 			struct tb_io *q = *pp;
-			int64_t off = q->slot / p->pack == k ? s3obj_offset(&p->objs, q->slot, bs) : -1;
+			int64_t off =
+			    q->slot / p->pack == k ? s3obj_offset(&p->objs, q->slot, bs) : -1;
 
 			if (off >= 0 && (off == hi || off + (int64_t)bs == lo)) {
 				unlink_read(p, pp, prev);
@@ -1773,7 +1778,8 @@ static const char *xml_text(const char *from, const char *tag, char *out, size_t
 	static const struct {
 		const char *ent;
 		char c;
-	} ents[] = {{"&amp;", '&'}, {"&lt;", '<'}, {"&gt;", '>'}, {"&quot;", '"'}, {"&apos;", '\''}};
+	} ents[] = {
+	    {"&amp;", '&'}, {"&lt;", '<'}, {"&gt;", '>'}, {"&quot;", '"'}, {"&apos;", '\''}};
 	char open[48], close[48];
 	const char *a, *b;
 	size_t o = 0;

@@ -59,9 +59,9 @@ struct s3objs {
 	unsigned pack;
 	struct slot_alloc *alloc; /* the device's slot bitmap, kept in step */
 	struct s3obj *o;
-	uint64_t n;   /* entries in o: object numbers ever seen or opened */
-	uint64_t cap; /* entries allocated */
-	uint64_t max; /* object numbers there may be: the device's slots / pack */
+	uint64_t n;	     /* entries in o: object numbers ever seen or opened */
+	uint64_t cap;	     /* entries allocated */
+	uint64_t max;	     /* object numbers there may be: the device's slots / pack */
 	uint64_t *free_objs; /* a stack of free object numbers below n */
 	size_t nfree, cap_free;
 	uint64_t open;	    /* the object the allocator fills, or S3OBJ_NONE */
