@@ -65,7 +65,7 @@
 #define S3_PROBE_INTERVAL_NS 2000000000ULL
 #define S3_POLL_MAX_MS 1000
 #define S3_RECV_BUFFER (512L << 10)
-#define S3_SEND_BUFFER (1L << 20)
+#define S3_SEND_BUFFER (256L << 10)
 #define S3_LOG_INTERVAL_S 10
 #define S3_DOWN_AFTER_NO_SERVER 3 /* attempts in a row that found no server */
 #define S3_TAKE_MAX 256		  /* requests taken from the queue at once */
@@ -189,6 +189,7 @@ struct s3_priv {
 	uint64_t last_write_ns;		    /* when the latest write request came */
 	double write_gap_ns;		    /* moving average of the time between them */
 	unsigned nputs;			    /* PUTs of write-back running */
+	unsigned ndeletes;		    /* DELETEs running */
 	bool compacting;
 	char *compact_buf; /* an object's bytes, while compacting it */
 	uint64_t rng;
@@ -1087,6 +1088,7 @@ static void s3_complete(struct s3_priv *p, struct s3_xfer *x, long res)
 		s3_finish_reqs(p, rs, nr, res);
 		break;
 	case S3_JOB_DELETE:
+		p->ndeletes--;
 		s3_delete_done(p, x, res);
 		s3_idle(p, x);
 		break;
@@ -1406,11 +1408,6 @@ static bool s3_start_compaction(struct s3_priv *p, struct s3_xfer *x)
 	char key[64];
 	uint64_t k;
 
-	if (!p->compact_buf) {
-		p->compact_buf = malloc(p->pack * d->block_size);
-		if (!p->compact_buf)
-			return false;
-	}
 	pthread_mutex_lock(&d->lock);
 	k = d->stopping ? S3OBJ_NONE : s3obj_compact_next(&p->objs);
 	if (k == S3OBJ_NONE) {
@@ -1480,9 +1477,10 @@ static uint64_t s3_dispatch(struct s3_priv *p, uint64_t now)
 	}
 	if (p->pack && p->fills)
 		s3_fills_wait(p, now, &wait);
-	if (!p->pack || p->reads || s3_dev_down(p->d))
+	if (!p->pack || s3_dev_down(p->d))
 		return wait;
-	while (p->idle) {
+	/* While reads wait, one DELETE at a time, so dead objects do not pile up. */
+	while (p->idle && (!p->reads || !p->ndeletes)) {
 		struct s3_del *dl = s3_due_delete(p, now, &wait);
 		struct s3_xfer *x;
 		char key[64];
@@ -1496,9 +1494,10 @@ static uint64_t s3_dispatch(struct s3_priv *p, uint64_t now)
 		x->deadline_ns = now + p->timeout_ns;
 		free(dl);
 		pk_key(key, sizeof(key), &x->v);
+		p->ndeletes++;
 		s3_go(p, x, S3_DELETE, key, 0);
 	}
-	if (p->idle && !p->compacting && !p->fills && s3_queue_empty(p->d)) {
+	if (p->idle && !p->reads && !p->compacting && !p->fills && s3_queue_empty(p->d)) {
 		struct s3_xfer *x = take_idle(p);
 
 		if (!s3_start_compaction(p, x)) {
@@ -1944,6 +1943,11 @@ static int s3_start(struct tb_dev *d)
 
 		if (ret)
 			return ret;
+		/* Compaction's buffer, made now: memory does not grow in a long run. */
+		p->compact_buf = malloc(p->pack * d->block_size);
+		if (!p->compact_buf)
+			return -ENOMEM;
+		memset(p->compact_buf, 0, p->pack * d->block_size);
 	}
 	return -pthread_create(&p->thread, NULL, s3_thread, p);
 }

@@ -106,14 +106,33 @@ static bool worth_compacting(const struct s3obj *o)
 	       bits((uint16_t)(o->layout & ~o->used)) * 2 >= bits(o->layout);
 }
 
+/*
+ * Drop from the compaction queue what was taken and what is no longer
+ * queued (deleted, reused): while the device is never idle, nothing is
+ * taken, and the queue holds at most one entry per object.
+ */
+static void squeeze_queue(struct s3objs *t)
+{
+	size_t n = 0;
+
+	for (size_t i = t->compact_head; i < t->ncompact; i++) {
+		uint64_t k = t->compact_q[i];
+
+		if (k < t->n && t->o[k].compact_queue)
+			t->compact_q[n++] = k;
+	}
+	t->compact_head = 0;
+	t->ncompact = n;
+}
+
 static enum s3obj_todo queue_compaction(struct s3objs *t, uint64_t objno)
 {
 	struct s3obj *o = &t->o[objno];
 
 	if (o->compacting || o->compact_queue || !worth_compacting(o))
 		return S3OBJ_TODO_NONE;
-	if (t->compact_head && t->compact_head == t->ncompact)
-		t->compact_head = t->ncompact = 0;
+	if (t->ncompact == t->cap_compact)
+		squeeze_queue(t);
 	if (push_u64(&t->compact_q, &t->ncompact, &t->cap_compact, objno) < 0)
 		return S3OBJ_TODO_NONE; /* stays as it is: only space is lost */
 	o->compact_queue = true;
