@@ -667,6 +667,16 @@ static double weight_locked(struct tb_dev *d)
 	return w;
 }
 
+bool dev_up(struct tb_dev *d)
+{
+	bool up;
+
+	pthread_mutex_lock(&d->lock);
+	up = d->health == DEV_UP;
+	pthread_mutex_unlock(&d->lock);
+	return up;
+}
+
 double dev_weight(struct tb_dev *d)
 {
 	double w;

@@ -153,6 +153,8 @@ void dev_set_full(struct tb_dev *d);
 uint64_t dev_free_slots(struct tb_dev *d);
 /* Down after errors and not yet due for another try: its space is out of reach. */
 bool dev_out(struct tb_dev *d);
+/* Up: not down, and not being tried again after being down. */
+bool dev_up(struct tb_dev *d);
 /* Weight for placement: the cap or the capability measured; 0 when down or full. */
 double dev_weight(struct tb_dev *d);
 /*
