@@ -877,7 +877,7 @@ static void s3_todo(struct s3_priv *p, uint64_t objno, enum s3obj_todo todo)
 	struct s3obj *o = s3obj_get(&p->objs, objno);
 
 	if (todo == S3OBJ_TODO_DELETE && o) {
-		struct s3obj_version v = {objno, o->gen, o->layout, true};
+		struct s3obj_version v = {objno, o->gen, o->layout, true, false};
 
 		s3_del_queue(p, &v);
 	}
@@ -998,7 +998,7 @@ static void s3_compact_got(struct s3_priv *p, struct s3_xfer *x, long res)
 		return;
 	}
 	live = (uint16_t)(o->used & v.layout);
-	nv = (struct s3obj_version){v.objno, p->objs.next_gen++, live, false};
+	nv = (struct s3obj_version){v.objno, p->objs.next_gen++, live, false, false};
 	pthread_mutex_unlock(&d->lock);
 	for (unsigned i = 0; i < p->pack; i++) {
 		if (!(v.layout & (1u << i)))
@@ -1214,7 +1214,7 @@ static void s3_start_put(struct s3_priv *p, struct s3_xfer *x, struct s3_fill *f
 	char key[64];
 
 	pthread_mutex_lock(&p->d->lock);
-	x->v = (struct s3obj_version){f->objno, p->objs.next_gen++, f->got, false};
+	x->v = (struct s3obj_version){f->objno, p->objs.next_gen++, f->got, false, false};
 	pthread_mutex_unlock(&p->d->lock);
 	x->job = S3_JOB_WRITE;
 	for (unsigned i = 0; i < p->pack; i++)
@@ -1320,7 +1320,7 @@ static bool s3_start_read(struct s3_priv *p, struct s3_xfer *x)
 	}
 	struct s3obj *o = s3obj_get(&p->objs, k);
 	o->gets++;
-	x->v = (struct s3obj_version){k, o->gen, o->layout, false};
+	x->v = (struct s3obj_version){k, o->gen, o->layout, false, false};
 	pthread_mutex_unlock(&d->lock);
 	x->job = S3_JOB_READ;
 	x->len = (size_t)(hi - lo);
@@ -1416,7 +1416,7 @@ static bool s3_start_compaction(struct s3_priv *p, struct s3_xfer *x)
 	}
 	o = s3obj_get(&p->objs, k);
 	o->gets++;
-	x->v = (struct s3obj_version){k, o->gen, o->layout, false};
+	x->v = (struct s3obj_version){k, o->gen, o->layout, false, false};
 	pthread_mutex_unlock(&d->lock);
 	x->job = S3_JOB_COMPACT_GET;
 	x->dst = p->compact_buf;
@@ -1805,18 +1805,31 @@ static const char *xml_text(const char *from, const char *tag, char *out, size_t
 	return b + strlen(close);
 }
 
-/* Add the packed object keys of one listing page to *v. */
-static int s3_parse_page(const char *body, struct s3obj_version **v, size_t *n, size_t *cap)
+/*
+ * Add the packed object keys of one listing page to *v, each marked torn
+ * when its size is not that of the blocks its layout names.
+ */
+static int s3_parse_page(const char *body, size_t bs, struct s3obj_version **v, size_t *n,
+			 size_t *cap)
 {
-	char key[S3_KEY_MAX];
+	char key[S3_KEY_MAX], size[32];
 	const char *at = body;
 
-	while ((at = xml_text(at, "Key", key, sizeof(key)))) {
-		const char *name = strrchr(key, '/');
-		unsigned long long objno;
+	while ((at = strstr(at, "<Contents>"))) {
+		const char *end_of = strstr(at, "</Contents>"), *name;
+		unsigned long long objno, bytes = 0;
 		unsigned gen, layout;
 		int end = 0;
 
+		if (!end_of)
+			break;
+		if (!xml_text(at, "Key", key, sizeof(key)) ||
+		    xml_text(at, "Size", size, sizeof(size)) > end_of + strlen("</Contents>"))
+			key[0] = 0;
+		else
+			bytes = strtoull(size, NULL, 10);
+		at = end_of;
+		name = strrchr(key, '/');
 		if (!name || name - key < 2 || strncmp(name - 2, "pk", 2) != 0)
 			continue;
 		if (sscanf(name + 1, "%llx-%x-%x%n", &objno, &gen, &layout, &end) != 3 ||
@@ -1831,7 +1844,9 @@ static int s3_parse_page(const char *body, struct s3obj_version **v, size_t *n, 
 			*v = nv;
 			*cap = c;
 		}
-		(*v)[(*n)++] = (struct s3obj_version){objno, gen, (uint16_t)layout, false};
+		(*v)[(*n)++] = (struct s3obj_version){
+		    objno, gen, (uint16_t)layout, false,
+		    bytes != (unsigned long long)__builtin_popcount(layout) * bs};
 	}
 	return 0;
 }
@@ -1881,7 +1896,7 @@ static int s3_list(struct s3_priv *p, struct s3obj_version **v, size_t *n)
 			break;
 		}
 		body[x->pos] = 0;
-		ret = s3_parse_page(body, v, n, &cap);
+		ret = s3_parse_page(body, p->d->block_size, v, n, &cap);
 		if (ret)
 			break;
 		token[0] = 0;

@@ -342,21 +342,24 @@ int s3obj_sweep(struct s3objs *t, struct s3obj_version *v, size_t n, struct s3ob
 				t->next_gen = v[x].gen + 1;
 		if (k >= t->max || grow(t, k + 1) < 0) {
 			for (; i < j; i++)
-				d[nd++] = (struct s3obj_version){k, v[i].gen, v[i].layout, false};
+				d[nd++] = (struct s3obj_version){k, v[i].gen, v[i].layout, false, false};
 			continue;
 		}
 		o = &t->o[k];
 		if (o->used) {
 			for (size_t x = i; x < j && keep == n; x++)
-				if ((v[x].layout & o->used) == o->used)
+				if (!v[x].torn && (v[x].layout & o->used) == o->used)
 					keep = x;
-			if (keep == n) {
-				keep = i; /* the newest; the slots it lacks read as errors */
+			for (size_t x = i; x < j && keep == n; x++)
+				if (!v[x].torn)
+					keep = x; /* the newest whole; the slots it lacks read as errors */
+			if (keep == n || (v[keep].layout & o->used) != o->used)
 				(*missing)++;
+			if (keep != n) {
+				o->gen = v[keep].gen;
+				o->layout = v[keep].layout;
 			}
-			o->gen = v[keep].gen;
-			o->layout = v[keep].layout;
-			o->gets = 1; /* no GET runs at mount: marks "a version was found" */
+			o->gets = 1; /* no GET runs at mount: marks "looked at" */
 		} else {
 			o->state = S3OBJ_DELETING;
 			o->dels = (uint8_t)(j - i < 255 ? j - i : 255);
@@ -364,7 +367,7 @@ int s3obj_sweep(struct s3objs *t, struct s3obj_version *v, size_t n, struct s3ob
 		for (size_t x = i; x < j; x++) {
 			if (x == keep)
 				continue;
-			d[nd++] = (struct s3obj_version){k, v[x].gen, v[x].layout, !o->used};
+			d[nd++] = (struct s3obj_version){k, v[x].gen, v[x].layout, !o->used, false};
 			if (!o->used)
 				o->layout |= v[x].layout;
 		}
