@@ -320,11 +320,12 @@ static json_t *stats_json(struct fs *fs)
 	/* Committed blocks: mapped by files (logical) against stored (physical). */
 	json_object_set_new(
 		root, "dedup",
-		json_pack("{sIsIsfsIsI}", "logical_bytes", (json_int_t)(mapped * st->block_size),
+		json_pack("{sIsIsfsIsIsI}", "logical_bytes", (json_int_t)(mapped * st->block_size),
 			  "physical_bytes", (json_int_t)(blocks * st->block_size), "ratio",
 			  blocks ? (double)mapped / (double)blocks : 1.0, "hits",
 			  (json_int_t)st->dedup_hits, "verify_mismatches",
-			  (json_int_t)st->dedup_verify_mismatch));
+			  (json_int_t)st->dedup_verify_mismatch, "verify_from_dram",
+			  (json_int_t)st->dedup_verify_cached));
 	free(st);
 	return root;
 }

@@ -74,6 +74,7 @@
 #define CLEAN_LOW_SHARE 32 /* the flusher keeps 1/32 to 1/16 of the slots clean */
 #define CLEAN_LOW_MIN 2
 #define BUSY_RETRY_MS 10 /* a dirty block pinned by a writer is looked at again after */
+#define SYNC_FREES 256	 /* released slots that call a sync point at once */
 #define IO_ALIGN 4096	 /* O_DIRECT alignment of a merge's bounce buffer */
 
 enum entry_state { ES_FREE, ES_LOADING, ES_CLEAN, ES_DIRTY, ES_WB };
@@ -109,6 +110,8 @@ struct tb_entry {
 	size_t fill;	   /* bytes written since it became dirty */
 	struct tb_waiter *waiters;
 	struct tb_entry *hnext;
+	struct tb_entry *lhnext; /* chain of the location hash, while CLEAN */
+	bool in_lochash;
 	struct tb_entry *oprev, *onext; /* the object's list */
 	struct tb_entry *lprev, *lnext; /* free or dirty list */
 	struct tb_obj *o;
@@ -150,6 +153,7 @@ struct tb_store {
 	uint32_t nslots;
 	struct tb_entry **hash;
 	uint64_t hash_mask;
+	struct tb_entry **lochash; /* CLEAN entries by persisted location, for dedup's verify */
 	struct tb_obj **ohash;
 	uint64_t ohash_mask;
 	struct tb_obj *objs;   /* every object, for the cycle's eviction order */
@@ -187,7 +191,7 @@ struct tb_store {
 	size_t sector_words;
 	uint32_t nsectors;
 	uint64_t partial_created, partial_merged;
-	uint64_t dedup_hits, dedup_mismatch;
+	uint64_t dedup_hits, dedup_mismatch, dedup_verify_cached;
 	uint64_t ticks; /* counts pins, for lru */
 	/* 2q: blocks evicted from A1in, remembered by key in a ring */
 	uint64_t *ghost;
@@ -445,9 +449,46 @@ static void entry_unhash(struct tb_store *s, struct tb_entry *e)
 	obj_maybe_free(s, o);
 }
 
+/* ---- CLEAN entries by location: a stored block's bytes may be in DRAM ---- */
+
+static struct tb_entry **lochash_bucket(struct tb_store *s, uint64_t loc)
+{
+	return &s->lochash[mix(loc, 0x10c) & s->hash_mask];
+}
+
+static void lochash_add(struct tb_store *s, struct tb_entry *e)
+{
+	struct tb_entry **b = lochash_bucket(s, e->loc);
+
+	e->lhnext = *b;
+	*b = e;
+	e->in_lochash = true;
+}
+
+static void lochash_del(struct tb_store *s, struct tb_entry *e)
+{
+	struct tb_entry **p = lochash_bucket(s, e->loc);
+
+	while (*p != e)
+		p = &(*p)->lhnext;
+	*p = e->lhnext;
+	e->in_lochash = false;
+}
+
+/* A CLEAN entry holding the stored block at loc, other than not. */
+static struct tb_entry *lochash_find(struct tb_store *s, uint64_t loc, const struct tb_entry *not)
+{
+	struct tb_entry *e = *lochash_bucket(s, loc);
+
+	while (e && (e->loc != loc || e == not || e->partial))
+		e = e->lhnext;
+	return e;
+}
+
 /*
  * Move e to state st, keeping the counts of CLEAN entries (the store's and
- * its object's) that eviction and the flusher's cleaning go by.
+ * its object's) that eviction and the flusher's cleaning go by, and the
+ * location hash of CLEAN entries.
  */
 static void set_state(struct tb_store *s, struct tb_entry *e, enum entry_state st)
 {
@@ -455,11 +496,15 @@ static void set_state(struct tb_store *s, struct tb_entry *e, enum entry_state s
 		s->nclean--;
 		if (e->in_hash)
 			e->o->nclean--;
+		if (e->in_lochash)
+			lochash_del(s, e);
 	}
 	if (st == ES_CLEAN) {
 		s->nclean++;
 		if (e->in_hash)
 			e->o->nclean++;
+		if (e->loc != TB_LOC_NONE)
+			lochash_add(s, e);
 	}
 	e->state = st;
 }
@@ -1152,19 +1197,30 @@ int tb_get(struct tb_store *s, uint64_t obj, uint64_t idx, struct tb_ref *ref,
 	}
 }
 
-void tb_put(struct tb_store *s, struct tb_ref *ref, size_t bytes_read)
+/* Drop a pin of e. Lock held. */
+static void unpin_locked(struct tb_store *s, struct tb_entry *e)
 {
-	struct tb_entry *e = ref->e;
-
-	pthread_mutex_lock(&s->lock);
-	s->dram_read_bytes += bytes_read;
-	s->dram_read_ops++;
 	if (--e->pins == 0) {
 		if (e->dead)
 			entry_free(s, e);
 		pthread_cond_broadcast(&s->space_cv);
 		pthread_cond_broadcast(&s->state_cv);
 	}
+}
+
+static void unpin(struct tb_store *s, struct tb_entry *e)
+{
+	pthread_mutex_lock(&s->lock);
+	unpin_locked(s, e);
+	pthread_mutex_unlock(&s->lock);
+}
+
+void tb_put(struct tb_store *s, struct tb_ref *ref, size_t bytes_read)
+{
+	pthread_mutex_lock(&s->lock);
+	s->dram_read_bytes += bytes_read;
+	s->dram_read_ops++;
+	unpin_locked(s, ref->e);
 	pthread_mutex_unlock(&s->lock);
 	ref->e = NULL;
 }
@@ -1757,11 +1813,26 @@ static bool dedup_match(struct tb_store *s, struct tb_entry *e)
 	if (s->owner.dedup_find(s->owner.ctx, e->hash, &id, &loc) != 0)
 		return false;
 	if (s->cfg.dedup == TB_DEDUP_VERIFY) {
-		if (posix_memalign((void **)&bounce, IO_ALIGN, s->bs))
-			return false;
-		same = read_sync(s, loc, bounce) == 0 &&
-		       memcmp(bounce, slot_data(s, e), s->bs) == 0;
-		free(bounce);
+		struct tb_entry *c;
+
+		/* The stored copy's bytes, from DRAM when a clean copy is cached. */
+		pthread_mutex_lock(&s->lock);
+		c = lochash_find(s, loc, e);
+		if (c) {
+			c->pins++;
+			s->dedup_verify_cached++;
+		}
+		pthread_mutex_unlock(&s->lock);
+		if (c) {
+			same = memcmp(slot_data(s, c), slot_data(s, e), s->bs) == 0;
+			unpin(s, c);
+		} else {
+			if (posix_memalign((void **)&bounce, IO_ALIGN, s->bs))
+				return false;
+			same = read_sync(s, loc, bounce) == 0 &&
+			       memcmp(bounce, slot_data(s, e), s->bs) == 0;
+			free(bounce);
+		}
 		if (!same) {
 			pthread_mutex_lock(&s->lock);
 			s->dedup_mismatch++;
@@ -2281,8 +2352,18 @@ void tb_release(struct tb_store *s, uint64_t loc)
 		s->cap_pending = cap;
 	}
 	s->pending[s->npending++] = loc;
-	if (s->npending == 1)
-		pthread_cond_signal(&s->flush_cv); /* a sync point is due now */
+	/*
+	 * A sync point is due: at the flusher's next interval, or now when
+	 * many slots wait, so that rewrites reuse the space the slab already
+	 * has instead of growing it (fresh extents of the slab file cost the
+	 * filesystem an allocation, and the drive more than a rewrite).
+	 */
+	if (s->npending >= SYNC_FREES) {
+		s->sync_req = true;
+		pthread_cond_signal(&s->flush_cv);
+	} else if (s->npending == 1) {
+		pthread_cond_signal(&s->flush_cv);
+	}
 	pthread_mutex_unlock(&s->lock);
 }
 
@@ -2344,6 +2425,7 @@ void tb_get_stats(struct tb_store *s, struct tb_stats *st)
 	st->partial_merged = s->partial_merged;
 	st->dedup_hits = s->dedup_hits;
 	st->dedup_verify_mismatch = s->dedup_mismatch;
+	st->dedup_verify_cached = s->dedup_verify_cached;
 	st->pinned_bytes = s->n_pinned_res * s->bs;
 	st->pin_limit_bytes = s->pin_limit * s->bs;
 	st->hot_bytes = (uint64_t)s->n_hot * s->bs;
@@ -2436,6 +2518,7 @@ int tb_open(const struct tb_config *cfg, const struct tb_owner *owner, struct tb
 	s->entries = calloc(s->nslots, sizeof(*s->entries));
 	s->hash_mask = pow2_at_least(2ULL * s->nslots) - 1;
 	s->hash = calloc(s->hash_mask + 1, sizeof(*s->hash));
+	s->lochash = calloc(s->hash_mask + 1, sizeof(*s->lochash));
 	s->ohash_mask = pow2_at_least(s->nslots) - 1;
 	s->ohash = calloc(s->ohash_mask + 1, sizeof(*s->ohash));
 	s->nghost = s->nslots * 2 > 16 ? s->nslots * 2 : 16;
@@ -2453,7 +2536,7 @@ int tb_open(const struct tb_config *cfg, const struct tb_owner *owner, struct tb
 	s->pin_limit = s->nslots > cfg->max_pinned + 16 + s->nslots / 4
 			       ? s->nslots - cfg->max_pinned - 16 - s->nslots / 4
 			       : 0;
-	if (!s->zero || !s->entries || !s->hash || !s->ohash || !s->ghost || !s->ghost_next ||
+	if (!s->zero || !s->entries || !s->hash || !s->lochash || !s->ohash || !s->ghost || !s->ghost_next ||
 	    !s->ghost_head || !s->rank || !s->scratch) {
 		snprintf(err, errlen, "out of memory for %u cache entries", s->nslots);
 		ret = -ENOMEM;
@@ -2584,6 +2667,7 @@ int tb_close(struct tb_store *s)
 	free(s->rank);
 	free(s->scratch);
 	free(s->hash);
+	free(s->lochash);
 	free(s->entries);
 	free(s->sector_bits);
 	free(s->zero);

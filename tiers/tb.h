@@ -171,6 +171,7 @@ struct tb_stats {
 	uint64_t prefetch_refused; /* not issued: every slot held a block needed sooner */
 	uint64_t partial_created, partial_merged; /* reads saved, and paid later */
 	uint64_t dedup_hits, dedup_verify_mismatch;
+	uint64_t dedup_verify_cached; /* verify compared with a copy in DRAM, not the device */
 	uint64_t pinned_bytes, pin_limit_bytes; /* resident blocks of pinned objects */
 	uint64_t hot_bytes, ghost_hits;		/* 2q: Am's size, promotions from A1out */
 	bool huge_pages, locked;
