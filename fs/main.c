@@ -102,7 +102,7 @@ static void usage(const char *prog)
 	       "    -o nvme_engine=E       auto, io_uring or libaio (default auto: io_uring, "
 	       "else libaio)\n"
 	       "    -o dirty=SIZE          dirty data high-water mark; writers wait above it\n"
-	       "                           (default: all of dram but a clean reserve of 1/8)\n"
+	       "                           (default: all of dram but a clean reserve of 1/32)\n"
 	       "    -o dirty_expire_ms=N   write back a block dirty this long even if it could\n"
 	       "                           stay in DRAM: bounds what a crash loses without fsync\n"
 	       "                           (30000; 0: only fsync, eviction and unmount)\n"

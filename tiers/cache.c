@@ -65,13 +65,13 @@
 #define FLUSH_SCAN_MAX 4096
 #define COMMIT_BATCH_MAX 1024
 #define PREFETCH_SHARE 8 /* prefetches in flight hold at most 1/8 of the slots */
-#define PREFETCH_DEPTH_SHARE 32 /* blocks ahead of their readers: 1/32 of the slots */
+#define PREFETCH_DEPTH_SHARE 64 /* blocks ahead of their readers: 1/64 of the slots */
 #define PREFETCH_DEPTH_MIN 4
 #define SECTOR 1024	 /* granularity of a partial block's written map */
 #define EVICT_SAMPLE 32	 /* candidates a sampled eviction compares */
 #define RANK_MAX 4096	 /* objects the cycle's eviction order ranks */
 #define CLEAN_KICK 8	 /* evictions under the cycle between the flusher's looks */
-#define CLEAN_LOW_SHARE 32 /* the flusher keeps 1/32 to 1/16 of the slots clean */
+#define CLEAN_LOW_SHARE 64 /* the flusher keeps 1/64 to 1/32 of the slots clean */
 #define CLEAN_LOW_MIN 2
 #define BUSY_RETRY_MS 10 /* a dirty block pinned by a writer is looked at again after */
 #define SYNC_FREES 256	 /* released slots that call a sync point at once */
