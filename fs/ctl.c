@@ -958,7 +958,9 @@ void fs_ctl_write(struct fs *fs, fuse_req_t req, uint64_t ino, const char *buf, 
 /*
  * Bytes per tier of the files a getxattr sums. A block counts once in each
  * tier that holds it: in DRAM if resident, on its device if stored (a
- * clean cached block is in both), never twice in one tier.
+ * clean cached block is in both), never twice in one tier. "allocated"
+ * counts whole blocks, each once, as st_blocks does, but found by walking
+ * the block map rather than from the file's count.
  */
 struct tally {
 	struct fs *fs;
@@ -967,6 +969,7 @@ struct tally {
 	uint64_t size; /* of the file being counted */
 	uint64_t per_dev[TB_MAX_DEVS];
 	uint64_t dram;
+	uint64_t blocks; /* stored or dirty and not yet stored */
 };
 
 /* The bytes of block idx that lie inside the file: the last one may be short. */
@@ -987,6 +990,7 @@ static int tally_stored(void *arg, uint64_t idx, uint64_t id)
 
 	if (ret)
 		return ret;
+	t->blocks++;
 	if (blk.loc != TB_LOC_NONE && tb_loc_dev(blk.loc) < t->ndev)
 		t->per_dev[tb_loc_dev(blk.loc)] += in_file(t, idx);
 	return 0;
@@ -1017,6 +1021,7 @@ static int tally_file(struct tally *t, uint64_t ino)
 	if (ret)
 		return ret;
 	tb_resident_each(t->fs->tb, ino, tally_resident, t);
+	t->blocks += tb_unstored(t->fs->tb, ino);
 	return 0;
 }
 
@@ -1027,6 +1032,7 @@ static json_t *tally_json(const struct tally *t, const struct tb_stats *st)
 	json_object_set_new(j, "dram", json_integer((json_int_t)t->dram));
 	for (unsigned i = 0; i < st->n_devs; i++)
 		json_object_set_new(j, st->dev[i].name, json_integer((json_int_t)t->per_dev[i]));
+	json_object_set_new(j, "allocated", json_integer((json_int_t)(t->blocks * t->fs->bs)));
 	return j;
 }
 

@@ -115,8 +115,16 @@ void fs_iforget(struct fs *fs, uint64_t ino, uint64_t n);
 /* Write dirty attributes (size, times) of one inode, or of all. */
 int fs_iflush_attr(struct fs *fs, struct fs_inode *in);
 int fs_iflush_all(struct fs *fs);
+/*
+ * The blocks a file holds, for st_blocks: those its block map holds (a
+ * block shared with other files counts in each) and its dirty blocks not
+ * yet stored. Holes count nothing; a partly written block counts whole.
+ * One lookup, whatever the file's size. 0 for anything but a file.
+ */
+uint64_t fs_inode_blocks(struct fs *fs, uint64_t ino, mode_t mode);
+/* nblocks: fs_inode_blocks of the inode. */
 void fs_inode_stat(const struct fs *fs, uint64_t ino, const struct meta_inode *rec,
-		   struct stat *st);
+		   uint64_t nblocks, struct stat *st);
 void fs_now(int64_t *sec, uint32_t *nsec);
 /* Milliseconds of CLOCK_MONOTONIC, for waits and ages. */
 uint64_t fs_monotonic_ms(void);

@@ -288,8 +288,23 @@ void fs_iforget(struct fs *fs, uint64_t ino, uint64_t n)
 		finish(fs, in);
 }
 
+uint64_t fs_inode_blocks(struct fs *fs, uint64_t ino, mode_t mode)
+{
+	uint64_t stored = 0;
+	MDB_txn *txn;
+
+	if (!S_ISREG(mode))
+		return 0;
+	if (meta_begin(fs->meta, false, &txn) == 0) {
+		if (meta_inode_blocks(fs->meta, txn, ino, &stored) < 0)
+			stored = 0; /* a damaged count: fsck's to report */
+		meta_abort(txn);
+	}
+	return stored + tb_unstored(fs->tb, ino);
+}
+
 void fs_inode_stat(const struct fs *fs, uint64_t ino, const struct meta_inode *rec,
-		   struct stat *st)
+		   uint64_t nblocks, struct stat *st)
 {
 	memset(st, 0, sizeof(*st));
 	st->st_ino = ino;
@@ -300,7 +315,7 @@ void fs_inode_stat(const struct fs *fs, uint64_t ino, const struct meta_inode *r
 	st->st_rdev = rec->rdev;
 	st->st_size = (off_t)rec->size;
 	st->st_blksize = (blksize_t)fs->bs;
-	st->st_blocks = (blkcnt_t)((rec->size + 511) / 512);
+	st->st_blocks = (blkcnt_t)(nblocks * (fs->bs / 512)); /* st_blocks counts 512 bytes */
 	st->st_atim.tv_sec = rec->atime;
 	st->st_atim.tv_nsec = rec->atime_ns;
 	st->st_mtim.tv_sec = rec->mtime;

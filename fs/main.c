@@ -399,6 +399,10 @@ static int open_stores(struct fs *fs, char *err, size_t errlen)
 	if (ret)
 		return ret;
 	fs->new_store = meta_is_new(fs->meta);
+	if (meta_upgraded_from(fs->meta))
+		log_info("upgraded the metadata store in %s from format %u to %u (a count of "
+			 "mapped blocks per file); older tensorfs versions cannot open it",
+			 c->meta, meta_upgraded_from(fs->meta), META_FORMAT_VERSION);
 	if (fs->new_store) {
 		ret = check_unclaimed(c, err, errlen);
 		if (ret)
