@@ -11,6 +11,8 @@
  *   metrics the same counters in Prometheus' text exposition format
  *   ctl     write-only: one command per write (see ctlcmd.h); only the
  *           mount's owner or root may open it
+ *   pins    JSON: the pinned files (pins.c), for the owner or root only,
+ *           since it names files in folders others may not search
  */
 #include "ctlcmd.h"
 #include "fs.h"
@@ -37,7 +39,8 @@ static const struct {
 		 {"config", FS_CTL_CONFIG_INO},
 		 {"ctl", FS_CTL_CTL_INO},
 		 {"metrics", FS_CTL_METRICS_INO},
-		 {"gpu", FS_CTL_GPU_INO}};
+		 {"gpu", FS_CTL_GPU_INO},
+		 {"pins", FS_CTL_PINS_INO}};
 
 #define N_CTL_FILES (sizeof(ctl_files) / sizeof(ctl_files[0]))
 
@@ -57,6 +60,9 @@ void fs_ctl_root_stat(struct stat *st, uint64_t ino)
 		st->st_nlink = 2;
 	} else if (ino == FS_CTL_CTL_INO) {
 		st->st_mode = S_IFREG | 0200;
+		st->st_nlink = 1;
+	} else if (ino == FS_CTL_PINS_INO) {
+		st->st_mode = S_IFREG | 0400;
 		st->st_nlink = 1;
 	} else {
 		st->st_mode = S_IFREG | 0444;
@@ -619,7 +625,8 @@ void fs_ctl_open(struct fs *fs, fuse_req_t req, uint64_t ino, struct fuse_file_i
 		fuse_reply_open(req, fi);
 		return;
 	}
-	if ((fi->flags & O_ACCMODE) != O_RDONLY) {
+	if ((fi->flags & O_ACCMODE) != O_RDONLY ||
+	    (ino == FS_CTL_PINS_INO && !caller_may_steer(req))) {
 		fuse_reply_err(req, EACCES);
 		return;
 	}
@@ -631,9 +638,10 @@ void fs_ctl_open(struct fs *fs, fuse_req_t req, uint64_t ino, struct fuse_file_i
 	if (ino == FS_CTL_METRICS_INO) {
 		b->data = metrics_text(fs, &b->len);
 	} else {
-		j = ino == FS_CTL_STATS_INO ? stats_json(fs)
-		    : ino == FS_CTL_GPU_INO ? fs_gpu_json(fs)
-					     : config_json(fs);
+		j = ino == FS_CTL_STATS_INO  ? stats_json(fs)
+		    : ino == FS_CTL_GPU_INO  ? fs_gpu_json(fs)
+		    : ino == FS_CTL_PINS_INO ? fs_pins_json(fs)
+					      : config_json(fs);
 		b->data = j ? json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
 		json_decref(j);
 		if (b->data)
@@ -816,73 +824,71 @@ static int ctl_files_under(struct fs *fs, MDB_txn *txn, uint64_t ino, struct ctl
 	return ret;
 }
 
-/* Blocks one step of pin takes from the block map, between loads. */
-#define CTL_STEP_BLOCKS 64
-
 /*
- * Load every stored block of ino into DRAM and keep it there. Holes take
- * no DRAM, and a dirty block not yet written back is resident already, so
- * only the block map's entries are visited.
+ * Pin every file of a command, then mark them all pinned, so that the pins
+ * a mount restores are those of commands that succeeded. A file that does
+ * not fit undoes the pins this command made; files pinned before stay.
+ * Caller holds pin_lock.
  */
-static int ctl_pin(struct fs *fs, uint64_t ino)
+static int ctl_pin_files(struct fs *fs, const struct ino_list *files)
 {
-	struct fs_inode *in;
-	uint64_t idx[CTL_STEP_BLOCKS], nblk, nstored = 0, from = 0;
-	unsigned n;
-	MDB_txn *txn;
-	int ret = fs_iget(fs, ino, &in);
+	bool *was = calloc(files->n + 1, sizeof(*was));
+	size_t i, done = 0;
+	int ret = was ? 0 : -ENOMEM;
 
+	for (i = 0; i < files->n && !ret; i++)
+		was[i] = fs_pin_marked(fs, files->v[i]);
+	for (; done < files->n && !ret; done++)
+		ret = fs_pin(fs, files->v[done]);
+	for (i = 0; i < files->n && !ret; i++)
+		ret = fs_pin_mark(fs, files->v[i], true);
 	if (ret)
-		return ret;
-	pthread_mutex_lock(&in->lock);
-	nblk = (in->rec.size + fs->bs - 1) / fs->bs;
-	pthread_mutex_unlock(&in->lock);
-	ret = meta_begin(fs->meta, false, &txn);
-	if (!ret) {
-		ret = meta_bmap_count(fs->meta, txn, ino, 0, nblk, &nstored);
-		meta_abort(txn);
-	}
-	if (!ret)
-		ret = tb_pin_obj(fs->tb, ino, nstored);
-	while (!ret) {
-		ret = meta_bmap_list(fs->meta, ino, from, nblk, idx, CTL_STEP_BLOCKS, &n);
-		for (unsigned i = 0; i < n && !ret; i++) {
-			struct tb_ref ref;
-
-			pthread_rwlock_rdlock(&in->io);
-			ret = tb_get(fs->tb, ino, idx[i], &ref, NULL);
-			pthread_rwlock_unlock(&in->io);
-			if (ret == 0)
-				tb_put(fs->tb, &ref, 0);
-			else if (ret == -ENOENT)
-				ret = 0; /* became a hole meanwhile */
-		}
-		if (ret || n < CTL_STEP_BLOCKS)
-			break;
-		from = idx[n - 1] + 1;
-	}
-	if (ret)
-		tb_unpin_obj(fs->tb, ino);
-	fs_iput(fs, in);
+		for (i = 0; was && i < done; i++)
+			if (!was[i]) {
+				tb_unpin_obj(fs->tb, files->v[i]);
+				fs_pin_mark(fs, files->v[i], false);
+			}
+	free(was);
 	return ret;
 }
 
-static int ctl_apply(struct fs *fs, enum fs_ctlverb verb, uint64_t ino, uint32_t uid)
+/* unpin and evict: the files are pinned no more, at this mount or the next. */
+static int ctl_unpin_files(struct fs *fs, const struct ino_list *files, bool evict)
 {
-	switch (verb) {
-	case CTL_PREFETCH:
-		return fs_prefetch_hint(fs, ino, uid);
-	case CTL_PIN:
-		return ctl_pin(fs, ino);
-	case CTL_UNPIN:
-		tb_unpin_obj(fs->tb, ino);
-		return 0;
-	case CTL_EVICT:
-		return tb_evict_obj(fs->tb, ino);
-	case CTL_FLUSH:
-		break;
+	int ret = 0;
+
+	for (size_t i = 0; i < files->n && !ret; i++) {
+		if (evict)
+			ret = tb_evict_obj(fs->tb, files->v[i]);
+		else
+			tb_unpin_obj(fs->tb, files->v[i]);
+		if (!ret)
+			ret = fs_pin_mark(fs, files->v[i], false);
 	}
-	return -EINVAL;
+	return ret;
+}
+
+/* A command on the files at or under a path; pin changes are made durable. */
+static int ctl_apply(struct fs *fs, enum fs_ctlverb verb, const struct ino_list *files,
+		     uint32_t uid)
+{
+	int ret = 0, r;
+
+	if (verb == CTL_PREFETCH) {
+		for (size_t i = 0; i < files->n && !ret; i++)
+			ret = fs_prefetch_hint(fs, files->v[i], uid);
+		return ret;
+	}
+	if (verb != CTL_PIN && verb != CTL_UNPIN && verb != CTL_EVICT)
+		return -EINVAL;
+	pthread_mutex_lock(&fs->pin_lock);
+	if (verb == CTL_PIN)
+		ret = ctl_pin_files(fs, files);
+	else
+		ret = ctl_unpin_files(fs, files, verb == CTL_EVICT);
+	pthread_mutex_unlock(&fs->pin_lock);
+	r = meta_sync(fs->meta); /* a pin, once answered, outlives a crash */
+	return ret ? ret : r;
 }
 
 /* Run one command for user uid (the mount's owner or root). */
@@ -906,12 +912,8 @@ static int ctl_run(struct fs *fs, const struct fs_ctlcmd *cmd, uint32_t uid)
 		ret = ctl_files_under(fs, txn, ino, NULL, &files);
 		meta_abort(txn);
 	}
-	for (size_t i = 0; i < files.n && !ret; i++)
-		ret = ctl_apply(fs, cmd->verb, files.v[i], uid);
-	/* A pin that did not fit releases the files pinned before it. */
-	if (ret && cmd->verb == CTL_PIN)
-		for (size_t i = 0; i < files.n; i++)
-			tb_unpin_obj(fs->tb, files.v[i]);
+	if (ret == 0)
+		ret = ctl_apply(fs, cmd->verb, &files, uid);
 	free(files.v);
 	return ret;
 }

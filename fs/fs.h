@@ -38,6 +38,7 @@
 #define FS_CTL_CTL_INO (FS_CTL_DIR_INO + 3)
 #define FS_CTL_METRICS_INO (FS_CTL_DIR_INO + 4)
 #define FS_CTL_GPU_INO (FS_CTL_DIR_INO + 5) /* gpu.c's socket, for GPU clients */
+#define FS_CTL_PINS_INO (FS_CTL_DIR_INO + 6) /* pins.c: the pinned files, for the owner */
 #define FS_CTL_NAME ".tensorfs"
 
 struct fs_inode {
@@ -93,6 +94,11 @@ struct fs {
 	bool pf_stop, pf_running;
 	bool pf_room_wait; /* atomic: the cycle's pass waits for readers to catch up */
 	struct fs_gpu *gpu; /* gpu.c: the shared-arena server, NULL unless cuda=on */
+	/* pins.c: the thread that pins the marked files again at mount */
+	pthread_t pin_thread;
+	pthread_mutex_t pin_lock; /* guards pin_stop; held across each change of a pin */
+	pthread_cond_t pin_cv;
+	bool pin_stop, pin_running;
 	/* ctl.c: per-tier byte counts of the last rate sample, taken each second */
 	pthread_t rate_thread;
 	pthread_cond_t rate_cv;
@@ -173,8 +179,25 @@ void fs_prefetch_kick(struct fs *fs);
 /* Load ino ahead of use, for user uid; -EBUSY when the queue, or uid's share of it, is full. */
 int fs_prefetch_hint(struct fs *fs, uint64_t ino, uint32_t uid);
 
-/* gpu.c: the shared DRAM arena for GPU clients (cuda=on) */
 struct json_t;
+
+/*
+ * pins.c: files pinned in DRAM, marked in their inode records so that each
+ * mount pins them again. The caller of fs_pin and fs_pin_mark holds
+ * pin_lock.
+ */
+/* Load ino's stored blocks and keep them resident; -ENOSPC when they do not fit. */
+int fs_pin(struct fs *fs, uint64_t ino);
+/* Mark ino pinned or not in its inode record; durable at the next sync. */
+int fs_pin_mark(struct fs *fs, uint64_t ino, bool pinned);
+bool fs_pin_marked(struct fs *fs, uint64_t ino);
+/* The thread that pins the marked files again and loads them, in the background. */
+int fs_pins_start(struct fs *fs);
+void fs_pins_stop(struct fs *fs);
+/* The contents of /.tensorfs/pins: each pinned file, its path and residency. */
+struct json_t *fs_pins_json(struct fs *fs);
+
+/* gpu.c: the shared DRAM arena for GPU clients (cuda=on) */
 /* With cuda=on: register the arena with CUDA if a GPU is there, serve the socket. */
 int fs_gpu_start(struct fs *fs, struct fuse_session *se, char *err, size_t errlen);
 /* Hang up on every client, releasing what they pinned; before the store closes. */

@@ -1316,6 +1316,34 @@ int meta_foreach_block(struct fs_meta *m,
 	return rc == MDB_NOTFOUND ? 0 : mdb_err(rc);
 }
 
+int meta_inodes_flagged(struct fs_meta *m, MDB_txn *txn, uint32_t flags, meta_inode_fn fn,
+			void *arg)
+{
+	MDB_cursor *c;
+	MDB_val k, v;
+	int rc, ret = 0;
+
+	rc = mdb_cursor_open(txn, m->inode, &c);
+	if (rc)
+		return mdb_err(rc);
+	for (rc = mdb_cursor_get(c, &k, &v, MDB_FIRST); rc == 0;
+	     rc = mdb_cursor_get(c, &k, &v, MDB_NEXT)) {
+		struct meta_inode rec;
+
+		/* A damaged record is fsck's to report. */
+		if (k.mv_size != 8 || meta_decode_inode(v.mv_data, v.mv_size, &rec) != 0 ||
+		    !(rec.flags & flags))
+			continue;
+		ret = fn(arg, get_be64(k.mv_data), &rec);
+		if (ret)
+			break;
+	}
+	mdb_cursor_close(c);
+	if (ret)
+		return ret;
+	return rc == MDB_NOTFOUND ? 0 : mdb_err(rc);
+}
+
 int meta_purge_orphans(struct fs_meta *m, struct locvec *freed, uint64_t *count)
 {
 	MDB_txn *txn;

@@ -40,8 +40,11 @@ struct meta_inode {
 	uint64_t rdev;
 	int64_t atime, mtime, ctime;
 	uint32_t atime_ns, mtime_ns, ctime_ns;
-	uint32_t flags;
+	uint32_t flags; /* META_INODE_* */
 };
+
+/* The file is pinned in DRAM (tfsctl pin): pinned again at every mount. */
+#define META_INODE_PINNED 1u
 
 #define META_HASH_LEN 16 /* XXH3-128 of the block's bytes */
 
@@ -187,6 +190,14 @@ int meta_symlink_put(struct fs_meta *m, MDB_txn *txn, uint64_t ino, const char *
 int meta_foreach_block(struct fs_meta *m, int (*fn)(void *arg, uint64_t id,
 						    const struct meta_block *b),
 		       void *arg);
+/*
+ * Each inode with one of flags (META_INODE_*) set, in inode order, until fn
+ * returns non-zero (which is returned); a walk of the whole inode table, for
+ * the mount and the listing of pins.
+ */
+typedef int (*meta_inode_fn)(void *arg, uint64_t ino, const struct meta_inode *rec);
+int meta_inodes_flagged(struct fs_meta *m, MDB_txn *txn, uint32_t flags, meta_inode_fn fn,
+			void *arg);
 /* Inodes with no name left (open-unlinked at a crash): purge them. */
 int meta_purge_orphans(struct fs_meta *m, struct locvec *freed, uint64_t *count);
 /* Totals for statfs and stats: inodes, stored blocks, mapped blocks. */
