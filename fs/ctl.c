@@ -695,33 +695,13 @@ static int ctl_resolve(struct fs *fs, const struct fs_ctlcmd *cmd, uint64_t *ino
 	return ret;
 }
 
-struct ino_list {
-	uint64_t *v;
-	size_t n, cap;
-};
-
-static int ino_push(struct ino_list *l, uint64_t ino)
-{
-	if (l->n == l->cap) {
-		size_t cap = l->cap ? l->cap * 2 : 64;
-		uint64_t *v = realloc(l->v, cap * sizeof(*v));
-
-		if (!v)
-			return -ENOMEM;
-		l->v = v;
-		l->cap = cap;
-	}
-	l->v[l->n++] = ino;
-	return 0;
-}
-
 static int collect_child(void *arg, const char *name, size_t namelen, uint64_t ino,
 			 uint64_t cookie)
 {
 	(void)name;
 	(void)namelen;
 	(void)cookie;
-	return ino_push(arg, ino);
+	return fs_ino_push(arg, ino);
 }
 
 /*
@@ -798,10 +778,10 @@ static bool may_search(struct ctl_caller *c, const struct meta_inode *rec)
  * left out (-EACCES when that is ino itself).
  */
 static int ctl_files_under(struct fs *fs, MDB_txn *txn, uint64_t ino, struct ctl_caller *who,
-			   struct ino_list *files)
+			   struct fs_ino_list *files)
 {
-	struct ino_list todo = {0};
-	int ret = ino_push(&todo, ino);
+	struct fs_ino_list todo = {0};
+	int ret = fs_ino_push(&todo, ino);
 
 	for (size_t i = 0; i < todo.n && !ret; i++) {
 		struct meta_inode rec;
@@ -818,7 +798,7 @@ static int ctl_files_under(struct fs *fs, MDB_txn *txn, uint64_t ino, struct ctl
 		else if (S_ISDIR(rec.mode) && i == 0)
 			ret = -EACCES;
 		else if (S_ISREG(rec.mode))
-			ret = ino_push(files, todo.v[i]);
+			ret = fs_ino_push(files, todo.v[i]);
 	}
 	free(todo.v);
 	return ret;
@@ -830,7 +810,7 @@ static int ctl_files_under(struct fs *fs, MDB_txn *txn, uint64_t ino, struct ctl
  * not fit undoes the pins this command made; files pinned before stay.
  * Caller holds pin_lock.
  */
-static int ctl_pin_files(struct fs *fs, const struct ino_list *files)
+static int ctl_pin_files(struct fs *fs, const struct fs_ino_list *files)
 {
 	bool *was = calloc(files->n + 1, sizeof(*was));
 	size_t i, done = 0;
@@ -853,7 +833,7 @@ static int ctl_pin_files(struct fs *fs, const struct ino_list *files)
 }
 
 /* unpin and evict: the files are pinned no more, at this mount or the next. */
-static int ctl_unpin_files(struct fs *fs, const struct ino_list *files, bool evict)
+static int ctl_unpin_files(struct fs *fs, const struct fs_ino_list *files, bool evict)
 {
 	int ret = 0;
 
@@ -869,7 +849,7 @@ static int ctl_unpin_files(struct fs *fs, const struct ino_list *files, bool evi
 }
 
 /* A command on the files at or under a path; pin changes are made durable. */
-static int ctl_apply(struct fs *fs, enum fs_ctlverb verb, const struct ino_list *files,
+static int ctl_apply(struct fs *fs, enum fs_ctlverb verb, const struct fs_ino_list *files,
 		     uint32_t uid)
 {
 	int ret = 0, r;
@@ -894,7 +874,7 @@ static int ctl_apply(struct fs *fs, enum fs_ctlverb verb, const struct ino_list 
 /* Run one command for user uid (the mount's owner or root). */
 static int ctl_run(struct fs *fs, const struct fs_ctlcmd *cmd, uint32_t uid)
 {
-	struct ino_list files = {0};
+	struct fs_ino_list files = {0};
 	MDB_txn *txn;
 	uint64_t ino;
 	int ret;
@@ -1042,7 +1022,7 @@ int fs_ctl_tiers_xattr(struct fs *fs, fuse_req_t req, uint64_t ino, char **out, 
 {
 	struct tb_stats *st = calloc(1, sizeof(*st));
 	struct tally *t = calloc(1, sizeof(*t));
-	struct ino_list files = {0};
+	struct fs_ino_list files = {0};
 	struct ctl_caller who;
 	struct meta_inode rec;
 	json_t *j;

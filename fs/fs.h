@@ -111,6 +111,12 @@ struct fs {
 #define FS_COUNT(fs, field, n) __atomic_fetch_add(&(fs)->cnt.field, (n), __ATOMIC_RELAXED)
 
 /* inode.c */
+/* A growable list of inode numbers; free v when done. */
+struct fs_ino_list {
+	uint64_t *v;
+	size_t n, cap;
+};
+int fs_ino_push(struct fs_ino_list *l, uint64_t ino);
 int fs_itab_init(struct fs *fs);
 void fs_itab_fini(struct fs *fs);
 /* Take a reference on ino, loading it from the store; -ENOENT if it has gone. */

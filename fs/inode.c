@@ -42,6 +42,21 @@ void fs_itab_fini(struct fs *fs)
 	fs->itab = NULL;
 }
 
+int fs_ino_push(struct fs_ino_list *l, uint64_t ino)
+{
+	if (l->n == l->cap) {
+		size_t cap = l->cap ? l->cap * 2 : 64;
+		uint64_t *v = realloc(l->v, cap * sizeof(*v));
+
+		if (!v)
+			return -ENOMEM;
+		l->v = v;
+		l->cap = cap;
+	}
+	l->v[l->n++] = ino;
+	return 0;
+}
+
 void fs_now(int64_t *sec, uint32_t *nsec)
 {
 	struct timespec ts;

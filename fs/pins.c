@@ -27,26 +27,6 @@
 #define PIN_STEP_BLOCKS 64 /* blocks a pin takes from the block map between loads */
 #define PIN_RETRY_MS 50	   /* the restore thread asks again this often for a hint slot */
 
-struct ino_vec {
-	uint64_t *v;
-	size_t n, cap;
-};
-
-static int ino_vec_push(struct ino_vec *l, uint64_t ino)
-{
-	if (l->n == l->cap) {
-		size_t cap = l->cap ? l->cap * 2 : 64;
-		uint64_t *v = realloc(l->v, cap * sizeof(*v));
-
-		if (!v)
-			return -ENOMEM;
-		l->v = v;
-		l->cap = cap;
-	}
-	l->v[l->n++] = ino;
-	return 0;
-}
-
 /* Blocks ino's block map holds: what a pin of it loads. */
 static uint64_t stored_blocks(struct fs *fs, uint64_t ino)
 {
@@ -158,7 +138,7 @@ int fs_pin_mark(struct fs *fs, uint64_t ino, bool pinned)
 
 static int collect_file(void *arg, uint64_t ino, const struct meta_inode *rec)
 {
-	return S_ISREG(rec->mode) ? ino_vec_push(arg, ino) : 0;
+	return S_ISREG(rec->mode) ? fs_ino_push(arg, ino) : 0;
 }
 
 /* Wait up to ms for the stop; pin_lock held. True when stopping. */
@@ -200,7 +180,7 @@ static bool restore_one(struct fs *fs, uint64_t ino)
 static void *pins_main(void *arg)
 {
 	struct fs *fs = arg;
-	struct ino_vec files = {0};
+	struct fs_ino_list files = {0};
 	size_t done = 0, refused = 0;
 	MDB_txn *txn;
 	int ret;
@@ -258,8 +238,8 @@ struct pin_walk {
 	MDB_txn *txn;
 	struct pin_entry *pins; /* in inode order */
 	size_t npins, found;
-	struct ino_vec dirs; /* folders to visit, breadth first */
-	char **dir_paths;    /* the path of each, parallel to dirs */
+	struct fs_ino_list dirs; /* folders to visit, breadth first */
+	char **dir_paths;	 /* the path of each, parallel to dirs */
 	size_t dir_cap;
 	const char *parent; /* the path of the folder being read */
 	int err;
@@ -323,7 +303,7 @@ static int add_dir(struct pin_walk *w, uint64_t ino, char *path)
 			w->dir_cap = cap;
 		}
 	}
-	if (!path || w->dirs.n == w->dir_cap || ino_vec_push(&w->dirs, ino) < 0) {
+	if (!path || w->dirs.n == w->dir_cap || fs_ino_push(&w->dirs, ino) < 0) {
 		free(path);
 		return -ENOMEM;
 	}
