@@ -399,6 +399,10 @@ static int open_stores(struct fs *fs, char *err, size_t errlen)
 	if (ret)
 		return ret;
 	fs->new_store = meta_is_new(fs->meta);
+	if (meta_upgraded_from(fs->meta))
+		log_info("upgraded the metadata store in %s from format %u to %u (a count of "
+			 "mapped blocks per file); older tensorfs versions cannot open it",
+			 c->meta, meta_upgraded_from(fs->meta), META_FORMAT_VERSION);
 	if (fs->new_store) {
 		ret = check_unclaimed(c, err, errlen);
 		if (ret)
@@ -459,6 +463,7 @@ static void close_stores(struct fs *fs, bool failed)
 
 	fs_gpu_stop(fs);
 	fs_ctl_stop(fs);
+	fs_pins_stop(fs);
 	fs_prefetch_stop(fs);
 	if (fs->tb) {
 		if (discard)
@@ -543,8 +548,8 @@ static int run(struct fs *fs, struct fuse_session *se, struct fuse_cmdline_opts 
 	if (c->no_default_permissions && c->allow_other)
 		log_warn("allow_other with no_default_permissions: tensorfs checks no "
 			 "permissions itself, so every local user can read and write every file");
-	if (fs_prefetch_start(fs) < 0 || fs_ctl_start(fs) < 0) {
-		snprintf(err, sizeof(err), "cannot start the prefetch or rates thread");
+	if (fs_prefetch_start(fs) < 0 || fs_ctl_start(fs) < 0 || fs_pins_start(fs) < 0) {
+		snprintf(err, sizeof(err), "cannot start the prefetch, rates or pins thread");
 		ret = -EAGAIN;
 		goto fail;
 	}
@@ -664,6 +669,8 @@ int main(int argc, char *argv[])
 	fs.attr_timeout = ATTR_TIMEOUT;
 	fs.entry_timeout = ENTRY_TIMEOUT;
 	pthread_mutex_init(&fs.rate_lock, NULL);
+	pthread_mutex_init(&fs.pin_lock, NULL);
+	pthread_cond_init(&fs.pin_cv, NULL);
 	if (fs_itab_init(&fs) < 0 || fs_learn_init(&fs.learn) < 0)
 		goto out;
 	se = fuse_session_new(&args, &fs_ops, sizeof(fs_ops), &fs);

@@ -20,7 +20,9 @@
  * boundaries) are the missing sectors merged in from the persisted copy.
  *
  * Entries are found through a hash of (obj, idx) and listed per object, so
- * that fsync and truncate touch only their own blocks. Only CLEAN, unpinned
+ * that fsync and truncate touch only their own blocks. Each object counts
+ * its dirty blocks that have no stored copy yet (tb_unstored), which is
+ * what its owner's block map does not show of it. Only CLEAN, unpinned
  * entries are evicted; free slots come first. The victim is chosen by the
  * policy: Belady's rule on the owner's learned cycle (cache_policy=auto
  * while a cycle is known), else 2Q, CLOCK or sampled LRU.
@@ -88,6 +90,7 @@ struct tb_entry {
 	bool in_hash, dead, ref_bit, reserved, urgent;
 	bool prefetched; /* loaded ahead of use and not yet read */
 	bool written_back; /* CLEAN by a write-back, not by a load */
+	bool stored;	   /* the owner's block map names a stored copy of (obj, idx) */
 	bool hot;	   /* 2q: in Am, the re-referenced set; else in A1in */
 	uint64_t last_use; /* s->ticks at its last pin, for lru */
 	uint64_t admit;	   /* s->ticks when it entered the cache, for 2q's FIFO */
@@ -124,6 +127,7 @@ struct tb_obj {
 	struct tb_entry *head;
 	unsigned n;
 	unsigned nclean;   /* CLEAN entries in its list */
+	uint64_t nunstored; /* DIRTY or WB entries in its list that are not stored */
 	uint64_t last_idx; /* block of its latest pin: a reader's position */
 	struct tb_obj *lprev, *lnext; /* the store's list of objects */
 	int wb_err; /* reported once by the next tb_flush_obj */
@@ -397,6 +401,22 @@ static void leave(struct tb_store *s, struct tb_entry *e, bool evicted)
 	}
 }
 
+/* Dirty data of a block that has no stored copy: the owner's map lacks it. */
+static bool unstored(const struct tb_entry *e)
+{
+	return (e->state == ES_DIRTY || e->state == ES_WB) && !e->stored;
+}
+
+/* Whether the owner's map now names a stored copy of e's block. Lock held. */
+static void set_stored(struct tb_entry *e, bool stored)
+{
+	if (e->in_hash && unstored(e))
+		e->o->nunstored--;
+	e->stored = stored;
+	if (e->in_hash && unstored(e))
+		e->o->nunstored++;
+}
+
 static int entry_insert(struct tb_store *s, struct tb_entry *e, uint64_t obj, uint64_t idx)
 {
 	struct tb_obj *o = obj_get(s, obj);
@@ -411,6 +431,8 @@ static int entry_insert(struct tb_store *s, struct tb_entry *e, uint64_t obj, ui
 	e->hnext = *b;
 	*b = e;
 	e->in_hash = true;
+	if (unstored(e))
+		o->nunstored++;
 	admit(s, e);
 	if (o->pinned)
 		s->n_pinned_res++;
@@ -436,6 +458,8 @@ static void entry_unhash(struct tb_store *s, struct tb_entry *e)
 	e->in_hash = false;
 	if (e->state == ES_CLEAN)
 		o->nclean--;
+	if (unstored(e))
+		o->nunstored--;
 	if (e->oprev)
 		e->oprev->onext = e->onext;
 	else
@@ -506,7 +530,11 @@ static void set_state(struct tb_store *s, struct tb_entry *e, enum entry_state s
 		if (e->loc != TB_LOC_NONE)
 			lochash_add(s, e);
 	}
+	if (e->in_hash && unstored(e))
+		e->o->nunstored--;
 	e->state = st;
+	if (e->in_hash && unstored(e))
+		e->o->nunstored++;
 }
 
 /* ---- slots ---- */
@@ -526,6 +554,7 @@ static void entry_free(struct tb_store *s, struct tb_entry *e)
 	leave(s, e, false);
 	set_state(s, e, ES_FREE);
 	e->dead = false;
+	e->stored = false;
 	e->loc = TB_LOC_NONE;
 	elist_append(&s->free_list, e);
 	pthread_cond_broadcast(&s->space_cv);
@@ -769,7 +798,7 @@ static struct tb_entry *entry_take(struct tb_store *s, struct tb_entry *e)
 	e->pins = e->wpins = 0;
 	e->err = 0;
 	e->retries = 0;
-	e->urgent = e->dead = e->reserved = e->written_back = false;
+	e->urgent = e->dead = e->reserved = e->written_back = e->stored = false;
 	e->placeholder = e->partial = e->merging = false;
 	e->ref_bit = true;
 	e->fill = 0;
@@ -955,6 +984,7 @@ static void submit_read(struct tb_store *s, struct tb_entry *e, uint64_t loc,
 			enum io_class cls)
 {
 	e->loc = loc;
+	e->stored = true; /* LOADING: not dirty, so no count changes */
 	e->req.op = IO_READ;
 	e->req.cls = cls;
 	e->req.slot = tb_loc_slot(loc);
@@ -1331,12 +1361,14 @@ static void give_space(struct tb_store *s, uint64_t *resv, int from_resv)
 }
 
 /*
- * A new entry for part of block (obj, idx): a zeroed whole block if it is a
- * hole, else DIRTY and partial over its persisted copy. Lock held; dropped
- * around the owner's resolve, during which the entry is a placeholder.
+ * A new DIRTY entry for a write of sectors of block (obj, idx). For part
+ * of the block: a zeroed whole block if it is a hole, else partial over
+ * its persisted copy. For the whole block, the resolve only tells whether
+ * it is stored (tb_unstored). Lock held; dropped around the owner's
+ * resolve, during which the entry is a placeholder.
  */
-static int start_partial(struct tb_store *s, struct tb_entry *e, uint64_t obj, uint64_t idx,
-			 uint64_t *resv)
+static int start_write(struct tb_store *s, struct tb_entry *e, uint64_t obj, uint64_t idx,
+		       bool whole, uint64_t *resv)
 {
 	uint64_t loc;
 	int ret, from_resv;
@@ -1356,7 +1388,7 @@ static int start_partial(struct tb_store *s, struct tb_entry *e, uint64_t obj, u
 	}
 	pthread_mutex_unlock(&s->lock);
 	ret = s->owner.resolve(s->owner.ctx, obj, idx, &loc);
-	if (ret == -ENOENT)
+	if (ret == -ENOENT && !whole)
 		memset(slot_data(s, e), 0, s->bs);
 	pthread_mutex_lock(&s->lock);
 	e->placeholder = false;
@@ -1369,13 +1401,14 @@ static int start_partial(struct tb_store *s, struct tb_entry *e, uint64_t obj, u
 		pthread_cond_broadcast(&s->state_cv);
 		return ret;
 	}
-	if (ret == 0) {
+	if (ret == 0 && !whole) {
 		e->partial = true;
 		e->base_loc = loc;
 		e->nwritten = 0;
 		memset(e->written, 0, s->sector_words * sizeof(uint64_t));
 		s->partial_created++;
 	}
+	e->stored = ret == 0; /* not dirty yet: make_dirty counts it */
 	make_dirty(s, e);
 	pthread_cond_broadcast(&s->state_cv);
 	return 0;
@@ -1440,9 +1473,9 @@ int tb_get_write(struct tb_store *s, uint64_t obj, uint64_t idx, size_t off, siz
 		e = entry_alloc_wait(s, obj, idx, &found);
 		if (!e)
 			continue;
-		if (!whole && sector_aligned(s, off, len)) {
-			/* Part of an uncached block: no read; remember which sectors. */
-			ret = start_partial(s, e, obj, idx, resv);
+		if (sector_aligned(s, off, len)) {
+			/* An uncached block: no read; for part of it, remember which sectors. */
+			ret = start_write(s, e, obj, idx, whole, resv);
 			if (ret < 0)
 				goto out_unlock;
 			continue; /* the entry is DIRTY now: found above */
@@ -1946,6 +1979,7 @@ static void commit_batch(struct tb_store *s, struct tb_entry **v, size_t n)
 		}
 		if (e->share_id)
 			s->dedup_hits++;
+		set_stored(e, e->new_loc != TB_LOC_NONE); /* a shared block's too */
 		if (e->new_loc == TB_LOC_NONE)
 			s->holes++;
 		else if (!e->share_id)
@@ -2319,6 +2353,18 @@ uint64_t tb_resident(struct tb_store *s, uint64_t obj, bool *pinned)
 			n++;
 	if (pinned)
 		*pinned = o && o->pinned;
+	pthread_mutex_unlock(&s->lock);
+	return n;
+}
+
+uint64_t tb_unstored(struct tb_store *s, uint64_t obj)
+{
+	struct tb_obj *o;
+	uint64_t n;
+
+	pthread_mutex_lock(&s->lock);
+	o = obj_find(s, obj);
+	n = o ? o->nunstored : 0;
 	pthread_mutex_unlock(&s->lock);
 	return n;
 }

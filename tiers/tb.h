@@ -259,6 +259,13 @@ int tb_pin_obj(struct tb_store *s, uint64_t obj, uint64_t nblocks);
 void tb_unpin_obj(struct tb_store *s, uint64_t obj);
 /* Unpin obj, write back its dirty blocks, and drop the clean ones from DRAM. */
 int tb_evict_obj(struct tb_store *s, uint64_t obj);
+/*
+ * Dirty blocks of obj with no stored copy yet (new, never written back):
+ * what the owner's block map does not show of obj. Counted as blocks
+ * change state, so it costs nothing to ask. Between a write-back's commit
+ * and its return to the cache a block is in both, for a moment.
+ */
+uint64_t tb_unstored(struct tb_store *s, uint64_t obj);
 /* Blocks of obj resident in DRAM; *pinned, if given, says whether it is pinned. */
 uint64_t tb_resident(struct tb_store *s, uint64_t obj, bool *pinned);
 /*
