@@ -104,6 +104,12 @@ void fs_ctl_getattr(struct fs *fs, fuse_req_t req, uint64_t ino)
 	fuse_reply_attr(req, &st, fs->attr_timeout);
 }
 
+/* Requests made per 10^9 bytes moved; 0 before any byte moved. */
+static double requests_per_gb(uint64_t requests, uint64_t bytes)
+{
+	return bytes ? (double)requests * 1e9 / (double)bytes : 0.0;
+}
+
 static json_t *tier_json(uint64_t cap, uint64_t used, uint64_t rb, uint64_t wb, uint64_t ro,
 			 uint64_t wo, uint64_t errors)
 {
@@ -248,6 +254,20 @@ static json_t *stats_json(struct fs *fs)
 		json_object_set_new(t, "state", json_string(d->up ? "up" : "down"));
 		json_object_set_new(t, "bw_cap", json_integer((json_int_t)d->bw_cap));
 		json_object_set_new(t, "bw_measured", json_integer((json_int_t)d->bw_measured));
+		json_object_set_new(t, "bw_capable", json_integer((json_int_t)d->bw_capable));
+		json_object_set_new(t, "weight", json_integer((json_int_t)d->weight));
+		json_object_set_new(t, "read_latency_us", json_integer((json_int_t)d->read_latency_us));
+		json_object_set_new(t, "requests", json_integer((json_int_t)d->requests));
+		json_object_set_new(t, "requests_per_gb",
+				    json_real(requests_per_gb(d->requests, d->read_bytes + d->write_bytes)));
+		if (strcmp(d->kind, "s3") == 0) {
+			json_object_set_new(t, "objects", json_integer((json_int_t)d->objects));
+			json_object_set_new(t, "dead_bytes", json_integer((json_int_t)d->dead_bytes));
+			json_object_set_new(t, "compacted_objects",
+					    json_integer((json_int_t)d->compacted_objects));
+			json_object_set_new(t, "compacted_bytes",
+					    json_integer((json_int_t)d->compacted_bytes));
+		}
 		json_object_set_new(t, "queued", json_integer(d->queued));
 		json_object_set_new(t, "inflight_demand", json_integer(d->inflight_demand));
 		json_object_set_new(t, "inflight_prefetch", json_integer(d->inflight_prefetch));
@@ -359,6 +379,8 @@ static json_t *config_json(struct fs *fs)
 	static const char *const dedups[] = {"off", "trust", "verify"};
 	json_object_set_new(root, "dedup", json_string(dedups[c->dedup]));
 	json_object_set_new(root, "cuda", json_boolean(c->cuda));
+	json_object_set_new(root, "readahead", json_integer((json_int_t)c->readahead));
+	json_object_set_new(root, "remote_readahead", json_integer((json_int_t)c->remote_readahead));
 	if (c->config_file)
 		json_object_set_new(root, "config", json_string(c->config_file));
 	if (c->has_s3) {
@@ -373,6 +395,7 @@ static json_t *config_json(struct fs *fs)
 		json_object_set_new(r, "addressing",
 				    json_string(c->s3.path_style ? "path" : "virtual"));
 		json_object_set_new(r, "timeout_ms", json_integer(c->s3.timeout_ms));
+		json_object_set_new(r, "object", json_integer((json_int_t)c->s3.object_bytes));
 		json_object_set_new(r, "credentials", json_boolean(c->s3.access_key != NULL));
 		json_object_set_new(root, "s3", r);
 	}
@@ -424,6 +447,7 @@ struct tier_row {
 	char label[48];
 	double cap, used, rb, wb, ro, wo, err, up, rbps, wbps;
 	double q, in_demand, in_prefetch, in_wb;
+	double requests, rpgb, weight, capable, objects, dead;
 	bool dev;
 };
 
@@ -485,6 +509,12 @@ static char *metrics_text(struct fs *fs, size_t *len)
 		r->in_demand = d->inflight_demand;
 		r->in_prefetch = d->inflight_prefetch;
 		r->in_wb = d->inflight_wb;
+		r->requests = (double)d->requests;
+		r->rpgb = requests_per_gb(d->requests, d->read_bytes + d->write_bytes);
+		r->weight = d->weight;
+		r->capable = (double)d->bw_capable;
+		r->objects = (double)d->objects;
+		r->dead = (double)d->dead_bytes;
 	}
 	n = st->n_devs + 1;
 	pthread_mutex_lock(&fs->rate_lock);
@@ -516,6 +546,18 @@ static char *metrics_text(struct fs *fs, size_t *len)
 		    1);
 	TIER_METRIC(f, rows, n, "tier_up", "gauge", "1 while the device is healthy.", up, 1);
 	TIER_METRIC(f, rows, n, "tier_queued", "gauge", "Requests waiting for the device.", q, 1);
+	TIER_METRIC(f, rows, n, "tier_requests_total", "counter",
+		    "Requests made to the device (HTTP requests for s3).", requests, 1);
+	TIER_METRIC(f, rows, n, "tier_requests_per_gb", "gauge",
+		    "Requests made per 10^9 bytes read and written.", rpgb, 1);
+	TIER_METRIC(f, rows, n, "tier_placement_weight", "gauge",
+		    "Weight of the device in placing new blocks.", weight, 1);
+	TIER_METRIC(f, rows, n, "tier_capable_bytes_per_second", "gauge",
+		    "What the device moved when driven hard.", capable, 1);
+	TIER_METRIC(f, rows, n, "tier_objects", "gauge", "Objects the device stores (s3).", objects,
+		    1);
+	TIER_METRIC(f, rows, n, "tier_dead_bytes", "gauge",
+		    "Bytes in stored objects that no block uses (s3).", dead, 1);
 	metric_head(f, "tier_inflight", "gauge", "Requests in flight, by scheduling class.");
 	for (unsigned i = 1; i < n; i++) {
 		static const char *const cls[] = {"demand", "prefetch", "writeback"};

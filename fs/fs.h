@@ -50,6 +50,11 @@ struct fs_inode {
 	struct meta_inode rec;
 	bool attr_dirty;
 	uint64_t ra_next; /* where a sequential reader reads next; lock */
+	/* The deep window of a reader of remote blocks (fs_readahead_deep); lock. */
+	uint64_t ra_seen;   /* block whose home was looked up last, plus one */
+	uint64_t ra_end;    /* first block not yet issued */
+	uint32_t ra_remote; /* bit per block entered, newest lowest: its home is remote */
+	unsigned ra_depth, ra_run; /* the remote home's window and run, in blocks */
 	unsigned gpu_wpins;   /* GPU write pins holding io shared (gpu.c); lock */
 	uint64_t gpu_wpin_ms; /* since when some have (fs_monotonic_ms); lock */
 	struct fs_inode *next;
@@ -182,6 +187,12 @@ bool fs_touch(struct fs *fs, uint64_t ino, uint64_t size, uint64_t len, bool wri
 int fs_prefetch_start(struct fs *fs);
 void fs_prefetch_stop(struct fs *fs);
 void fs_prefetch_kick(struct fs *fs);
+/*
+ * Readahead for a sequential reader now in block first - 1, of a file of
+ * end_blk blocks, when its blocks live on a remote tier; false when they
+ * are local, and readahead= applies.
+ */
+bool fs_readahead_deep(struct fs *fs, struct fs_inode *in, uint64_t first, uint64_t end_blk);
 /* Load ino ahead of use, for user uid; -EBUSY when the queue, or uid's share of it, is full. */
 int fs_prefetch_hint(struct fs *fs, uint64_t ino, uint32_t uid);
 

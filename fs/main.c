@@ -64,6 +64,8 @@ static const struct fuse_opt tfs_opts[] = {
 	OPT("dedup=%s", dedup_s),
 	OPT("cache_policy=%s", policy_s),
 	OPT("readahead=%s", readahead_s),
+	OPT("remote_readahead=%s", remote_readahead_s),
+	OPT("s3_object=%s", s3_object_s),
 	OPT("prefetch=%s", prefetch_s),
 	OPT("cuda=%s", cuda_s),
 	{"no_default_permissions", offsetof(struct fs_config, no_default_permissions), 1},
@@ -132,6 +134,11 @@ static void usage(const char *prog)
 	       "    -o cache_policy=P      auto (default: Belady on the learned access cycle,\n"
 	       "                           else 2q), 2q, clock, or lru (sampled)\n"
 	       "    -o readahead=SIZE      load this far ahead of a sequential reader (8M; 0: off)\n"
+	       "    -o remote_readahead=SIZE  at most this far ahead of a reader of blocks on a\n"
+	       "                           remote tier, as its latency x bandwidth asks (64M;\n"
+	       "                           0: readahead= for them too)\n"
+	       "    -o s3_object=SIZE      blocks packed into one S3 object, for a new s3 tier\n"
+	       "                           (8M, at most 16 blocks)\n"
 	       "    -o prefetch=on|off     load the next files of the learned cycle (on);\n"
 	       "                           hints (xattr, ctl) work either way\n"
 	       "    -o cuda=on|off         share the DRAM arena with GPU clients "
@@ -422,6 +429,7 @@ static int open_stores(struct fs *fs, char *err, size_t errlen)
 	tc.dirty_expire_ms = c->dirty_expire_ms;
 	tc.sync_interval_ms = c->sync_interval_ms;
 	tc.max_pinned = max_pinned(c, bs);
+	tc.remote_readahead = c->remote_readahead;
 	tc.dedup = c->dedup;
 	tc.policy = c->policy;
 	/* Test hook only: makes every block's hash collide, to prove verify. */

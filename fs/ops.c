@@ -1191,6 +1191,8 @@ static void fs_readahead(struct fs *fs, struct fs_inode *in, uint64_t off, size_
 	first = (off + size - 1) / fs->bs + 1;
 	last = first + (fs->cfg->readahead + fs->bs - 1) / fs->bs;
 	end_blk = (fsize + fs->bs - 1) / fs->bs;
+	if (fs_readahead_deep(fs, in, first, end_blk))
+		return;
 	for (uint64_t b = first; b < last && b < end_blk; b++) {
 		if (tb_prefetch(fs->tb, in->ino, b, false) < 0)
 			break; /* no room now, far enough ahead, or every slot is needed sooner */

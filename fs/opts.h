@@ -27,6 +27,7 @@ struct fs_config {
 	char *s3_bw_s, *s3_cap_s, *pfs_bw_s, *pfs_cap_s, *dedup_s, *policy_s, *readahead_s;
 	char *prefetch_s;
 	char *cuda_s;
+	char *remote_readahead_s, *s3_object_s;
 	char *s3_key, *s3_secret, *s3_token; /* from the file's [s3] or AWS_* only */
 	char *source, *mountpoint;
 	int no_default_permissions;
@@ -45,6 +46,8 @@ struct fs_config {
 	enum tb_dedup dedup;
 	enum tb_policy policy;
 	size_t readahead;
+	size_t remote_readahead; /* deepest window ahead of a reader of remote blocks */
+	size_t s3_object;	 /* bytes of blocks per object, for a new s3 tier */
 	bool prefetch;
 	bool cuda; /* share the arena with GPU clients (fs/gpu.c) */
 	int log_level;

@@ -272,3 +272,68 @@ out:
 	pthread_mutex_unlock(&fs->pf_lock);
 	return ret;
 }
+
+/*
+ * Readahead for a sequential reader of blocks on a remote tier. The window
+ * is what the tier's latency x bandwidth asks (tb_ahead), up to
+ * remote_readahead=, and never less than readahead=. It is issued a
+ * placement run at a time (an s3 object's blocks), ending on a multiple of
+ * the run, and plugged, so that the tier serves a run with one request:
+ * sliding it a block per block read made one GET per block. The home of
+ * each block the reader enters is looked up once; the reader keeps the deep
+ * window while any of its last 32 blocks was remote, so a file spread over
+ * nvme and s3 keeps it. Blocks on nvme keep the shallow window that suits
+ * Belady's caching there, since a deep one costs hits.
+ */
+bool fs_readahead_deep(struct fs *fs, struct fs_inode *in, uint64_t first, uint64_t end_blk)
+{
+	uint64_t cur = first - 1, from, to, b;
+	unsigned depth = 0, run = 1, min_depth = (unsigned)(fs->cfg->readahead / fs->bs);
+	bool look;
+
+	if (!fs->cfg->remote_readahead)
+		return false;
+	pthread_mutex_lock(&in->lock);
+	look = in->ra_seen != cur + 1;
+	in->ra_seen = cur + 1;
+	pthread_mutex_unlock(&in->lock);
+	if (look)
+		depth = tb_ahead(fs->tb, in->ino, cur, &run);
+	pthread_mutex_lock(&in->lock);
+	if (look) {
+		in->ra_remote = in->ra_remote << 1 | (depth > 0);
+		if (depth) {
+			in->ra_depth = depth;
+			in->ra_run = run;
+		}
+	}
+	if (!in->ra_remote) {
+		pthread_mutex_unlock(&in->lock);
+		return false;
+	}
+	depth = in->ra_depth > min_depth ? in->ra_depth : min_depth;
+	run = in->ra_run ? in->ra_run : 1;
+	to = (first + depth) / run * run;
+	if (to > end_blk)
+		to = end_blk;
+	/* A reader that jumped starts its window again where it is. */
+	from = in->ra_end >= first && in->ra_end <= first + depth ? in->ra_end : first;
+	if (to <= from || (to - from < run && to != end_blk)) {
+		pthread_mutex_unlock(&in->lock);
+		return true;
+	}
+	in->ra_end = to;
+	pthread_mutex_unlock(&in->lock);
+	tb_plug();
+	for (b = from; b < to; b++)
+		if (tb_prefetch_deep(fs->tb, in->ino, b, depth) < 0)
+			break; /* no room now, far enough ahead, or every slot is needed sooner */
+	tb_unplug();
+	if (b < to) {
+		pthread_mutex_lock(&in->lock);
+		if (in->ra_end == to)
+			in->ra_end = b;
+		pthread_mutex_unlock(&in->lock);
+	}
+	return true;
+}

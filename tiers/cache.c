@@ -69,6 +69,7 @@
 #define PREFETCH_SHARE 8 /* prefetches in flight hold at most 1/8 of the slots */
 #define PREFETCH_DEPTH_SHARE 64 /* blocks ahead of their readers: 1/64 of the slots */
 #define PREFETCH_DEPTH_MIN 4
+#define PREFETCH_DEEP_SHARE 4 /* readers of remote blocks: at most 1/4 of the slots ahead */
 #define SECTOR 1024	 /* granularity of a partial block's written map */
 #define EVICT_SAMPLE 32	 /* candidates a sampled eviction compares */
 #define RANK_MAX 4096	 /* objects the cycle's eviction order ranks */
@@ -89,6 +90,7 @@ struct tb_entry {
 	enum entry_state state;
 	bool in_hash, dead, ref_bit, reserved, urgent;
 	bool prefetched; /* loaded ahead of use and not yet read */
+	bool deep;	 /* prefetched for a reader of remote blocks: counted in n_pf_deep */
 	bool written_back; /* CLEAN by a write-back, not by a load */
 	bool stored;	   /* the owner's block map names a stored copy of (obj, idx) */
 	bool hot;	   /* 2q: in Am, the re-referenced set; else in A1in */
@@ -177,6 +179,8 @@ struct tb_store {
 	uint64_t wb_inflight, wb_max;
 	uint64_t dirty_seq;
 	double credit[TB_MAX_DEVS]; /* weighted round-robin of placement */
+	unsigned run_dev;	    /* placement: the device of the current run */
+	unsigned run_left;	    /* and the blocks it still gets in a row */
 	uint64_t *pending;     /* released locations awaiting a sync */
 	size_t npending, cap_pending;
 	bool sync_req, stopping, started;
@@ -191,6 +195,7 @@ struct tb_store {
 	uint64_t hits, misses, evictions, holes, wb_errors, syncs, bp_waits;
 	uint64_t prefetch_inflight, prefetch_max;
 	uint64_t n_pf, pf_depth; /* blocks loaded ahead and not yet read, and their bound */
+	uint64_t n_pf_deep, pf_deep_max; /* the same for readers of remote blocks (tb_prefetch_deep) */
 	uint64_t *sector_bits; /* one bitmap per slot */
 	size_t sector_words;
 	uint32_t nsectors;
@@ -544,7 +549,10 @@ static void pf_clear(struct tb_store *s, struct tb_entry *e)
 {
 	if (e->prefetched) {
 		e->prefetched = false;
-		s->n_pf--;
+		if (e->deep)
+			s->n_pf_deep--;
+		else
+			s->n_pf--;
 	}
 }
 
@@ -798,7 +806,7 @@ static struct tb_entry *entry_take(struct tb_store *s, struct tb_entry *e)
 	e->pins = e->wpins = 0;
 	e->err = 0;
 	e->retries = 0;
-	e->urgent = e->dead = e->reserved = e->written_back = e->stored = false;
+	e->urgent = e->dead = e->reserved = e->written_back = e->stored = e->deep = false;
 	e->placeholder = e->partial = e->merging = false;
 	e->ref_bit = true;
 	e->fill = 0;
@@ -1027,7 +1035,10 @@ static int start_load(struct tb_store *s, struct tb_entry *e, uint64_t obj, uint
 			s->prefetch_inflight++;
 		if (ahead) {
 			e->prefetched = true;
-			s->n_pf++;
+			if (e->deep)
+				s->n_pf_deep++;
+			else
+				s->n_pf++;
 		}
 		pthread_mutex_unlock(&s->lock);
 		submit_read(s, e, loc, cls);
@@ -1282,9 +1293,18 @@ static bool prefetch_worth(struct tb_store *s, const struct tb_entry *v, const s
 	return vu->dist > u.dist;
 }
 
-/* Start loading (obj, idx) ahead of use, in the prefetch class (see tb.h). */
-int tb_prefetch(struct tb_store *s, uint64_t obj, uint64_t idx, bool hint)
+/*
+ * Start loading (obj, idx) ahead of use, in the prefetch class (see tb.h);
+ * depth > 0: for a reader of remote blocks, bounded by depth apart from
+ * the shallow window.
+ */
+static int prefetch(struct tb_store *s, uint64_t obj, uint64_t idx, bool hint, uint64_t depth)
 {
+	uint64_t *n_pf = depth ? &s->n_pf_deep : &s->n_pf;
+	uint64_t bound = depth ? (depth < s->pf_deep_max ? depth : s->pf_deep_max) : s->pf_depth;
+	/* A remote reader's whole window may be in flight: latency is what it hides. */
+	uint64_t inflight_max = depth && s->pf_deep_max > s->prefetch_max ? s->pf_deep_max
+									  : s->prefetch_max;
 	struct tb_entry *e;
 	struct tb_use vu;
 	int ret;
@@ -1294,11 +1314,11 @@ int tb_prefetch(struct tb_store *s, uint64_t obj, uint64_t idx, bool hint)
 		pthread_mutex_unlock(&s->lock);
 		return 0;
 	}
-	if (s->prefetch_inflight >= s->prefetch_max || s->ndirty >= s->dirty_max) {
+	if (s->prefetch_inflight >= inflight_max || s->ndirty >= s->dirty_max) {
 		pthread_mutex_unlock(&s->lock);
 		return -EAGAIN; /* try again once some have landed */
 	}
-	if (!hint && s->n_pf >= s->pf_depth) {
+	if (!hint && *n_pf >= bound) {
 		pthread_mutex_unlock(&s->lock);
 		return -ENOBUFS; /* try again once some have been read */
 	}
@@ -1317,10 +1337,34 @@ int tb_prefetch(struct tb_store *s, uint64_t obj, uint64_t idx, bool hint)
 		}
 	}
 	e = entry_take(s, e);
+	e->deep = depth > 0;
 	s->pf_issued++;
 	ret = start_load(s, e, obj, idx, NULL, IO_PREFETCH, !hint);
 	pthread_mutex_unlock(&s->lock);
 	return ret == 1 || ret == -ENOENT ? 0 : ret;
+}
+
+int tb_prefetch(struct tb_store *s, uint64_t obj, uint64_t idx, bool hint)
+{
+	return prefetch(s, obj, idx, hint, 0);
+}
+
+int tb_prefetch_deep(struct tb_store *s, uint64_t obj, uint64_t idx, unsigned depth)
+{
+	return prefetch(s, obj, idx, false, depth ? depth : 1);
+}
+
+unsigned tb_ahead(struct tb_store *s, uint64_t obj, uint64_t idx, unsigned *run)
+{
+	uint64_t loc;
+	struct tb_dev *d;
+
+	*run = 1;
+	if (s->owner.resolve(s->owner.ctx, obj, idx, &loc) != 0 || tb_loc_dev(loc) >= s->n_devs)
+		return 0;
+	d = s->dev[tb_loc_dev(loc)];
+	*run = d->run;
+	return dev_ra_blocks(d);
 }
 
 /* ---- the write side ---- */
@@ -1617,32 +1661,49 @@ static bool all_zero(const void *p, size_t n)
 
 /*
  * Place a new block: smooth weighted round-robin over the devices, each
- * weighted by its bandwidth (measured, or its cap if lower), so that one
- * flush drives every path in proportion. Full and down devices weigh 0.
- * Lock held.
+ * weighted by what it can do (its cap, else the bandwidth it showed when
+ * driven hard: dev_weight), so that one flush drives every path in
+ * proportion. Full and down devices weigh 0. A device that stores several
+ * blocks per object (s3) gets its run of them in a row, so that one object
+ * holds neighbours, which one ranged GET then reads back; its turn counts
+ * as that many rounds, which keeps the proportions. Lock held.
  */
 static int place(struct tb_store *s, uint64_t *loc)
 {
 	double w[TB_MAX_DEVS], total = 0;
+	uint64_t slot;
 
+	if (s->run_left && s->run_dev < s->n_devs) {
+		s->run_left--;
+		if (dev_alloc(s->dev[s->run_dev], &slot) == 0) {
+			*loc = tb_loc(s->run_dev, slot);
+			return 0;
+		}
+		s->run_left = 0;
+	}
 	for (unsigned i = 0; i < s->n_devs; i++) {
 		w[i] = dev_weight(s->dev[i]);
 		total += w[i];
 	}
 	while (total > 0) {
+		unsigned run;
 		int best = -1;
-		uint64_t slot;
 
 		for (unsigned i = 0; i < s->n_devs; i++) {
 			if (w[i] <= 0)
 				continue;
-			s->credit[i] += w[i];
-			if (best < 0 || s->credit[i] > s->credit[best])
+			if (best < 0 || s->credit[i] + w[i] > s->credit[best] + w[best])
 				best = (int)i;
 		}
-		s->credit[best] -= total;
+		run = s->dev[best]->run ? s->dev[best]->run : 1;
+		for (unsigned i = 0; i < s->n_devs; i++)
+			if (w[i] > 0)
+				s->credit[i] += w[i] * run;
+		s->credit[best] -= total * run;
 		if (dev_alloc(s->dev[best], &slot) == 0) {
 			*loc = tb_loc((unsigned)best, slot);
+			s->run_dev = (unsigned)best;
+			s->run_left = run - 1;
 			return 0;
 		}
 		total -= w[best];
@@ -2623,6 +2684,7 @@ int tb_open(const struct tb_config *cfg, const struct tb_owner *owner, struct tb
 					    cfg->queue_depth, sp->bw, sp->cap, &s->arena, err, errlen);
 		if (ret < 0)
 			goto fail;
+		dev_set_readahead(s->dev[i], cfg->remote_readahead);
 		for (unsigned j = 0; j < i; j++)
 			if (strcmp(s->dev[j]->name, s->dev[i]->name) == 0) /* a second pfs */
 				snprintf(s->dev[i]->name, sizeof(s->dev[i]->name), "%s%u",
@@ -2637,6 +2699,7 @@ int tb_open(const struct tb_config *cfg, const struct tb_owner *owner, struct tb
 	s->pf_depth = s->nslots / PREFETCH_DEPTH_SHARE > PREFETCH_DEPTH_MIN
 			      ? s->nslots / PREFETCH_DEPTH_SHARE
 			      : PREFETCH_DEPTH_MIN;
+	s->pf_deep_max = s->nslots / PREFETCH_DEEP_SHARE;
 	s->prefetch_max = s->nslots / PREFETCH_SHARE;
 	if (s->prefetch_max > (uint64_t)s->n_devs * cfg->queue_depth)
 		s->prefetch_max = (uint64_t)s->n_devs * cfg->queue_depth;

@@ -12,10 +12,16 @@
  *   uring    io_uring on an O_DIRECT slab file, arena registered (nvme)
  *   aio      libaio on an O_DIRECT slab file (nvme fallback)
  *   threads  a pool of threads doing pread/pwrite on a slab file (pfs)
- *   s3       libcurl multi against an S3 endpoint, one object per slot
+ *   s3       libcurl multi against an S3 endpoint, several slots per object
  *
  * A device sees nothing but its own queue: callers pass a request and get a
  * completion callback on the device's thread.
+ *
+ * Placement weighs a device by what it can do, not by what it was given: a
+ * window in which the device was driven hard (requests waiting, or half its
+ * depth in flight) sets its capability to what it moved, up or down; any
+ * other window can only raise it. The read latency and that capability
+ * give the readahead depth that keeps a remote device busy (dev_ra_blocks).
  */
 #ifndef TENSORFS_DEV_H
 #define TENSORFS_DEV_H
@@ -55,6 +61,14 @@ struct dev_engine {
 	void (*stop)(struct tb_dev *d); /* finish what is queued, join threads */
 	int (*sync)(struct tb_dev *d);	/* make completed writes durable */
 	void (*fini)(struct tb_dev *d);
+	/*
+	 * Optional slot management, for an engine that packs slots into larger
+	 * units (s3 objects); without them the bitmap allocator is used. Called
+	 * with d->lock held.
+	 */
+	int (*alloc)(struct tb_dev *d, uint64_t *slot);
+	void (*free)(struct tb_dev *d, uint64_t slot);
+	int (*mark)(struct tb_dev *d, uint64_t slot);
 };
 
 enum dev_health { DEV_UP, DEV_DOWN };
@@ -93,9 +107,21 @@ struct tb_dev {
 	double tokens;	      /* token bucket, in bytes */
 	uint64_t tokens_ns;   /* last refill */
 	double bw_measured;   /* moving average of bytes per second under load */
+	double bw_capable;    /* what it moved when driven hard: its placement weight */
+	bool bw_known;	      /* it was driven hard once: bw_capable is more than a floor */
 	uint64_t bw_window_ns, bw_window_bytes;
 	uint64_t bw_last_ns; /* end of the last transfer measured */
+	uint64_t load_ns;    /* last change of the queue or in-flight counts */
+	uint64_t busy_ns;    /* time driven hard in the current window */
+	uint64_t retries;    /* attempts the engine had to make again (s3) */
+	uint64_t window_errors; /* errors + retries when the window began */
+	double read_lat_ns;  /* moving average of a read's time from take to end */
+	uint64_t ra_max;     /* readahead depth at most, bytes (remote devices) */
+	unsigned run;	     /* blocks placement gives it in a row (an s3 object's) */
+	uint64_t held_slots; /* neither free nor in use: dead or unfilled, in packed objects */
 	uint64_t read_bytes, write_bytes, read_ops, write_ops, errors;
+	/* Engines that count more (s3): requests sent, stored objects, dead bytes in them. */
+	uint64_t requests, objects, dead_bytes, compacted_objects, compacted_bytes;
 	long err_log_sec;
 };
 
@@ -127,18 +153,30 @@ void dev_set_full(struct tb_dev *d);
 uint64_t dev_free_slots(struct tb_dev *d);
 /* Down after errors and not yet due for another try: its space is out of reach. */
 bool dev_out(struct tb_dev *d);
-/* Weight for placement: the cap or the measured bandwidth; 0 when down. */
+/* Weight for placement: the cap or the capability measured; 0 when down or full. */
 double dev_weight(struct tb_dev *d);
+/*
+ * Blocks a sequential reader of this device should have loaded or in flight
+ * ahead of it: 0 for an nvme folder (the caller's readahead= applies), else
+ * its capability times its read latency, twice over, between two placement
+ * runs and ra_max.
+ */
+unsigned dev_ra_blocks(struct tb_dev *d);
+/* The deepest readahead for this device; a pfs pool grows to cover it. Before dev_start. */
+void dev_set_readahead(struct tb_dev *d, uint64_t ra_max);
 void dev_get_stats(struct tb_dev *d, struct tb_dev_stats *st);
 
 /* For engines: requests to start now, within class limits and the cap. */
 unsigned dev_take(struct tb_dev *d, struct tb_io **out, unsigned max);
 /*
  * A transfer of bytes that started at start ended at now (nanoseconds):
- * update the measured bandwidth. Lock held. dev_finish calls it; the unit
- * test calls it with times of its own.
+ * update the measured bandwidth and the capability. Lock held. dev_finish
+ * calls it; the unit test calls it with times of its own, after setting
+ * the queue and in-flight counts it wants the window to see.
  */
 void dev_measure(struct tb_dev *d, size_t bytes, uint64_t start, uint64_t now);
+/* The queue or in-flight counts are about to change at now: account the time before. Lock held. */
+void dev_load_tick(struct tb_dev *d, uint64_t now);
 /* For engines: a transfer ended; true when the request must go again. */
 bool dev_finish(struct tb_dev *d, struct tb_io *r, long res);
 /* For engines: a health probe's verdict (s3 while down). */

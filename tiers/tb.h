@@ -59,7 +59,9 @@ struct tb_s3_config {
 	const char *access_key, *secret_key, *session_token;
 	bool path_style;	/* host/bucket/key rather than bucket.host/key */
 	unsigned timeout_ms;	/* total time a request may take, retries included */
-	unsigned connections;	/* connection pool size */
+	unsigned connections;	/* connection pool size, at least */
+	uint64_t object_bytes;	/* blocks packed per object, in bytes, for a new bucket tier */
+	uint64_t readahead_max; /* a reader's deepest window: the pool covers it */
 };
 
 /* One device of a persistent tier. */
@@ -84,6 +86,7 @@ struct tb_config {
 	unsigned dirty_expire_ms;  /* written back once dirty this long; 0: only when evicted */
 	unsigned sync_interval_ms; /* periodic durability point */
 	unsigned max_pinned;	   /* worst case of blocks pinned by readers */
+	uint64_t remote_readahead; /* deepest window ahead of a reader of remote blocks, bytes */
 	enum tb_dedup dedup;	   /* share blocks whose bytes are already stored */
 	enum tb_policy policy;	   /* eviction */
 	bool test_collide;	   /* test hook: every block hashes alike */
@@ -155,6 +158,12 @@ struct tb_dev_stats {
 	uint64_t read_bytes, write_bytes, read_ops, write_ops, errors;
 	unsigned inflight_demand, inflight_prefetch, inflight_wb, queued;
 	uint64_t bw_cap, bw_measured;
+	uint64_t bw_capable; /* what it moved when driven hard (dev.h) */
+	double weight;	     /* its placement weight now */
+	uint64_t read_latency_us;
+	uint64_t requests;   /* requests made to the medium (HTTP requests for s3) */
+	uint64_t objects, dead_bytes; /* s3: objects stored, bytes in them no block uses */
+	uint64_t compacted_objects, compacted_bytes;
 	bool up;
 };
 
@@ -222,6 +231,28 @@ void tb_put(struct tb_store *s, struct tb_ref *ref, size_t bytes_read);
  * neither of the last two.
  */
 int tb_prefetch(struct tb_store *s, uint64_t obj, uint64_t idx, bool hint);
+/*
+ * For a sequential reader of block (obj, idx): 0 when its home is local
+ * (nvme) or it has none, else how many blocks ahead of the reader to keep
+ * loaded or in flight for its remote home (latency x bandwidth, see
+ * dev_ra_blocks), and in *run how many blocks one request of that device
+ * moves at best. Costs one lookup of the block's location.
+ */
+unsigned tb_ahead(struct tb_store *s, uint64_t obj, uint64_t idx, unsigned *run);
+/*
+ * tb_prefetch for a reader of remote blocks: the blocks loaded ahead this
+ * way are bounded apart from the others, by depth (what tb_ahead said) and
+ * a quarter of the slots, so that a deep window for a remote device does
+ * not shrink the shallow one that suits nvme.
+ */
+int tb_prefetch_deep(struct tb_store *s, uint64_t obj, uint64_t idx, unsigned depth);
+/*
+ * Hold the calling thread's requests to the devices until tb_unplug, then
+ * queue them at once, so that a device sees a run of neighbours together
+ * (the s3 engine serves them with one ranged GET). Nests.
+ */
+void tb_plug(void);
+void tb_unplug(void);
 
 /*
  * Pin block (obj, idx) for writing bytes [off, off + len) of it. Loads a

@@ -30,9 +30,17 @@ One iteration:
 Every random choice comes from the seed (printed), so a failing seed
 replays the same workload; the crash points differ with timing.
 
+With an s3 tier (--nvme none --opts remote=s3://...), --objects GLOB names
+the folders where the S3 server keeps the tier's packed objects (s3rver's
+files): after each remount, once the tier has deleted what the crash left
+(objects written but never committed, objects no block uses any more), the
+objects there must be exactly those the tier says it stores: none leaked.
+
   crashmatrix.py --tensorfs BIN --work DIR [--iterations N] [--seed S]
+                 [--nvme none --opts OPTS --objects GLOB]
 """
 import argparse
+import glob
 import json
 import os
 import random
@@ -74,6 +82,8 @@ class Daemon:
     def mount(self):
         opts = (f"nvme={self.a.nvme},meta={self.a.meta},dram={self.a.dram},"
                 f"threads={self.a.threads},sync_interval_ms=200")
+        if self.a.opts:
+            opts += "," + self.a.opts
         self.proc = subprocess.Popen([self.a.tensorfs, "-f", "-o", opts, self.mnt],
                                      stdout=self.logf, stderr=self.logf)
         with open(os.path.join(self.a.work, "daemon.pid"), "w") as f:
@@ -391,6 +401,26 @@ def check(root, files, inflight):
     return sorted(extra)
 
 
+def stored_objects(mnt):
+    with open(os.path.join(mnt, ".tensorfs", "stats")) as f:
+        return json.load(f)["tiers"]["s3"]["objects"]
+
+
+def check_objects(a, mnt, what):
+    """No object in the bucket that the tier does not store: wait (15 s at
+    most) for its deletes, then compare. Returns the count."""
+    found = stored = None
+    for _ in range(150):
+        found = sum(len(glob.glob(os.path.join(d, "*._S3rver_object")))
+                    for d in glob.glob(a.objects))
+        stored = stored_objects(mnt)
+        if found == stored:
+            return found
+        time.sleep(0.1)
+    raise Fail(f"{what}: the bucket holds {found} objects of the tier, which stores {stored}: "
+               f"{'leaked' if found > stored else 'lost'} objects")
+
+
 def fsck(a, what):
     if not a.tfsctl or not os.access(a.tfsctl, os.X_OK):
         return "skipped (no tfsctl)"
@@ -411,11 +441,16 @@ def main():
     p.add_argument("--dram", default="64M")
     p.add_argument("--threads", type=int, default=8)
     p.add_argument("--max-delay", type=float, default=1.2)
+    p.add_argument("--nvme", default=None, help="the nvme= option (default WORK/nvme0)")
+    p.add_argument("--opts", default="", help="more -o options (a remote tier)")
+    p.add_argument("--objects", default="",
+                   help="glob of the folders holding the s3 tier's objects (s3rver)")
     a = p.parse_args()
     seed = a.seed if a.seed is not None else random.randrange(1 << 30)
-    a.nvme = os.path.join(a.work, "nvme0")
     a.meta = os.path.join(a.work, "meta")
-    os.makedirs(a.nvme, exist_ok=True)
+    if a.nvme is None:
+        a.nvme = os.path.join(a.work, "nvme0")
+        os.makedirs(a.nvme, exist_ok=True)
     log(f"crash matrix: {a.iterations} iterations, seed {seed}, fsck "
         f"{'by ' + a.tfsctl if a.tfsctl and os.access(a.tfsctl, os.X_OK) else 'not built'}")
     r = random.Random(seed)
@@ -461,9 +496,12 @@ def main():
             for name in check(root, files, inflight):
                 os.unlink(os.path.join(root, name))
             fsync_dir(root)
+            objs = ""
+            if a.objects:
+                objs = f"; {check_objects(a, d.mnt, f'iteration {it}')} objects, none leaked"
             log(f"iteration {it}: {len(completed)} ops done, crash during "
                 f"{' '.join(inflight[:2]) if inflight else 'nothing'}; "
-                f"{len(files)} files intact; fsck: {fsck_out}")
+                f"{len(files)} files intact; fsck: {fsck_out}{objs}")
         d.umount()
         fsck_out = fsck(a, "after the final clean unmount")
     except Fail as e:
