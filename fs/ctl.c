@@ -447,7 +447,7 @@ struct tier_row {
 	char label[48];
 	double cap, used, rb, wb, ro, wo, err, up, rbps, wbps;
 	double q, in_demand, in_prefetch, in_wb;
-	double requests, rpgb, weight, capable, objects, dead;
+	double requests, weight, capable, objects, dead;
 	bool dev;
 };
 
@@ -510,7 +510,6 @@ static char *metrics_text(struct fs *fs, size_t *len)
 		r->in_prefetch = d->inflight_prefetch;
 		r->in_wb = d->inflight_wb;
 		r->requests = (double)d->requests;
-		r->rpgb = requests_per_gb(d->requests, d->read_bytes + d->write_bytes);
 		r->weight = d->weight;
 		r->capable = (double)d->bw_capable;
 		r->objects = (double)d->objects;
@@ -548,8 +547,7 @@ static char *metrics_text(struct fs *fs, size_t *len)
 	TIER_METRIC(f, rows, n, "tier_queued", "gauge", "Requests waiting for the device.", q, 1);
 	TIER_METRIC(f, rows, n, "tier_requests_total", "counter",
 		    "Requests made to the device (HTTP requests for s3).", requests, 1);
-	TIER_METRIC(f, rows, n, "tier_requests_per_gb", "gauge",
-		    "Requests made per 10^9 bytes read and written.", rpgb, 1);
+	/* Requests per GB: tier_requests_total over the byte counters, in the query. */
 	TIER_METRIC(f, rows, n, "tier_placement_weight", "gauge",
 		    "Weight of the device in placing new blocks.", weight, 1);
 	TIER_METRIC(f, rows, n, "tier_capable_bytes_per_second", "gauge",

@@ -1725,6 +1725,11 @@ static void wb_failed(struct tb_store *s, struct tb_entry *e, int err)
 			(unsigned long long)e->idx, (unsigned long long)e->obj, strerror(-err),
 			e->retries);
 	set_state(s, e, ES_DIRTY);
+	/*
+	 * Retried as soon as its backoff has passed, whoever sent it: fsync
+	 * waits on it, or the cache wanted its slot.
+	 */
+	e->urgent = true;
 	s->due_scan = true;
 	e->dirty_ms = now_ms() + (WB_RETRY_BASE_MS << (e->retries < 8 ? e->retries : 8));
 	elist_append(&s->dirty_list, e);
@@ -2134,7 +2139,7 @@ static void *flusher_main(void *arg)
 		uint64_t now = now_ms(), next_ms = UINT64_MAX;
 		size_t n, nready = 0;
 		struct tb_entry *done;
-		bool want_sync;
+		bool want_sync, failed;
 
 		if (s->stopping && !s->ndirty && !s->done && !s->wb_inflight)
 			break;
@@ -2144,6 +2149,7 @@ static void *flusher_main(void *arg)
 		pthread_mutex_unlock(&s->lock);
 
 		start_writes(s, batch, n, ready, &nready);
+		failed = false;
 		while (done) {
 			struct tb_entry *e = done;
 
@@ -2155,6 +2161,7 @@ static void *flusher_main(void *arg)
 					dev_set_full(s->dev[tb_loc_dev(e->new_loc)]);
 				wb_failed(s, e, e->err);
 				pthread_mutex_unlock(&s->lock);
+				failed = true; /* its retry is due later: look again before sleeping */
 				continue;
 			}
 			ready[nready++] = e;
@@ -2174,7 +2181,7 @@ static void *flusher_main(void *arg)
 			pthread_mutex_lock(&s->lock);
 			continue;
 		}
-		if (n || nready || s->done)
+		if (n || nready || failed || s->done)
 			continue;
 		/* Asleep until something is due: an idle mount costs no CPU. */
 		if ((s->commits_since_sync || s->npending) &&
