@@ -16,6 +16,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <malloc.h>
 #include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -28,6 +29,7 @@
 #define ATTR_TIMEOUT 1.0
 #define ENTRY_TIMEOUT 1.0
 #define READS_PINNED_PER_THREAD 2 /* a 1 MiB read may straddle two blocks */
+#define MMAP_THRESHOLD (128 * 1024) /* glibc's default, kept fixed (see main) */
 
 #define OPT(t, p) {t, offsetof(struct fs_config, p), 1}
 
@@ -640,6 +642,14 @@ int main(int argc, char *argv[])
 	int report_fd = -1, ret = 1;
 
 	signal(SIGPIPE, SIG_IGN);
+	/*
+	 * Block-size buffers (bounces, copies, s3 bodies) are allocated and
+	 * freed on many threads. glibc raises its mmap threshold each time such
+	 * a buffer is freed, after which they come from per-thread arenas that
+	 * keep what was freed: the daemon's memory then creeps up by tens of
+	 * MiB under load. A fixed threshold keeps them mmapped and returned.
+	 */
+	mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD);
 	if (fuse_opt_parse(&args, &cfg, tfs_opts, opt_proc) == -1)
 		goto out;
 	if (cfg.show_help) {
