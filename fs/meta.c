@@ -357,6 +357,31 @@ static int check_format(struct fs_meta *m, MDB_txn *txn, size_t *block_size, boo
 	return 0;
 }
 
+/*
+ * Create and open an LMDB environment. An address-space limit (ulimit -v,
+ * as batch schedulers set it, or valgrind's) may refuse a map as large as
+ * META_MAP_SIZE: take less, down to a floor. 0 or an LMDB error.
+ */
+static int env_open(MDB_env **env, const char *path, unsigned flags)
+{
+	int rc;
+
+	for (uint64_t map = META_MAP_SIZE;; map /= 2) {
+		rc = mdb_env_create(env);
+		if (!rc)
+			rc = mdb_env_set_maxdbs(*env, META_MAX_DBS);
+		if (!rc)
+			rc = mdb_env_set_mapsize(*env, map);
+		if (!rc)
+			rc = mdb_env_open(*env, path, flags, 0600);
+		if (!rc || (rc != ENOMEM && rc != EINVAL) || map / 2 < META_MAP_MIN)
+			break;
+		mdb_env_close(*env);
+		*env = NULL;
+	}
+	return rc;
+}
+
 int meta_open(struct fs_meta **out, const char *dir, size_t *block_size, bool block_given,
 	      uid_t root_uid, gid_t root_gid, char store_id[40], char *err, size_t errlen)
 {
@@ -382,23 +407,7 @@ int meta_open(struct fs_meta **out, const char *dir, size_t *block_size, bool bl
 		goto fail;
 	had_data = fstatat(m->dir_fd, DATA_NAME, &st, AT_SYMLINK_NOFOLLOW) == 0;
 	env_path(m, path, sizeof(path));
-	/*
-	 * An address-space limit (ulimit -v, as batch schedulers set it, or
-	 * valgrind's) may refuse a map this large: take less, down to a floor.
-	 */
-	for (uint64_t map = META_MAP_SIZE;; map /= 2) {
-		rc = mdb_env_create(&m->env);
-		if (!rc)
-			rc = mdb_env_set_maxdbs(m->env, META_MAX_DBS);
-		if (!rc)
-			rc = mdb_env_set_mapsize(m->env, map);
-		if (!rc)
-			rc = mdb_env_open(m->env, path, MDB_NOSYNC | MDB_NOTLS, 0600);
-		if (!rc || (rc != ENOMEM && rc != EINVAL) || map / 2 < META_MAP_MIN)
-			break;
-		mdb_env_close(m->env);
-		m->env = NULL;
-	}
+	rc = env_open(&m->env, path, MDB_NOSYNC | MDB_NOTLS);
 	if (rc) {
 		snprintf(err, errlen, "meta folder %s: cannot open the metadata store: %s", dir,
 			 mdb_strerror(rc));
@@ -1614,7 +1623,7 @@ bool meta_store_exists(const char *dir)
 	MDB_val k = {6, "format"}, v;
 	char path[4200], err[1024];
 	struct stat st;
-	MDB_env *env;
+	MDB_env *env = NULL;
 	MDB_txn *txn;
 	MDB_dbi dbi;
 	bool found = false;
@@ -1623,12 +1632,15 @@ bool meta_store_exists(const char *dir)
 	if (meta_check_folder(dir, err, sizeof(err)) < 0)
 		return false;
 	snprintf(path, sizeof(path), "%s/data.mdb", dir);
-	if (stat(path, &st) < 0 || !S_ISREG(st.st_mode) || mdb_env_create(&env))
+	if (stat(path, &st) < 0 || !S_ISREG(st.st_mode))
 		return false;
 	/* Read-only, beside a daemon if there is one: a format record makes a store. */
-	if (!mdb_env_set_maxdbs(env, META_MAX_DBS) && !mdb_env_set_mapsize(env, META_MAP_SIZE) &&
-	    !mdb_env_open(env, dir, MDB_RDONLY | MDB_NOTLS, 0600) &&
-	    !mdb_txn_begin(env, NULL, MDB_RDONLY, &txn)) {
+	if (env_open(&env, dir, MDB_RDONLY | MDB_NOTLS) != 0) {
+		if (env)
+			mdb_env_close(env);
+		return false;
+	}
+	if (!mdb_txn_begin(env, NULL, MDB_RDONLY, &txn)) {
 		found = mdb_dbi_open(txn, "info", 0, &dbi) == 0 && mdb_get(txn, dbi, &k, &v) == 0;
 		mdb_txn_abort(txn);
 	}
