@@ -83,7 +83,7 @@ has "$T" /usr/sbin/tensorfs /usr/sbin/tfsctl /usr/bin/swapbench \
 	/usr/share/man/man8/tensorfs.8.gz /usr/share/man/man8/tfsctl.8.gz \
 	/usr/share/man/man5/tensorfs.conf.5.gz /usr/share/man/man1/swapbench.1.gz \
 	/usr/share/doc/tensorfs/examples/tensorfs.conf.example /usr/share/doc/tensorfs/copyright \
-	/usr/share/doc/tensorfs/examples/tensorfs.json
+	/usr/share/doc/tensorfs/examples/tensorfs.json /usr/share/doc/tensorfs/plots/swap-dram-matrix.svg
 grep -qE '^/(etc|usr/local)/' "$W/list" && fail "tensorfs installs into /etc or /usr/local: $(cat "$W/list")"
 grep -q gpubench "$W/list" && fail "tensorfs ships gpubench"
 dpkg-deb -f "$T" Depends | grep -q 'fuse3' || fail "tensorfs does not depend on fuse3"
