@@ -257,6 +257,7 @@ static json_t *stats_json(struct fs *fs)
 		json_object_set_new(t, "bw_capable", json_integer((json_int_t)d->bw_capable));
 		json_object_set_new(t, "weight", json_integer((json_int_t)d->weight));
 		json_object_set_new(t, "read_latency_us", json_integer((json_int_t)d->read_latency_us));
+		json_object_set_new(t, "readahead_bytes", json_integer((json_int_t)d->readahead_bytes));
 		json_object_set_new(t, "requests", json_integer((json_int_t)d->requests));
 		json_object_set_new(t, "requests_per_gb",
 				    json_real(requests_per_gb(d->requests, d->read_bytes + d->write_bytes)));

@@ -60,7 +60,7 @@ static bool prefetch_turn(struct fs *fs, struct fs_pf_file *h, bool hint, bool *
 	uint64_t idx[PF_TURN_BLOCKS], nblk;
 	unsigned n, max = h->left < PF_TURN_BLOCKS ? (unsigned)h->left : PF_TURN_BLOCKS;
 	struct fs_inode *in;
-	bool more;
+	bool more, retry = false;
 
 	if (max == 0 || fs_iget(fs, h->ino, &in) != 0)
 		return false;
@@ -70,6 +70,8 @@ static bool prefetch_turn(struct fs *fs, struct fs_pf_file *h, bool hint, bool *
 	if (meta_bmap_list(fs->meta, h->ino, h->next, nblk, idx, max, &n) != 0)
 		n = 0;
 	more = n == max;
+	/* A turn's blocks reach the devices together: an s3 tier reads neighbours in one GET. */
+	tb_plug();
 	for (unsigned i = 0; i < n && !fs->pf_stop; i++) {
 		int ret;
 
@@ -90,15 +92,19 @@ static bool prefetch_turn(struct fs *fs, struct fs_pf_file *h, bool hint, bool *
 			break;
 		}
 		if (ret == -EAGAIN) {
-			struct timespec ts = {0, RETRY_NS};
-
 			/* Full for now: this block again at the file's next turn. */
-			nanosleep(&ts, NULL);
+			retry = true;
 			more = true;
 			break;
 		}
 		h->next = idx[i] + 1;
 		h->left--;
+	}
+	tb_unplug();
+	if (retry) {
+		struct timespec ts = {0, RETRY_NS};
+
+		nanosleep(&ts, NULL);
 	}
 	fs_iput(fs, in);
 	return more && h->left > 0 && !fs->pf_stop;
@@ -282,13 +288,17 @@ out:
  * sliding it a block per block read made one GET per block. The home of
  * each block the reader enters is looked up once; the reader keeps the deep
  * window while any of its last 32 blocks was remote, so a file spread over
- * nvme and s3 keeps it. Blocks on nvme keep the shallow window that suits
- * Belady's caching there, since a deep one costs hits.
+ * nvme and s3 keeps it, and the window grows by the inverse of the share of
+ * those blocks that were remote: the depth is what the remote tier needs in
+ * flight, and a window over a file a third on s3 holds a third of it there.
+ * Blocks on nvme keep the shallow window that suits Belady's caching there,
+ * since a deep one costs hits.
  */
 bool fs_readahead_deep(struct fs *fs, struct fs_inode *in, uint64_t first, uint64_t end_blk)
 {
 	uint64_t cur = first - 1, from, to, b;
 	unsigned depth = 0, run = 1, min_depth = (unsigned)(fs->cfg->readahead / fs->bs);
+	unsigned max_depth = (unsigned)(fs->cfg->remote_readahead / fs->bs);
 	bool look;
 
 	if (!fs->cfg->remote_readahead)
@@ -311,7 +321,11 @@ bool fs_readahead_deep(struct fs *fs, struct fs_inode *in, uint64_t first, uint6
 		pthread_mutex_unlock(&in->lock);
 		return false;
 	}
-	depth = in->ra_depth > min_depth ? in->ra_depth : min_depth;
+	depth = in->ra_depth * 32 / (unsigned)__builtin_popcount(in->ra_remote);
+	if (depth > max_depth)
+		depth = max_depth;
+	if (depth < min_depth)
+		depth = min_depth;
 	run = in->ra_run ? in->ra_run : 1;
 	to = (first + depth) / run * run;
 	if (to > end_blk)
@@ -324,9 +338,14 @@ bool fs_readahead_deep(struct fs *fs, struct fs_inode *in, uint64_t first, uint6
 	}
 	in->ra_end = to;
 	pthread_mutex_unlock(&in->lock);
+	/*
+	 * The window ends on a run's end, so it spans up to depth + run - 1
+	 * blocks: bounded by depth alone, a full window would take a block
+	 * per block read, and every GET would be one block.
+	 */
 	tb_plug();
 	for (b = from; b < to; b++)
-		if (tb_prefetch_deep(fs->tb, in->ino, b, depth) < 0)
+		if (tb_prefetch_deep(fs->tb, in->ino, b, depth + run) < 0)
 			break; /* no room now, far enough ahead, or every slot is needed sooner */
 	tb_unplug();
 	if (b < to) {

@@ -61,6 +61,7 @@
 #define POOL_THREADS_START 16 /* a pfs pool starts with this many, or the depth if lower */
 #define POOL_THREADS_MAX 128  /* and grows while requests wait, up to the depth */
 #define RA_FACTOR 2	      /* readahead: twice latency x bandwidth ahead */
+#define RA_LAT_RISE 0.005     /* the least read latency rises this fraction a read */
 #define RA_MIN_RUNS 2	      /* and at least two placement runs (s3 objects) */
 #define PLUG_DEVS 8	      /* devices one plugged thread queues for at once */
 #define RETRY_DOWN_NS 5000000000ULL /* a down device is tried again after 5 s */
@@ -143,9 +144,11 @@ static unsigned inflight_total(const struct tb_dev *d)
 	return n;
 }
 
-/* Requests wait for it, or half its depth is in flight. Lock held. */
+/* Requests wait for it (in its queue, or in its engine), or half its depth is in flight. Lock held. */
 static bool driven_hard(const struct tb_dev *d)
 {
+	if (d->backlog)
+		return true;
 	for (int c = 0; c < IO_NCLASS; c++)
 		if (d->head[c])
 			return true;
@@ -182,7 +185,14 @@ static unsigned take_requests(struct tb_dev *d, struct tb_io **out, unsigned max
 		while (d->head[c] && total < d->qd && n < max && d->inflight[c] < limit) {
 			struct tb_io *r = d->head[c];
 
-			if (d->bw_cap && d->tokens <= 0)
+			/*
+			 * Under a cap, the rest of a run (an s3 object's blocks,
+			 * queued together) goes with its first block, in debt
+			 * that the bucket pays back: taken a block at a time,
+			 * each was its own GET.
+			 */
+			if (d->bw_cap && d->tokens <= 0 &&
+			    !(n && d->run > 1 && r->slot / d->run == out[n - 1]->slot / d->run))
 				goto out;
 			d->head[c] = r->next;
 			if (!d->head[c])
@@ -331,6 +341,10 @@ bool dev_finish(struct tb_dev *d, struct tb_io *r, long res)
 			d->read_ops++;
 			d->read_lat_ns = d->read_lat_ns ? BW_EWMA * lat + (1 - BW_EWMA) * d->read_lat_ns
 							: lat;
+			if (!d->read_lat_min_ns || lat < d->read_lat_min_ns)
+				d->read_lat_min_ns = lat;
+			else
+				d->read_lat_min_ns += RA_LAT_RISE * (lat - d->read_lat_min_ns);
 		} else {
 			d->write_bytes += r->len;
 			d->write_ops++;
@@ -673,8 +687,8 @@ unsigned dev_ra_blocks(struct tb_dev *d)
 	pthread_mutex_lock(&d->lock);
 	hi = d->ra_max;
 	lo = (uint64_t)RA_MIN_RUNS * d->run * d->block_size;
-	if (d->bw_capable > 0 && d->read_lat_ns > 0)
-		bytes = (uint64_t)(RA_FACTOR * d->bw_capable * d->read_lat_ns / 1e9);
+	if (d->bw_capable > 0 && d->read_lat_min_ns > 0)
+		bytes = (uint64_t)(RA_FACTOR * d->bw_capable * d->read_lat_min_ns / 1e9);
 	else
 		bytes = hi; /* not measured yet: the deepest */
 	pthread_mutex_unlock(&d->lock);
@@ -700,7 +714,10 @@ void dev_set_readahead(struct tb_dev *d, uint64_t ra_max)
 
 void dev_get_stats(struct tb_dev *d, struct tb_dev_stats *st)
 {
+	uint64_t ra = (uint64_t)dev_ra_blocks(d) * d->block_size;
+
 	pthread_mutex_lock(&d->lock);
+	st->readahead_bytes = ra;
 	snprintf(st->name, sizeof(st->name), "%s", d->name);
 	snprintf(st->path, sizeof(st->path), "%s", d->where);
 	st->kind = d->kind;

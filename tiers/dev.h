@@ -96,6 +96,7 @@ struct tb_dev {
 	struct tb_io *head[IO_NCLASS], *tail[IO_NCLASS];
 	unsigned inflight[IO_NCLASS];
 	unsigned queued_reads;
+	unsigned backlog; /* requests the engine took and cannot start yet (s3) */
 	bool stopping;
 	struct slot_alloc alloc;
 	bool full;	  /* said ENOSPC: no new blocks for a while */
@@ -116,6 +117,7 @@ struct tb_dev {
 	uint64_t retries;    /* attempts the engine had to make again (s3) */
 	uint64_t window_errors; /* errors + retries when the window began */
 	double read_lat_ns;  /* moving average of a read's time from take to end */
+	double read_lat_min_ns; /* the least of them, rising slowly: latency unloaded */
 	uint64_t ra_max;     /* readahead depth at most, bytes (remote devices) */
 	unsigned run;	     /* blocks placement gives it in a row (an s3 object's) */
 	uint64_t held_slots; /* neither free nor in use: dead or unfilled, in packed objects */
@@ -158,8 +160,9 @@ double dev_weight(struct tb_dev *d);
 /*
  * Blocks a sequential reader of this device should have loaded or in flight
  * ahead of it: 0 for an nvme folder (the caller's readahead= applies), else
- * its capability times its read latency, twice over, between two placement
- * runs and ra_max.
+ * its capability times its unloaded read latency, twice over, between two
+ * placement runs and ra_max. (The average latency would not do: by Little's
+ * law it grows with what is in flight, and so with the depth itself.)
  */
 unsigned dev_ra_blocks(struct tb_dev *d);
 /* The deepest readahead for this device; a pfs pool grows to cover it. Before dev_start. */
@@ -175,7 +178,7 @@ unsigned dev_take(struct tb_dev *d, struct tb_io **out, unsigned max);
  * the queue and in-flight counts it wants the window to see.
  */
 void dev_measure(struct tb_dev *d, size_t bytes, uint64_t start, uint64_t now);
-/* The queue or in-flight counts are about to change at now: account the time before. Lock held. */
+/* The queue, in-flight or backlog counts are about to change at now: account the time before. Lock held. */
 void dev_load_tick(struct tb_dev *d, uint64_t now);
 /* For engines: a transfer ended; true when the request must go again. */
 bool dev_finish(struct tb_dev *d, struct tb_io *r, long res);

@@ -77,7 +77,14 @@
 #define S3_PACK_WAIT_MIN_NS 2000000ULL
 #define S3_PACK_WAIT_MAX_NS 50000000ULL
 #define S3_PACK_WAIT_GAPS 4
-#define S3_QD_PACKS 8		   /* in flight: 8 objects' worth, so write-back's quarter holds two */
+/*
+ * Taken from the device's queue at most 32 objects' worth: the engine holds
+ * writes until their object is whole and reads until a handle is free, and
+ * schedules them itself (reads first, PUTs a quarter of the handles). A
+ * depth of a few objects let held writes fill it, and reads then came one
+ * block at a time as slots freed: one GET per block.
+ */
+#define S3_QD_PACKS 32
 #define S3_CONNECTIONS_MAX 64
 #define S3_PUT_SHARE 4 /* PUTs keep a quarter of the handles while reads wait */
 #define S3_DELETE_RETRY_NS 2000000000ULL
@@ -1497,6 +1504,29 @@ static uint64_t s3_dispatch(struct s3_priv *p, uint64_t now)
 	return wait;
 }
 
+/*
+ * The device is driven hard while the engine holds requests it has no
+ * handle for: reads waiting, or objects ready to go. (Its depth is large,
+ * so its queue is rarely where they wait.)
+ */
+static void s3_backlog(struct s3_priv *p, uint64_t now)
+{
+	unsigned n = 0;
+	uint64_t wait = UINT64_MAX;
+
+	for (struct tb_io *r = p->reads; r; r = r->next)
+		n++;
+	pthread_mutex_lock(&p->d->lock);
+	if (!p->idle)
+		for (struct s3_fill *f = p->fills; f; f = f->next)
+			n += s3_fill_ready(p, f, now, &wait);
+	if (n != p->d->backlog) {
+		dev_load_tick(p->d, now);
+		p->d->backlog = n;
+	}
+	pthread_mutex_unlock(&p->d->lock);
+}
+
 /* Take what the queue allows: reads wait for a handle, writes for their object. */
 static void s3_take(struct s3_priv *p, uint64_t now)
 {
@@ -1695,6 +1725,7 @@ static void *s3_thread(void *arg)
 		s3_take(p, now);
 		t = s3_dispatch(p, now);
 		wait_ns = t < wait_ns ? t : wait_ns;
+		s3_backlog(p, now);
 		t = dev_throttle_ns(d);
 		if (t && t < wait_ns)
 			wait_ns = t;
