@@ -11,6 +11,8 @@
  *   metrics the same counters in Prometheus' text exposition format
  *   ctl     write-only: one command per write (see ctlcmd.h); only the
  *           mount's owner or root may open it
+ *   pins    JSON: the pinned files (pins.c), for the owner or root only,
+ *           since it names files in folders others may not search
  */
 #include "ctlcmd.h"
 #include "fs.h"
@@ -37,7 +39,8 @@ static const struct {
 		 {"config", FS_CTL_CONFIG_INO},
 		 {"ctl", FS_CTL_CTL_INO},
 		 {"metrics", FS_CTL_METRICS_INO},
-		 {"gpu", FS_CTL_GPU_INO}};
+		 {"gpu", FS_CTL_GPU_INO},
+		 {"pins", FS_CTL_PINS_INO}};
 
 #define N_CTL_FILES (sizeof(ctl_files) / sizeof(ctl_files[0]))
 
@@ -57,6 +60,9 @@ void fs_ctl_root_stat(struct stat *st, uint64_t ino)
 		st->st_nlink = 2;
 	} else if (ino == FS_CTL_CTL_INO) {
 		st->st_mode = S_IFREG | 0200;
+		st->st_nlink = 1;
+	} else if (ino == FS_CTL_PINS_INO) {
+		st->st_mode = S_IFREG | 0400;
 		st->st_nlink = 1;
 	} else {
 		st->st_mode = S_IFREG | 0444;
@@ -345,11 +351,12 @@ static json_t *stats_json(struct fs *fs)
 	/* Committed blocks: mapped by files (logical) against stored (physical). */
 	json_object_set_new(
 		root, "dedup",
-		json_pack("{sIsIsfsIsI}", "logical_bytes", (json_int_t)(mapped * st->block_size),
+		json_pack("{sIsIsfsIsIsI}", "logical_bytes", (json_int_t)(mapped * st->block_size),
 			  "physical_bytes", (json_int_t)(blocks * st->block_size), "ratio",
 			  blocks ? (double)mapped / (double)blocks : 1.0, "hits",
 			  (json_int_t)st->dedup_hits, "verify_mismatches",
-			  (json_int_t)st->dedup_verify_mismatch));
+			  (json_int_t)st->dedup_verify_mismatch, "verify_from_dram",
+			  (json_int_t)st->dedup_verify_cached));
 	free(st);
 	return root;
 }
@@ -446,7 +453,7 @@ struct tier_row {
 	char label[48];
 	double cap, used, rb, wb, ro, wo, err, up, rbps, wbps;
 	double q, in_demand, in_prefetch, in_wb;
-	double requests, rpgb, weight, capable, objects, dead;
+	double requests, weight, capable, objects, dead;
 	bool dev;
 };
 
@@ -509,7 +516,6 @@ static char *metrics_text(struct fs *fs, size_t *len)
 		r->in_prefetch = d->inflight_prefetch;
 		r->in_wb = d->inflight_wb;
 		r->requests = (double)d->requests;
-		r->rpgb = requests_per_gb(d->requests, d->read_bytes + d->write_bytes);
 		r->weight = d->weight;
 		r->capable = (double)d->bw_capable;
 		r->objects = (double)d->objects;
@@ -547,8 +553,7 @@ static char *metrics_text(struct fs *fs, size_t *len)
 	TIER_METRIC(f, rows, n, "tier_queued", "gauge", "Requests waiting for the device.", q, 1);
 	TIER_METRIC(f, rows, n, "tier_requests_total", "counter",
 		    "Requests made to the device (HTTP requests for s3).", requests, 1);
-	TIER_METRIC(f, rows, n, "tier_requests_per_gb", "gauge",
-		    "Requests made per 10^9 bytes read and written.", rpgb, 1);
+	/* Requests per GB: tier_requests_total over the byte counters, in the query. */
 	TIER_METRIC(f, rows, n, "tier_placement_weight", "gauge",
 		    "Weight of the device in placing new blocks.", weight, 1);
 	TIER_METRIC(f, rows, n, "tier_capable_bytes_per_second", "gauge",
@@ -667,7 +672,8 @@ void fs_ctl_open(struct fs *fs, fuse_req_t req, uint64_t ino, struct fuse_file_i
 		fuse_reply_open(req, fi);
 		return;
 	}
-	if ((fi->flags & O_ACCMODE) != O_RDONLY) {
+	if ((fi->flags & O_ACCMODE) != O_RDONLY ||
+	    (ino == FS_CTL_PINS_INO && !caller_may_steer(req))) {
 		fuse_reply_err(req, EACCES);
 		return;
 	}
@@ -679,9 +685,10 @@ void fs_ctl_open(struct fs *fs, fuse_req_t req, uint64_t ino, struct fuse_file_i
 	if (ino == FS_CTL_METRICS_INO) {
 		b->data = metrics_text(fs, &b->len);
 	} else {
-		j = ino == FS_CTL_STATS_INO ? stats_json(fs)
-		    : ino == FS_CTL_GPU_INO ? fs_gpu_json(fs)
-					     : config_json(fs);
+		j = ino == FS_CTL_STATS_INO  ? stats_json(fs)
+		    : ino == FS_CTL_GPU_INO  ? fs_gpu_json(fs)
+		    : ino == FS_CTL_PINS_INO ? fs_pins_json(fs)
+					      : config_json(fs);
 		b->data = j ? json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
 		json_decref(j);
 		if (b->data)
@@ -735,33 +742,13 @@ static int ctl_resolve(struct fs *fs, const struct fs_ctlcmd *cmd, uint64_t *ino
 	return ret;
 }
 
-struct ino_list {
-	uint64_t *v;
-	size_t n, cap;
-};
-
-static int ino_push(struct ino_list *l, uint64_t ino)
-{
-	if (l->n == l->cap) {
-		size_t cap = l->cap ? l->cap * 2 : 64;
-		uint64_t *v = realloc(l->v, cap * sizeof(*v));
-
-		if (!v)
-			return -ENOMEM;
-		l->v = v;
-		l->cap = cap;
-	}
-	l->v[l->n++] = ino;
-	return 0;
-}
-
 static int collect_child(void *arg, const char *name, size_t namelen, uint64_t ino,
 			 uint64_t cookie)
 {
 	(void)name;
 	(void)namelen;
 	(void)cookie;
-	return ino_push(arg, ino);
+	return fs_ino_push(arg, ino);
 }
 
 /*
@@ -838,10 +825,10 @@ static bool may_search(struct ctl_caller *c, const struct meta_inode *rec)
  * left out (-EACCES when that is ino itself).
  */
 static int ctl_files_under(struct fs *fs, MDB_txn *txn, uint64_t ino, struct ctl_caller *who,
-			   struct ino_list *files)
+			   struct fs_ino_list *files)
 {
-	struct ino_list todo = {0};
-	int ret = ino_push(&todo, ino);
+	struct fs_ino_list todo = {0};
+	int ret = fs_ino_push(&todo, ino);
 
 	for (size_t i = 0; i < todo.n && !ret; i++) {
 		struct meta_inode rec;
@@ -858,85 +845,83 @@ static int ctl_files_under(struct fs *fs, MDB_txn *txn, uint64_t ino, struct ctl
 		else if (S_ISDIR(rec.mode) && i == 0)
 			ret = -EACCES;
 		else if (S_ISREG(rec.mode))
-			ret = ino_push(files, todo.v[i]);
+			ret = fs_ino_push(files, todo.v[i]);
 	}
 	free(todo.v);
 	return ret;
 }
 
-/* Blocks one step of pin takes from the block map, between loads. */
-#define CTL_STEP_BLOCKS 64
-
 /*
- * Load every stored block of ino into DRAM and keep it there. Holes take
- * no DRAM, and a dirty block not yet written back is resident already, so
- * only the block map's entries are visited.
+ * Pin every file of a command, then mark them all pinned, so that the pins
+ * a mount restores are those of commands that succeeded. A file that does
+ * not fit undoes the pins this command made; files pinned before stay.
+ * Caller holds pin_lock.
  */
-static int ctl_pin(struct fs *fs, uint64_t ino)
+static int ctl_pin_files(struct fs *fs, const struct fs_ino_list *files)
 {
-	struct fs_inode *in;
-	uint64_t idx[CTL_STEP_BLOCKS], nblk, nstored = 0, from = 0;
-	unsigned n;
-	MDB_txn *txn;
-	int ret = fs_iget(fs, ino, &in);
+	bool *was = calloc(files->n + 1, sizeof(*was));
+	size_t i, done = 0;
+	int ret = was ? 0 : -ENOMEM;
 
+	for (i = 0; i < files->n && !ret; i++)
+		was[i] = fs_pin_marked(fs, files->v[i]);
+	for (; done < files->n && !ret; done++)
+		ret = fs_pin(fs, files->v[done]);
+	for (i = 0; i < files->n && !ret; i++)
+		ret = fs_pin_mark(fs, files->v[i], true);
 	if (ret)
-		return ret;
-	pthread_mutex_lock(&in->lock);
-	nblk = (in->rec.size + fs->bs - 1) / fs->bs;
-	pthread_mutex_unlock(&in->lock);
-	ret = meta_begin(fs->meta, false, &txn);
-	if (!ret) {
-		ret = meta_bmap_count(fs->meta, txn, ino, 0, nblk, &nstored);
-		meta_abort(txn);
-	}
-	if (!ret)
-		ret = tb_pin_obj(fs->tb, ino, nstored);
-	while (!ret) {
-		ret = meta_bmap_list(fs->meta, ino, from, nblk, idx, CTL_STEP_BLOCKS, &n);
-		for (unsigned i = 0; i < n && !ret; i++) {
-			struct tb_ref ref;
-
-			pthread_rwlock_rdlock(&in->io);
-			ret = tb_get(fs->tb, ino, idx[i], &ref, NULL);
-			pthread_rwlock_unlock(&in->io);
-			if (ret == 0)
-				tb_put(fs->tb, &ref, 0);
-			else if (ret == -ENOENT)
-				ret = 0; /* became a hole meanwhile */
-		}
-		if (ret || n < CTL_STEP_BLOCKS)
-			break;
-		from = idx[n - 1] + 1;
-	}
-	if (ret)
-		tb_unpin_obj(fs->tb, ino);
-	fs_iput(fs, in);
+		for (i = 0; was && i < done; i++)
+			if (!was[i]) {
+				tb_unpin_obj(fs->tb, files->v[i]);
+				fs_pin_mark(fs, files->v[i], false);
+			}
+	free(was);
 	return ret;
 }
 
-static int ctl_apply(struct fs *fs, enum fs_ctlverb verb, uint64_t ino, uint32_t uid)
+/* unpin and evict: the files are pinned no more, at this mount or the next. */
+static int ctl_unpin_files(struct fs *fs, const struct fs_ino_list *files, bool evict)
 {
-	switch (verb) {
-	case CTL_PREFETCH:
-		return fs_prefetch_hint(fs, ino, uid);
-	case CTL_PIN:
-		return ctl_pin(fs, ino);
-	case CTL_UNPIN:
-		tb_unpin_obj(fs->tb, ino);
-		return 0;
-	case CTL_EVICT:
-		return tb_evict_obj(fs->tb, ino);
-	case CTL_FLUSH:
-		break;
+	int ret = 0;
+
+	for (size_t i = 0; i < files->n && !ret; i++) {
+		if (evict)
+			ret = tb_evict_obj(fs->tb, files->v[i]);
+		else
+			tb_unpin_obj(fs->tb, files->v[i]);
+		if (!ret)
+			ret = fs_pin_mark(fs, files->v[i], false);
 	}
-	return -EINVAL;
+	return ret;
+}
+
+/* A command on the files at or under a path; pin changes are made durable. */
+static int ctl_apply(struct fs *fs, enum fs_ctlverb verb, const struct fs_ino_list *files,
+		     uint32_t uid)
+{
+	int ret = 0, r;
+
+	if (verb == CTL_PREFETCH) {
+		for (size_t i = 0; i < files->n && !ret; i++)
+			ret = fs_prefetch_hint(fs, files->v[i], uid);
+		return ret;
+	}
+	if (verb != CTL_PIN && verb != CTL_UNPIN && verb != CTL_EVICT)
+		return -EINVAL;
+	pthread_mutex_lock(&fs->pin_lock);
+	if (verb == CTL_PIN)
+		ret = ctl_pin_files(fs, files);
+	else
+		ret = ctl_unpin_files(fs, files, verb == CTL_EVICT);
+	pthread_mutex_unlock(&fs->pin_lock);
+	r = meta_sync(fs->meta); /* a pin, once answered, outlives a crash */
+	return ret ? ret : r;
 }
 
 /* Run one command for user uid (the mount's owner or root). */
 static int ctl_run(struct fs *fs, const struct fs_ctlcmd *cmd, uint32_t uid)
 {
-	struct ino_list files = {0};
+	struct fs_ino_list files = {0};
 	MDB_txn *txn;
 	uint64_t ino;
 	int ret;
@@ -954,12 +939,8 @@ static int ctl_run(struct fs *fs, const struct fs_ctlcmd *cmd, uint32_t uid)
 		ret = ctl_files_under(fs, txn, ino, NULL, &files);
 		meta_abort(txn);
 	}
-	for (size_t i = 0; i < files.n && !ret; i++)
-		ret = ctl_apply(fs, cmd->verb, files.v[i], uid);
-	/* A pin that did not fit releases the files pinned before it. */
-	if (ret && cmd->verb == CTL_PIN)
-		for (size_t i = 0; i < files.n; i++)
-			tb_unpin_obj(fs->tb, files.v[i]);
+	if (ret == 0)
+		ret = ctl_apply(fs, cmd->verb, &files, uid);
 	free(files.v);
 	return ret;
 }
@@ -1006,7 +987,9 @@ void fs_ctl_write(struct fs *fs, fuse_req_t req, uint64_t ino, const char *buf, 
 /*
  * Bytes per tier of the files a getxattr sums. A block counts once in each
  * tier that holds it: in DRAM if resident, on its device if stored (a
- * clean cached block is in both), never twice in one tier.
+ * clean cached block is in both), never twice in one tier. "allocated"
+ * counts whole blocks, each once, as st_blocks does, but found by walking
+ * the block map rather than from the file's count.
  */
 struct tally {
 	struct fs *fs;
@@ -1015,6 +998,7 @@ struct tally {
 	uint64_t size; /* of the file being counted */
 	uint64_t per_dev[TB_MAX_DEVS];
 	uint64_t dram;
+	uint64_t blocks; /* stored or dirty and not yet stored */
 };
 
 /* The bytes of block idx that lie inside the file: the last one may be short. */
@@ -1035,6 +1019,7 @@ static int tally_stored(void *arg, uint64_t idx, uint64_t id)
 
 	if (ret)
 		return ret;
+	t->blocks++;
 	if (blk.loc != TB_LOC_NONE && tb_loc_dev(blk.loc) < t->ndev)
 		t->per_dev[tb_loc_dev(blk.loc)] += in_file(t, idx);
 	return 0;
@@ -1065,6 +1050,7 @@ static int tally_file(struct tally *t, uint64_t ino)
 	if (ret)
 		return ret;
 	tb_resident_each(t->fs->tb, ino, tally_resident, t);
+	t->blocks += tb_unstored(t->fs->tb, ino);
 	return 0;
 }
 
@@ -1075,6 +1061,7 @@ static json_t *tally_json(const struct tally *t, const struct tb_stats *st)
 	json_object_set_new(j, "dram", json_integer((json_int_t)t->dram));
 	for (unsigned i = 0; i < st->n_devs; i++)
 		json_object_set_new(j, st->dev[i].name, json_integer((json_int_t)t->per_dev[i]));
+	json_object_set_new(j, "allocated", json_integer((json_int_t)(t->blocks * t->fs->bs)));
 	return j;
 }
 
@@ -1082,7 +1069,7 @@ int fs_ctl_tiers_xattr(struct fs *fs, fuse_req_t req, uint64_t ino, char **out, 
 {
 	struct tb_stats *st = calloc(1, sizeof(*st));
 	struct tally *t = calloc(1, sizeof(*t));
-	struct ino_list files = {0};
+	struct fs_ino_list files = {0};
 	struct ctl_caller who;
 	struct meta_inode rec;
 	json_t *j;

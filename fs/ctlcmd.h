@@ -5,7 +5,7 @@
  * trailing newline:
  *
  *   prefetch PATH   load the file, or every file under the folder, ahead of use
- *   pin PATH        load and keep resident until unpinned
+ *   pin PATH        load and keep resident until unpinned, at later mounts too
  *   unpin PATH
  *   evict PATH      write back, then drop from DRAM
  *   flush           write back everything dirty and make it durable

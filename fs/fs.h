@@ -38,6 +38,7 @@
 #define FS_CTL_CTL_INO (FS_CTL_DIR_INO + 3)
 #define FS_CTL_METRICS_INO (FS_CTL_DIR_INO + 4)
 #define FS_CTL_GPU_INO (FS_CTL_DIR_INO + 5) /* gpu.c's socket, for GPU clients */
+#define FS_CTL_PINS_INO (FS_CTL_DIR_INO + 6) /* pins.c: the pinned files, for the owner */
 #define FS_CTL_NAME ".tensorfs"
 
 struct fs_inode {
@@ -98,6 +99,11 @@ struct fs {
 	bool pf_stop, pf_running;
 	bool pf_room_wait; /* atomic: the cycle's pass waits for readers to catch up */
 	struct fs_gpu *gpu; /* gpu.c: the shared-arena server, NULL unless cuda=on */
+	/* pins.c: the thread that pins the marked files again at mount */
+	pthread_t pin_thread;
+	pthread_mutex_t pin_lock; /* guards pin_stop; held across each change of a pin */
+	pthread_cond_t pin_cv;
+	bool pin_stop, pin_running;
 	/* ctl.c: per-tier byte counts of the last rate sample, taken each second */
 	pthread_t rate_thread;
 	pthread_cond_t rate_cv;
@@ -110,6 +116,12 @@ struct fs {
 #define FS_COUNT(fs, field, n) __atomic_fetch_add(&(fs)->cnt.field, (n), __ATOMIC_RELAXED)
 
 /* inode.c */
+/* A growable list of inode numbers; free v when done. */
+struct fs_ino_list {
+	uint64_t *v;
+	size_t n, cap;
+};
+int fs_ino_push(struct fs_ino_list *l, uint64_t ino);
 int fs_itab_init(struct fs *fs);
 void fs_itab_fini(struct fs *fs);
 /* Take a reference on ino, loading it from the store; -ENOENT if it has gone. */
@@ -120,8 +132,16 @@ void fs_iforget(struct fs *fs, uint64_t ino, uint64_t n);
 /* Write dirty attributes (size, times) of one inode, or of all. */
 int fs_iflush_attr(struct fs *fs, struct fs_inode *in);
 int fs_iflush_all(struct fs *fs);
+/*
+ * The blocks a file holds, for st_blocks: those its block map holds (a
+ * block shared with other files counts in each) and its dirty blocks not
+ * yet stored. Holes count nothing; a partly written block counts whole.
+ * One lookup, whatever the file's size. 0 for anything but a file.
+ */
+uint64_t fs_inode_blocks(struct fs *fs, uint64_t ino, mode_t mode);
+/* nblocks: fs_inode_blocks of the inode. */
 void fs_inode_stat(const struct fs *fs, uint64_t ino, const struct meta_inode *rec,
-		   struct stat *st);
+		   uint64_t nblocks, struct stat *st);
 void fs_now(int64_t *sec, uint32_t *nsec);
 /* Milliseconds of CLOCK_MONOTONIC, for waits and ages. */
 uint64_t fs_monotonic_ms(void);
@@ -176,8 +196,25 @@ bool fs_readahead_deep(struct fs *fs, struct fs_inode *in, uint64_t first, uint6
 /* Load ino ahead of use, for user uid; -EBUSY when the queue, or uid's share of it, is full. */
 int fs_prefetch_hint(struct fs *fs, uint64_t ino, uint32_t uid);
 
-/* gpu.c: the shared DRAM arena for GPU clients (cuda=on) */
 struct json_t;
+
+/*
+ * pins.c: files pinned in DRAM, marked in their inode records so that each
+ * mount pins them again. The caller of fs_pin and fs_pin_mark holds
+ * pin_lock.
+ */
+/* Load ino's stored blocks and keep them resident; -ENOSPC when they do not fit. */
+int fs_pin(struct fs *fs, uint64_t ino);
+/* Mark ino pinned or not in its inode record; durable at the next sync. */
+int fs_pin_mark(struct fs *fs, uint64_t ino, bool pinned);
+bool fs_pin_marked(struct fs *fs, uint64_t ino);
+/* The thread that pins the marked files again and loads them, in the background. */
+int fs_pins_start(struct fs *fs);
+void fs_pins_stop(struct fs *fs);
+/* The contents of /.tensorfs/pins: each pinned file, its path and residency. */
+struct json_t *fs_pins_json(struct fs *fs);
+
+/* gpu.c: the shared DRAM arena for GPU clients (cuda=on) */
 /* With cuda=on: register the arena with CUDA if a GPU is there, serve the socket. */
 int fs_gpu_start(struct fs *fs, struct fuse_session *se, char *err, size_t errlen);
 /* Hang up on every client, releasing what they pinned; before the store closes. */

@@ -5,11 +5,12 @@
  * graph: names lead from the root folder to inodes, inodes own block maps,
  * block maps reference block records, and the dedup index points at block
  * records. Every record that breaks an invariant is reported once, with the
- * file it belongs to where there is one. Repair decides the fate of every
- * record first (keep, drop, rewrite), so that the counts it writes back
- * (reference counts, link counts) are those of the store as it will be, and
- * then applies all of it in one write transaction: a crash during repair
- * leaves the store as it was.
+ * file it belongs to where there is one (a file's count of mapped blocks,
+ * which st_blocks is made of, must be its number of mappings). Repair
+ * decides the fate of every record first (keep, drop, rewrite), so that
+ * the counts it writes back (reference counts, link counts, block counts)
+ * are those of the store as it will be, and then applies all of it in one
+ * write transaction: a crash during repair leaves the store as it was.
  *
  * The records are read and written through meta.c (meta_walk, meta_rec_*),
  * which owns their encoding.
@@ -38,7 +39,10 @@ struct ck_inode {
 	size_t via;			 /* the name it was first reached by */
 	uint32_t names_now, names_after; /* valid names now; names kept by repair */
 	uint32_t subdirs_now, subdirs_after;
+	uint64_t nblocks;	       /* its recorded count of mapped blocks */
+	uint64_t maps_now, maps_after; /* its mappings now; kept by repair */
 	bool reached, purge, no_target;
+	bool has_count, fix_count;
 };
 
 struct ck_name { /* dirent: (parent, name) -> child, cookie */
@@ -81,6 +85,11 @@ struct ck_owned { /* xattr (with a name) or symlink target (without) */
 	bool drop;
 };
 
+struct ck_count { /* nblocks: ino -> mapped blocks */
+	uint64_t ino, n;
+	bool drop;
+};
+
 struct ck_bad { /* a malformed record: always dropped */
 	enum meta_table t;
 	void *key;
@@ -92,7 +101,7 @@ struct fsck {
 	FILE *out;
 	size_t bs;
 	bool repair;
-	struct vec inodes, names, listings, maps, blocks, dedups, xattrs, links, bad;
+	struct vec inodes, names, listings, maps, blocks, dedups, xattrs, links, counts, bad;
 	uint64_t problems, notes;
 	uint64_t freed_blocks; /* blocks repair frees as a consequence of purges */
 	bool no_root;	       /* nothing can be repaired without the root folder */
@@ -101,7 +110,7 @@ struct fsck {
 static const char *const table_names[] = {
     [META_TAB_INODE] = "inode", [META_TAB_DIRENT] = "dirent",	[META_TAB_DIRCOOK] = "dircook",
     [META_TAB_BMAP] = "bmap",	[META_TAB_BLOCK] = "block",	[META_TAB_DEDUP] = "dedup",
-    [META_TAB_XATTR] = "xattr", [META_TAB_SYMLINK] = "symlink",
+    [META_TAB_XATTR] = "xattr", [META_TAB_SYMLINK] = "symlink", [META_TAB_NBLOCKS] = "nblocks",
 };
 
 static void *vec_push(struct vec *a)
@@ -286,6 +295,21 @@ static int load_link(void *arg, const struct meta_rec *r)
 	return 0;
 }
 
+static int load_count(void *arg, const struct meta_rec *r)
+{
+	struct fsck *f = arg;
+	struct ck_count *c;
+
+	if (r->malformed)
+		return note_bad(f, META_TAB_NBLOCKS, r);
+	c = vec_push(&f->counts);
+	if (!c)
+		return -ENOMEM;
+	c->ino = r->ino;
+	c->n = r->idx;
+	return 0;
+}
+
 static void free_vecs(struct fsck *f)
 {
 	struct ck_name *n = f->names.v;
@@ -301,8 +325,8 @@ static void free_vecs(struct fsck *f)
 		free(x[i].name);
 	for (size_t i = 0; i < f->bad.n; i++)
 		free(b[i].key);
-	struct vec *all[] = {&f->inodes, &f->names,  &f->listings, &f->maps, &f->blocks,
-			     &f->dedups, &f->xattrs, &f->links,	   &f->bad};
+	struct vec *all[] = {&f->inodes, &f->names,  &f->listings, &f->maps,   &f->blocks,
+			     &f->dedups, &f->xattrs, &f->links,	   &f->counts, &f->bad};
 	for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) {
 		free(all[i]->v);
 		all[i]->v = NULL;
@@ -320,6 +344,7 @@ static int load(struct fsck *f, MDB_txn *txn)
 	    {META_TAB_DIRCOOK, load_listing}, {META_TAB_BMAP, load_map},
 	    {META_TAB_BLOCK, load_block},     {META_TAB_DEDUP, load_dedup},
 	    {META_TAB_XATTR, load_xattr},     {META_TAB_SYMLINK, load_link},
+	    {META_TAB_NBLOCKS, load_count},
 	};
 
 	f->inodes.sz = sizeof(struct ck_inode);
@@ -329,6 +354,7 @@ static int load(struct fsck *f, MDB_txn *txn)
 	f->blocks.sz = sizeof(struct ck_block);
 	f->dedups.sz = sizeof(struct ck_dedup);
 	f->xattrs.sz = f->links.sz = sizeof(struct ck_owned);
+	f->counts.sz = sizeof(struct ck_count);
 	f->bad.sz = sizeof(struct ck_bad);
 	for (size_t i = 0; i < sizeof(walks) / sizeof(walks[0]); i++) {
 		int ret = meta_walk(f->m, txn, walks[i].t, walks[i].fn, f);
@@ -860,6 +886,7 @@ static void check_maps(struct fsck *f)
 			mp[i].drop = true;
 			continue;
 		}
+		in->maps_now++;
 		if (!blk || blk->bad_loc) {
 			describe(f, mp[i].ino, a, sizeof(a));
 			problem(f,
@@ -884,6 +911,48 @@ static void check_maps(struct fsck *f)
 			mp[i].to = to_blk->id;
 		}
 		to_blk->refs_after++;
+		in->maps_after++;
+	}
+}
+
+/*
+ * Each file's recorded count of mapped blocks against its mappings: now,
+ * for the report, and as repair leaves them, for the count it writes.
+ */
+static void check_counts(struct fsck *f)
+{
+	struct ck_count *c = f->counts.v;
+	struct ck_inode *in = f->inodes.v;
+	char a[4200];
+
+	for (size_t i = 0; i < f->counts.n; i++) {
+		struct ck_inode *owner = find_inode(f, c[i].ino);
+
+		if (!owner) {
+			problem(f, "stray: block count of inode %" PRIu64 ", which does not exist",
+				c[i].ino);
+			repaired(f, "block count removed");
+			c[i].drop = true;
+			continue;
+		}
+		owner->nblocks = c[i].n;
+		owner->has_count = true;
+		c[i].drop = owner->purge;
+	}
+	for (size_t i = 0; i < f->inodes.n; i++) {
+		if (in[i].purge)
+			continue;
+		if (in[i].nblocks != in[i].maps_now) {
+			describe(f, in[i].ino, a, sizeof(a));
+			problem(f,
+				"blocks: %s records %" PRIu64 " mapped block%s, but maps %" PRIu64,
+				a, in[i].nblocks, in[i].nblocks == 1 ? "" : "s", in[i].maps_now);
+		}
+		if (in[i].nblocks != in[i].maps_after) {
+			describe(f, in[i].ino, a, sizeof(a));
+			repaired(f, "block count of %s set to %" PRIu64, a, in[i].maps_after);
+			in[i].fix_count = true;
+		}
 	}
 }
 
@@ -1000,6 +1069,7 @@ static int analyze(struct fsck *f)
 	if (ret)
 		return ret;
 	check_maps(f);
+	check_counts(f);
 	check_blocks(f);
 	check_dedup(f);
 	check_owned(f, &f->xattrs, "xattr");
@@ -1019,6 +1089,7 @@ static int apply(struct fsck *f, MDB_txn *txn)
 	struct ck_block *b = f->blocks.v;
 	struct ck_dedup *d = f->dedups.v;
 	struct ck_owned *x = f->xattrs.v, *s = f->links.v;
+	struct ck_count *cnt = f->counts.v;
 	struct meta_rec r;
 	int ret = 0;
 
@@ -1095,6 +1166,20 @@ static int apply(struct fsck *f, MDB_txn *txn)
 			r = (struct meta_rec){.ino = s[i].ino};
 			DEL(META_TAB_SYMLINK);
 		}
+	for (size_t i = 0; i < f->counts.n; i++)
+		if (cnt[i].drop) {
+			r = (struct meta_rec){.ino = cnt[i].ino};
+			DEL(META_TAB_NBLOCKS);
+		}
+	for (size_t i = 0; i < f->inodes.n; i++) {
+		if (!in[i].fix_count)
+			continue;
+		r = (struct meta_rec){.ino = in[i].ino, .idx = in[i].maps_after};
+		if (in[i].maps_after == 0)
+			DEL(META_TAB_NBLOCKS);
+		else if ((ret = meta_rec_put(f->m, txn, META_TAB_NBLOCKS, &r)))
+			return ret;
+	}
 #undef DEL
 	return 0;
 }

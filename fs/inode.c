@@ -42,6 +42,21 @@ void fs_itab_fini(struct fs *fs)
 	fs->itab = NULL;
 }
 
+int fs_ino_push(struct fs_ino_list *l, uint64_t ino)
+{
+	if (l->n == l->cap) {
+		size_t cap = l->cap ? l->cap * 2 : 64;
+		uint64_t *v = realloc(l->v, cap * sizeof(*v));
+
+		if (!v)
+			return -ENOMEM;
+		l->v = v;
+		l->cap = cap;
+	}
+	l->v[l->n++] = ino;
+	return 0;
+}
+
 void fs_now(int64_t *sec, uint32_t *nsec)
 {
 	struct timespec ts;
@@ -211,6 +226,7 @@ static void purge(struct fs *fs, struct fs_inode *in)
 	int ret;
 
 	tb_drop(fs->tb, in->ino, 0, UINT64_MAX);
+	tb_unpin_obj(fs->tb, in->ino); /* its pin goes with its inode record */
 	ret = meta_begin(fs->meta, true, &txn);
 	if (ret == 0) {
 		ret = meta_inode_purge(fs->meta, txn, in->ino, &freed);
@@ -288,8 +304,23 @@ void fs_iforget(struct fs *fs, uint64_t ino, uint64_t n)
 		finish(fs, in);
 }
 
+uint64_t fs_inode_blocks(struct fs *fs, uint64_t ino, mode_t mode)
+{
+	uint64_t stored = 0;
+	MDB_txn *txn;
+
+	if (!S_ISREG(mode))
+		return 0;
+	if (meta_begin(fs->meta, false, &txn) == 0) {
+		if (meta_inode_blocks(fs->meta, txn, ino, &stored) < 0)
+			stored = 0; /* a damaged count: fsck's to report */
+		meta_abort(txn);
+	}
+	return stored + tb_unstored(fs->tb, ino);
+}
+
 void fs_inode_stat(const struct fs *fs, uint64_t ino, const struct meta_inode *rec,
-		   struct stat *st)
+		   uint64_t nblocks, struct stat *st)
 {
 	memset(st, 0, sizeof(*st));
 	st->st_ino = ino;
@@ -300,7 +331,7 @@ void fs_inode_stat(const struct fs *fs, uint64_t ino, const struct meta_inode *r
 	st->st_rdev = rec->rdev;
 	st->st_size = (off_t)rec->size;
 	st->st_blksize = (blksize_t)fs->bs;
-	st->st_blocks = (blkcnt_t)((rec->size + 511) / 512);
+	st->st_blocks = (blkcnt_t)(nblocks * (fs->bs / 512)); /* st_blocks counts 512 bytes */
 	st->st_atim.tv_sec = rec->atime;
 	st->st_atim.tv_nsec = rec->atime_ns;
 	st->st_mtim.tv_sec = rec->mtime;

@@ -27,7 +27,7 @@
 #define RING 8192	    /* records kept */
 #define REPEAT_MIN (8ULL << 20) /* bytes to other files that end a file's use, at least */
 #define REPEAT_SHARE 4	    /* or this fraction of the file's size */
-#define JITTER 8	    /* records a file may be early or late in the cycle, at most */
+#define JITTER 16	    /* records a file may be early or late in the cycle, at most */
 #define JITTER_SHARE 8	    /* and at most this fraction of the period */
 #define IN_USE 2	    /* a file recorded within this many records is in use */
 #define MATCH_WINDOW 32	    /* records compared to accept a period */

@@ -16,6 +16,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <malloc.h>
 #include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -28,6 +29,7 @@
 #define ATTR_TIMEOUT 1.0
 #define ENTRY_TIMEOUT 1.0
 #define READS_PINNED_PER_THREAD 2 /* a 1 MiB read may straddle two blocks */
+#define MMAP_THRESHOLD (128 * 1024) /* glibc's default, kept fixed (see main) */
 
 #define OPT(t, p) {t, offsetof(struct fs_config, p), 1}
 
@@ -104,7 +106,7 @@ static void usage(const char *prog)
 	       "    -o nvme_engine=E       auto, io_uring or libaio (default auto: io_uring, "
 	       "else libaio)\n"
 	       "    -o dirty=SIZE          dirty data high-water mark; writers wait above it\n"
-	       "                           (default: all of dram but a clean reserve of 1/8)\n"
+	       "                           (default: all of dram but a clean reserve of 1/32)\n"
 	       "    -o dirty_expire_ms=N   write back a block dirty this long even if it could\n"
 	       "                           stay in DRAM: bounds what a crash loses without fsync\n"
 	       "                           (30000; 0: only fsync, eviction and unmount)\n"
@@ -406,6 +408,10 @@ static int open_stores(struct fs *fs, char *err, size_t errlen)
 	if (ret)
 		return ret;
 	fs->new_store = meta_is_new(fs->meta);
+	if (meta_upgraded_from(fs->meta))
+		log_info("upgraded the metadata store in %s from format %u to %u (a count of "
+			 "mapped blocks per file); older tensorfs versions cannot open it",
+			 c->meta, meta_upgraded_from(fs->meta), META_FORMAT_VERSION);
 	if (fs->new_store) {
 		ret = check_unclaimed(c, err, errlen);
 		if (ret)
@@ -467,6 +473,7 @@ static void close_stores(struct fs *fs, bool failed)
 
 	fs_gpu_stop(fs);
 	fs_ctl_stop(fs);
+	fs_pins_stop(fs);
 	fs_prefetch_stop(fs);
 	if (fs->tb) {
 		if (discard)
@@ -551,8 +558,8 @@ static int run(struct fs *fs, struct fuse_session *se, struct fuse_cmdline_opts 
 	if (c->no_default_permissions && c->allow_other)
 		log_warn("allow_other with no_default_permissions: tensorfs checks no "
 			 "permissions itself, so every local user can read and write every file");
-	if (fs_prefetch_start(fs) < 0 || fs_ctl_start(fs) < 0) {
-		snprintf(err, sizeof(err), "cannot start the prefetch or rates thread");
+	if (fs_prefetch_start(fs) < 0 || fs_ctl_start(fs) < 0 || fs_pins_start(fs) < 0) {
+		snprintf(err, sizeof(err), "cannot start the prefetch, rates or pins thread");
 		ret = -EAGAIN;
 		goto fail;
 	}
@@ -635,6 +642,14 @@ int main(int argc, char *argv[])
 	int report_fd = -1, ret = 1;
 
 	signal(SIGPIPE, SIG_IGN);
+	/*
+	 * Block-size buffers (bounces, copies, s3 bodies) are allocated and
+	 * freed on many threads. glibc raises its mmap threshold each time such
+	 * a buffer is freed, after which they come from per-thread arenas that
+	 * keep what was freed: the daemon's memory then creeps up by tens of
+	 * MiB under load. A fixed threshold keeps them mmapped and returned.
+	 */
+	mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD);
 	if (fuse_opt_parse(&args, &cfg, tfs_opts, opt_proc) == -1)
 		goto out;
 	if (cfg.show_help) {
@@ -672,6 +687,8 @@ int main(int argc, char *argv[])
 	fs.attr_timeout = ATTR_TIMEOUT;
 	fs.entry_timeout = ENTRY_TIMEOUT;
 	pthread_mutex_init(&fs.rate_lock, NULL);
+	pthread_mutex_init(&fs.pin_lock, NULL);
+	pthread_cond_init(&fs.pin_cv, NULL);
 	if (fs_itab_init(&fs) < 0 || fs_learn_init(&fs.learn) < 0)
 		goto out;
 	se = fuse_session_new(&args, &fs_ops, sizeof(fs_ops), &fs);

@@ -53,12 +53,13 @@ struct meta_format {
 
 struct fs_meta {
 	MDB_env *env;
-	MDB_dbi inode, dirent, dircook, bmap, block, xattr, symlink, info, dedup;
+	MDB_dbi inode, dirent, dircook, bmap, block, xattr, symlink, info, dedup, nblocks;
 	int lock_fd;
 	int dir_fd;  /* the folder, checked */
 	bool locked; /* we hold the flock, so the pid in the file is ours */
 	bool created; /* this open made the store */
 	bool made_dir, made_lock; /* this open made the folder, the lock file */
+	unsigned upgraded_from; /* the format this open upgraded the store from, or 0 */
 	char dir[4096];
 	uint64_t next_ino;   /* atomic */
 	uint64_t next_block; /* atomic */
@@ -234,7 +235,8 @@ static int open_dbs(struct fs_meta *m, MDB_txn *txn)
 		MDB_dbi *dbi;
 	} dbs[] = {{"inode", &m->inode},	 {"dirent", &m->dirent}, {"dircook", &m->dircook},
 		   {"bmap", &m->bmap},		 {"block", &m->block},	 {"xattr", &m->xattr},
-		   {"symlink", &m->symlink}, {"info", &m->info},	 {"dedup", &m->dedup}};
+		   {"symlink", &m->symlink}, {"info", &m->info},	 {"dedup", &m->dedup},
+		   {"nblocks", &m->nblocks}};
 
 	for (size_t i = 0; i < sizeof(dbs) / sizeof(dbs[0]); i++) {
 		int rc = mdb_dbi_open(txn, dbs[i].name, MDB_CREATE, dbs[i].dbi);
@@ -243,6 +245,49 @@ static int open_dbs(struct fs_meta *m, MDB_txn *txn)
 			return mdb_err(rc);
 	}
 	return 0;
+}
+
+/*
+ * Format 1 to 2: count each file's mapped blocks into nblocks, in one
+ * cursor pass over the block maps (keys sort by inode, then index). Part
+ * of meta_open's transaction: a crash leaves the store at format 1.
+ */
+static int upgrade_v1(struct fs_meta *m, MDB_txn *txn)
+{
+	MDB_cursor *c;
+	MDB_val k, v;
+	uint64_t ino = 0, n = 0;
+	int rc, ret = 0;
+
+	rc = mdb_cursor_open(txn, m->bmap, &c);
+	if (rc)
+		return mdb_err(rc);
+	rc = mdb_cursor_get(c, &k, &v, MDB_FIRST);
+	for (;; rc = mdb_cursor_get(c, &k, &v, MDB_NEXT)) {
+		bool more = rc == 0;
+		uint64_t owner = more && k.mv_size == 16 ? get_be64(k.mv_data) : 0;
+
+		if (more && k.mv_size != 16)
+			continue; /* a damaged key is fsck's to report */
+		if (n && (!more || owner != ino)) {
+			unsigned char kb[8];
+			MDB_val nk = {8, kb}, nv = {sizeof(n), &n};
+
+			put_be64(kb, ino);
+			ret = mdb_err(mdb_put(txn, m->nblocks, &nk, &nv, 0));
+			if (ret)
+				break;
+			n = 0;
+		}
+		if (!more)
+			break;
+		ino = owner;
+		n++;
+	}
+	mdb_cursor_close(c);
+	if (ret)
+		return ret;
+	return rc == MDB_NOTFOUND ? 0 : mdb_err(rc);
 }
 
 /* Read the format record, or write it for a new store. */
@@ -277,8 +322,25 @@ static int check_format(struct fs_meta *m, MDB_txn *txn, size_t *block_size, boo
 		return -EINVAL;
 	}
 	memcpy(&f, v.mv_data, sizeof(f));
+	if (f.version == 1) {
+		rc = upgrade_v1(m, txn);
+		if (rc == 0) {
+			f.version = META_FORMAT_VERSION;
+			v.mv_size = sizeof(f);
+			v.mv_data = &f;
+			rc = mdb_err(mdb_put(txn, m->info, &k, &v, 0));
+		}
+		if (rc) {
+			snprintf(err, errlen, "cannot upgrade the metadata store from format 1: %s",
+				 strerror(-rc));
+			return rc;
+		}
+		m->upgraded_from = 1;
+	}
 	if (f.version != META_FORMAT_VERSION) {
-		snprintf(err, errlen, "metadata store has format %u; this tensorfs reads %u",
+		snprintf(err, errlen,
+			 "metadata store has format %u; this tensorfs reads formats 1 to %u (a "
+			 "newer tensorfs made it)",
 			 f.version, META_FORMAT_VERSION);
 		return -EINVAL;
 	}
@@ -293,6 +355,31 @@ static int check_format(struct fs_meta *m, MDB_txn *txn, size_t *block_size, boo
 	f.store_id[39] = 0;
 	memcpy(store_id, f.store_id, 40);
 	return 0;
+}
+
+/*
+ * Create and open an LMDB environment. An address-space limit (ulimit -v,
+ * as batch schedulers set it, or valgrind's) may refuse a map as large as
+ * META_MAP_SIZE: take less, down to a floor. 0 or an LMDB error.
+ */
+static int env_open(MDB_env **env, const char *path, unsigned flags)
+{
+	int rc;
+
+	for (uint64_t map = META_MAP_SIZE;; map /= 2) {
+		rc = mdb_env_create(env);
+		if (!rc)
+			rc = mdb_env_set_maxdbs(*env, META_MAX_DBS);
+		if (!rc)
+			rc = mdb_env_set_mapsize(*env, map);
+		if (!rc)
+			rc = mdb_env_open(*env, path, flags, 0600);
+		if (!rc || (rc != ENOMEM && rc != EINVAL) || map / 2 < META_MAP_MIN)
+			break;
+		mdb_env_close(*env);
+		*env = NULL;
+	}
+	return rc;
 }
 
 int meta_open(struct fs_meta **out, const char *dir, size_t *block_size, bool block_given,
@@ -320,23 +407,7 @@ int meta_open(struct fs_meta **out, const char *dir, size_t *block_size, bool bl
 		goto fail;
 	had_data = fstatat(m->dir_fd, DATA_NAME, &st, AT_SYMLINK_NOFOLLOW) == 0;
 	env_path(m, path, sizeof(path));
-	/*
-	 * An address-space limit (ulimit -v, as batch schedulers set it, or
-	 * valgrind's) may refuse a map this large: take less, down to a floor.
-	 */
-	for (uint64_t map = META_MAP_SIZE;; map /= 2) {
-		rc = mdb_env_create(&m->env);
-		if (!rc)
-			rc = mdb_env_set_maxdbs(m->env, META_MAX_DBS);
-		if (!rc)
-			rc = mdb_env_set_mapsize(m->env, map);
-		if (!rc)
-			rc = mdb_env_open(m->env, path, MDB_NOSYNC | MDB_NOTLS, 0600);
-		if (!rc || (rc != ENOMEM && rc != EINVAL) || map / 2 < META_MAP_MIN)
-			break;
-		mdb_env_close(m->env);
-		m->env = NULL;
-	}
+	rc = env_open(&m->env, path, MDB_NOSYNC | MDB_NOTLS);
 	if (rc) {
 		snprintf(err, errlen, "meta folder %s: cannot open the metadata store: %s", dir,
 			 mdb_strerror(rc));
@@ -405,6 +476,11 @@ void meta_close(struct fs_meta *m)
 bool meta_is_new(const struct fs_meta *m)
 {
 	return m->created;
+}
+
+unsigned meta_upgraded_from(const struct fs_meta *m)
+{
+	return m->upgraded_from;
 }
 
 void meta_discard(struct fs_meta *m)
@@ -507,6 +583,7 @@ int meta_inode_purge(struct fs_meta *m, MDB_txn *txn, uint64_t ino, struct locve
 		return ret;
 	put_be64(kb, ino);
 	mdb_del(txn, m->symlink, &k, NULL);
+	mdb_del(txn, m->nblocks, &k, NULL);
 	ret = mdb_err(mdb_del(txn, m->inode, &k, NULL));
 	return ret == -ENOENT ? 0 : ret;
 }
@@ -685,6 +762,45 @@ static void bmap_key(unsigned char *kb, uint64_t ino, uint64_t idx)
 	put_be64(kb + 8, idx);
 }
 
+int meta_inode_blocks(struct fs_meta *m, MDB_txn *txn, uint64_t ino, uint64_t *n)
+{
+	unsigned char kb[8];
+	MDB_val k = {8, kb}, v;
+	int ret;
+
+	put_be64(kb, ino);
+	*n = 0;
+	ret = mdb_err(mdb_get(txn, m->nblocks, &k, &v));
+	if (ret)
+		return ret == -ENOENT ? 0 : ret;
+	return meta_decode_id(v.mv_data, v.mv_size, n);
+}
+
+/* ino's block map gained (delta > 0) or lost mappings: keep its count. */
+static int blocks_add(struct fs_meta *m, MDB_txn *txn, uint64_t ino, int64_t delta)
+{
+	unsigned char kb[8];
+	MDB_val k = {8, kb}, v;
+	uint64_t n;
+	int ret;
+
+	if (delta == 0)
+		return 0;
+	ret = meta_inode_blocks(m, txn, ino, &n);
+	if (ret)
+		return ret;
+	/* A count below what is removed is damage; fsck puts it right. */
+	n = delta < 0 && n < (uint64_t)-delta ? 0 : n + (uint64_t)delta;
+	put_be64(kb, ino);
+	if (n == 0) {
+		ret = mdb_err(mdb_del(txn, m->nblocks, &k, NULL));
+		return ret == -ENOENT ? 0 : ret;
+	}
+	v.mv_size = sizeof(n);
+	v.mv_data = &n;
+	return mdb_err(mdb_put(txn, m->nblocks, &k, &v, 0));
+}
+
 int meta_bmap_get(struct fs_meta *m, MDB_txn *txn, uint64_t ino, uint64_t idx, uint64_t *id)
 {
 	unsigned char kb[16];
@@ -780,7 +896,7 @@ static int block_ref(struct fs_meta *m, MDB_txn *txn, uint64_t id, int delta,
 	return block_put(m, txn, id, &b);
 }
 
-/* Drop the reference the mapping (ino, idx) holds, if it has one. */
+/* Drop the reference the mapping (ino, idx) holds: 1 if it had one, 0 if a hole. */
 static int unref_mapping(struct fs_meta *m, MDB_txn *txn, uint64_t ino, uint64_t idx,
 			 struct locvec *freed)
 {
@@ -789,7 +905,9 @@ static int unref_mapping(struct fs_meta *m, MDB_txn *txn, uint64_t ino, uint64_t
 
 	if (ret == -ENOENT)
 		return 0;
-	return ret ? ret : block_ref(m, txn, old, -1, freed);
+	if (!ret)
+		ret = block_ref(m, txn, old, -1, freed);
+	return ret ? ret : 1;
 }
 
 int meta_bmap_store(struct fs_meta *m, MDB_txn *txn, uint64_t ino, uint64_t idx, uint64_t loc,
@@ -798,16 +916,21 @@ int meta_bmap_store(struct fs_meta *m, MDB_txn *txn, uint64_t ino, uint64_t idx,
 	unsigned char kb[16];
 	MDB_val k = {16, kb}, v;
 	uint64_t id;
-	int ret;
+	int ret, had;
 
-	ret = unref_mapping(m, txn, ino, idx, freed);
-	if (ret)
-		return ret;
+	had = unref_mapping(m, txn, ino, idx, freed);
+	if (had < 0)
+		return had;
 	bmap_key(kb, ino, idx);
 	if (loc == TB_LOC_NONE) {
 		ret = mdb_err(mdb_del(txn, m->bmap, &k, NULL));
-		return ret == -ENOENT ? 0 : ret;
+		if (ret && ret != -ENOENT)
+			return ret;
+		return blocks_add(m, txn, ino, -had);
 	}
+	ret = blocks_add(m, txn, ino, !had);
+	if (ret)
+		return ret;
 	id = __atomic_fetch_add(&m->next_block, 1, __ATOMIC_RELAXED);
 	struct meta_block b = {.loc = loc, .refs = 1};
 	if (hash) {
@@ -848,6 +971,10 @@ int meta_bmap_share_block(struct fs_meta *m, MDB_txn *txn, uint64_t ino, uint64_
 	ret = block_ref(m, txn, id, 1, freed);
 	if (!ret)
 		ret = unref_mapping(m, txn, ino, idx, freed);
+	if (ret == 0)
+		ret = blocks_add(m, txn, ino, 1);
+	else if (ret == 1)
+		ret = 0;
 	if (ret)
 		return ret;
 	bmap_key(kb, ino, idx);
@@ -860,6 +987,7 @@ int meta_bmap_clear(struct fs_meta *m, MDB_txn *txn, uint64_t ino, uint64_t from
 	unsigned char kb[16];
 	MDB_cursor *c;
 	MDB_val k = {16, kb}, v;
+	int64_t dropped = 0;
 	int rc, ret = 0;
 
 	bmap_key(kb, ino, from);
@@ -879,6 +1007,7 @@ int meta_bmap_clear(struct fs_meta *m, MDB_txn *txn, uint64_t ino, uint64_t from
 		rc = mdb_cursor_del(c, 0);
 		if (rc)
 			break;
+		dropped++;
 		rc = mdb_cursor_get(c, &k, &v, MDB_GET_CURRENT);
 		if (rc == EINVAL || rc == MDB_NOTFOUND) {
 			/* deleting the last item leaves the cursor past the end */
@@ -891,7 +1020,9 @@ int meta_bmap_clear(struct fs_meta *m, MDB_txn *txn, uint64_t ino, uint64_t from
 	mdb_cursor_close(c);
 	if (ret)
 		return ret;
-	return (rc == 0 || rc == MDB_NOTFOUND) ? 0 : mdb_err(rc);
+	if (rc != 0 && rc != MDB_NOTFOUND)
+		return mdb_err(rc);
+	return blocks_add(m, txn, ino, -dropped);
 }
 
 /*
@@ -923,6 +1054,8 @@ int meta_bmap_share(struct fs_meta *m, MDB_txn *txn, uint64_t src, uint64_t sidx
 		v.mv_size = sizeof(id);
 		v.mv_data = &id;
 		ret = mdb_err(mdb_put(txn, m->bmap, &k, &v, 0));
+		if (!ret)
+			ret = blocks_add(m, txn, dst, 1); /* the range was cleared: each is new */
 	}
 	return ret;
 }
@@ -1192,6 +1325,34 @@ int meta_foreach_block(struct fs_meta *m,
 	return rc == MDB_NOTFOUND ? 0 : mdb_err(rc);
 }
 
+int meta_inodes_flagged(struct fs_meta *m, MDB_txn *txn, uint32_t flags, meta_inode_fn fn,
+			void *arg)
+{
+	MDB_cursor *c;
+	MDB_val k, v;
+	int rc, ret = 0;
+
+	rc = mdb_cursor_open(txn, m->inode, &c);
+	if (rc)
+		return mdb_err(rc);
+	for (rc = mdb_cursor_get(c, &k, &v, MDB_FIRST); rc == 0;
+	     rc = mdb_cursor_get(c, &k, &v, MDB_NEXT)) {
+		struct meta_inode rec;
+
+		/* A damaged record is fsck's to report. */
+		if (k.mv_size != 8 || meta_decode_inode(v.mv_data, v.mv_size, &rec) != 0 ||
+		    !(rec.flags & flags))
+			continue;
+		ret = fn(arg, get_be64(k.mv_data), &rec);
+		if (ret)
+			break;
+	}
+	mdb_cursor_close(c);
+	if (ret)
+		return ret;
+	return rc == MDB_NOTFOUND ? 0 : mdb_err(rc);
+}
+
 int meta_purge_orphans(struct fs_meta *m, struct locvec *freed, uint64_t *count)
 {
 	MDB_txn *txn;
@@ -1280,6 +1441,8 @@ static MDB_dbi table_dbi(struct fs_meta *m, enum meta_table t)
 		return m->xattr;
 	case META_TAB_SYMLINK:
 		return m->symlink;
+	case META_TAB_NBLOCKS:
+		return m->nblocks;
 	}
 	return m->info;
 }
@@ -1352,6 +1515,11 @@ static void rec_decode(enum meta_table t, const MDB_val *k, const MDB_val *v, st
 		r->name = v->mv_data;
 		r->namelen = v->mv_size;
 		break;
+	case META_TAB_NBLOCKS:
+		r->malformed = k->mv_size != 8 || v->mv_size != sizeof(r->idx);
+		if (v->mv_size == sizeof(r->idx))
+			memcpy(&r->idx, v->mv_data, sizeof(r->idx));
+		break;
 	}
 }
 
@@ -1386,6 +1554,7 @@ static int rec_key(enum meta_table t, const struct meta_rec *r, unsigned char *k
 	switch (t) {
 	case META_TAB_INODE:
 	case META_TAB_SYMLINK:
+	case META_TAB_NBLOCKS:
 	case META_TAB_BLOCK:
 		put_be64(kb, t == META_TAB_BLOCK ? r->id : r->ino);
 		k->mv_size = 8;
@@ -1439,6 +1608,11 @@ int meta_rec_put(struct fs_meta *m, MDB_txn *txn, enum meta_table t, const struc
 	case META_TAB_BMAP:
 		bmap_key(kb, r->ino, r->idx);
 		return mdb_err(mdb_put(txn, m->bmap, &k, &v, 0));
+	case META_TAB_NBLOCKS:
+		put_be64(kb, r->ino);
+		k.mv_size = 8;
+		v.mv_data = (void *)&r->idx;
+		return mdb_err(mdb_put(txn, m->nblocks, &k, &v, 0));
 	default:
 		return -EINVAL;
 	}
@@ -1449,7 +1623,7 @@ bool meta_store_exists(const char *dir)
 	MDB_val k = {6, "format"}, v;
 	char path[4200], err[1024];
 	struct stat st;
-	MDB_env *env;
+	MDB_env *env = NULL;
 	MDB_txn *txn;
 	MDB_dbi dbi;
 	bool found = false;
@@ -1458,12 +1632,15 @@ bool meta_store_exists(const char *dir)
 	if (meta_check_folder(dir, err, sizeof(err)) < 0)
 		return false;
 	snprintf(path, sizeof(path), "%s/data.mdb", dir);
-	if (stat(path, &st) < 0 || !S_ISREG(st.st_mode) || mdb_env_create(&env))
+	if (stat(path, &st) < 0 || !S_ISREG(st.st_mode))
 		return false;
 	/* Read-only, beside a daemon if there is one: a format record makes a store. */
-	if (!mdb_env_set_maxdbs(env, META_MAX_DBS) && !mdb_env_set_mapsize(env, META_MAP_SIZE) &&
-	    !mdb_env_open(env, dir, MDB_RDONLY | MDB_NOTLS, 0600) &&
-	    !mdb_txn_begin(env, NULL, MDB_RDONLY, &txn)) {
+	if (env_open(&env, dir, MDB_RDONLY | MDB_NOTLS) != 0) {
+		if (env)
+			mdb_env_close(env);
+		return false;
+	}
+	if (!mdb_txn_begin(env, NULL, MDB_RDONLY, &txn)) {
 		found = mdb_dbi_open(txn, "info", 0, &dbi) == 0 && mdb_get(txn, dbi, &k, &v) == 0;
 		mdb_txn_abort(txn);
 	}

@@ -16,7 +16,11 @@
  *   dedup   hash                  -> block id (blocks written with a hash)
  *   xattr   ino, name             -> value
  *   symlink ino                   -> target
+ *   nblocks ino                   -> blocks its block map holds (absent: none)
  *   info    "format"              -> struct meta_format
+ *
+ * Format 2 added nblocks, so that stat's st_blocks costs one lookup and not
+ * a walk of the block map; a format 1 store is upgraded when it is opened.
  */
 #ifndef TENSORFS_META_H
 #define TENSORFS_META_H
@@ -27,7 +31,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#define META_FORMAT_VERSION 1
+#define META_FORMAT_VERSION 2
 #define META_ROOT_INO 1
 
 struct meta_inode {
@@ -36,8 +40,11 @@ struct meta_inode {
 	uint64_t rdev;
 	int64_t atime, mtime, ctime;
 	uint32_t atime_ns, mtime_ns, ctime_ns;
-	uint32_t flags;
+	uint32_t flags; /* META_INODE_* */
 };
+
+/* The file is pinned in DRAM (tfsctl pin): pinned again at every mount. */
+#define META_INODE_PINNED 1u
 
 #define META_HASH_LEN 16 /* XXH3-128 of the block's bytes */
 
@@ -77,6 +84,8 @@ int meta_open(struct fs_meta **out, const char *dir, size_t *block_size, bool bl
 void meta_close(struct fs_meta *m);
 /* True when meta_open created the store. */
 bool meta_is_new(const struct fs_meta *m);
+/* The format meta_open found, when it upgraded the store from it; else 0. */
+unsigned meta_upgraded_from(const struct fs_meta *m);
 /* Close and delete a store this start created, after a failed start. */
 void meta_discard(struct fs_meta *m);
 int meta_sync(struct fs_meta *m);
@@ -156,6 +165,12 @@ int meta_bmap_walk(struct fs_meta *m, MDB_txn *txn, uint64_t ino, uint64_t from,
  */
 int meta_bmap_list(struct fs_meta *m, uint64_t ino, uint64_t from, uint64_t to, uint64_t *idx,
 		   unsigned max, unsigned *n);
+/*
+ * Blocks ino's block map holds, holes not counted and a block shared with
+ * other files counted in each: kept in the same transaction as every change
+ * of the map, so it costs one lookup whatever the file's size.
+ */
+int meta_inode_blocks(struct fs_meta *m, MDB_txn *txn, uint64_t ino, uint64_t *n);
 /* Number of mapped blocks of ino in [from, to). */
 int meta_bmap_count(struct fs_meta *m, MDB_txn *txn, uint64_t ino, uint64_t from, uint64_t to,
 		    uint64_t *count);
@@ -175,6 +190,14 @@ int meta_symlink_put(struct fs_meta *m, MDB_txn *txn, uint64_t ino, const char *
 int meta_foreach_block(struct fs_meta *m, int (*fn)(void *arg, uint64_t id,
 						    const struct meta_block *b),
 		       void *arg);
+/*
+ * Each inode with one of flags (META_INODE_*) set, in inode order, until fn
+ * returns non-zero (which is returned); a walk of the whole inode table, for
+ * the mount and the listing of pins.
+ */
+typedef int (*meta_inode_fn)(void *arg, uint64_t ino, const struct meta_inode *rec);
+int meta_inodes_flagged(struct fs_meta *m, MDB_txn *txn, uint32_t flags, meta_inode_fn fn,
+			void *arg);
 /* Inodes with no name left (open-unlinked at a crash): purge them. */
 int meta_purge_orphans(struct fs_meta *m, struct locvec *freed, uint64_t *count);
 /* Totals for statfs and stats: inodes, stored blocks, mapped blocks. */
@@ -198,12 +221,13 @@ enum meta_table {
 	META_TAB_DEDUP,
 	META_TAB_XATTR,
 	META_TAB_SYMLINK,
+	META_TAB_NBLOCKS,
 };
 
 /* One record, decoded; the fields a table does not use are zero. */
 struct meta_rec {
-	uint64_t ino;	   /* owner: inode, bmap, xattr, symlink; parent: dirent, dircook */
-	uint64_t idx;	   /* bmap: block index; dirent, dircook: cookie */
+	uint64_t ino;	   /* owner: inode, bmap, xattr, symlink, nblocks; parent: dirent, dircook */
+	uint64_t idx;	   /* bmap: block index; dirent, dircook: cookie; nblocks: the count */
 	uint64_t id;	   /* bmap, dedup, block: block id; dirent: the child inode */
 	const char *name;  /* dirent, dircook, xattr; not NUL-terminated */
 	size_t namelen;
@@ -223,7 +247,10 @@ typedef int (*meta_walk_fn)(void *arg, const struct meta_rec *r);
 int meta_walk(struct fs_meta *m, MDB_txn *txn, enum meta_table t, meta_walk_fn fn, void *arg);
 /* Delete the record that meta_walk gave as r, and nothing else: -ENOENT if gone. */
 int meta_rec_del(struct fs_meta *m, MDB_txn *txn, enum meta_table t, const struct meta_rec *r);
-/* Write r as is, with no reference counting: bmap, block and inode records only. */
+/*
+ * Write r as is, with no reference counting and no block counts: bmap,
+ * block, inode and nblocks records only.
+ */
 int meta_rec_put(struct fs_meta *m, MDB_txn *txn, enum meta_table t, const struct meta_rec *r);
 /* True when dir holds a metadata store with its format record: meta_open will not make one. */
 bool meta_store_exists(const char *dir);

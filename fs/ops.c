@@ -54,12 +54,14 @@ static void reply_err(struct fs *fs, fuse_req_t req, int err)
 
 static void fill_entry(struct fs *fs, struct fs_inode *in, struct fuse_entry_param *e)
 {
+	uint64_t nblocks = fs_inode_blocks(fs, in->ino, in->rec.mode); /* the type never changes */
+
 	memset(e, 0, sizeof(*e));
 	e->ino = in->ino;
 	e->attr_timeout = fs->attr_timeout;
 	e->entry_timeout = fs->entry_timeout;
 	pthread_mutex_lock(&in->lock);
-	fs_inode_stat(fs, in->ino, &in->rec, &e->attr);
+	fs_inode_stat(fs, in->ino, &in->rec, nblocks, &e->attr);
 	pthread_mutex_unlock(&in->lock);
 }
 
@@ -166,6 +168,7 @@ static void fs_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	struct fs *fs = req_fs(req);
 	struct fs_inode *in;
 	struct stat st;
+	uint64_t nblocks;
 	int ret;
 
 	(void)fi;
@@ -179,8 +182,9 @@ static void fs_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 		reply_err(fs, req, ret);
 		return;
 	}
+	nblocks = fs_inode_blocks(fs, ino, in->rec.mode);
 	pthread_mutex_lock(&in->lock);
-	fs_inode_stat(fs, ino, &in->rec, &st);
+	fs_inode_stat(fs, ino, &in->rec, nblocks, &st);
 	pthread_mutex_unlock(&in->lock);
 	fuse_reply_attr(req, &st, fs->attr_timeout);
 	fs_iput(fs, in);
@@ -968,7 +972,7 @@ static void fs_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 	ret = ret ? (meta_abort(txn), ret) : meta_commit(txn);
 	if (ret)
 		goto put;
-	fs_inode_stat(fs, ino, &rec, &st);
+	fs_inode_stat(fs, ino, &rec, fs_inode_blocks(fs, ino, rec.mode), &st);
 	fuse_reply_attr(req, &st, fs->attr_timeout);
 	fs_iput(fs, in);
 	return;

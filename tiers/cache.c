@@ -20,7 +20,9 @@
  * boundaries) are the missing sectors merged in from the persisted copy.
  *
  * Entries are found through a hash of (obj, idx) and listed per object, so
- * that fsync and truncate touch only their own blocks. Only CLEAN, unpinned
+ * that fsync and truncate touch only their own blocks. Each object counts
+ * its dirty blocks that have no stored copy yet (tb_unstored), which is
+ * what its owner's block map does not show of it. Only CLEAN, unpinned
  * entries are evicted; free slots come first. The victim is chosen by the
  * policy: Belady's rule on the owner's learned cycle (cache_policy=auto
  * while a cycle is known), else 2Q, CLOCK or sampled LRU.
@@ -65,16 +67,17 @@
 #define FLUSH_SCAN_MAX 4096
 #define COMMIT_BATCH_MAX 1024
 #define PREFETCH_SHARE 8 /* prefetches in flight hold at most 1/8 of the slots */
-#define PREFETCH_DEPTH_SHARE 32 /* blocks ahead of their readers: 1/32 of the slots */
+#define PREFETCH_DEPTH_SHARE 64 /* blocks ahead of their readers: 1/64 of the slots */
 #define PREFETCH_DEPTH_MIN 4
 #define PREFETCH_DEEP_SHARE 4 /* readers of remote blocks: at most 1/4 of the slots ahead */
 #define SECTOR 1024	 /* granularity of a partial block's written map */
 #define EVICT_SAMPLE 32	 /* candidates a sampled eviction compares */
 #define RANK_MAX 4096	 /* objects the cycle's eviction order ranks */
 #define CLEAN_KICK 8	 /* evictions under the cycle between the flusher's looks */
-#define CLEAN_LOW_SHARE 32 /* the flusher keeps 1/32 to 1/16 of the slots clean */
+#define CLEAN_LOW_SHARE 64 /* the flusher keeps 1/64 to 1/32 of the slots clean */
 #define CLEAN_LOW_MIN 2
 #define BUSY_RETRY_MS 10 /* a dirty block pinned by a writer is looked at again after */
+#define SYNC_FREES 256	 /* released slots that call a sync point at once */
 #define IO_ALIGN 4096	 /* O_DIRECT alignment of a merge's bounce buffer */
 
 enum entry_state { ES_FREE, ES_LOADING, ES_CLEAN, ES_DIRTY, ES_WB };
@@ -89,6 +92,7 @@ struct tb_entry {
 	bool prefetched; /* loaded ahead of use and not yet read */
 	bool deep;	 /* prefetched for a reader of remote blocks: counted in n_pf_deep */
 	bool written_back; /* CLEAN by a write-back, not by a load */
+	bool stored;	   /* the owner's block map names a stored copy of (obj, idx) */
 	bool hot;	   /* 2q: in Am, the re-referenced set; else in A1in */
 	uint64_t last_use; /* s->ticks at its last pin, for lru */
 	uint64_t admit;	   /* s->ticks when it entered the cache, for 2q's FIFO */
@@ -111,6 +115,8 @@ struct tb_entry {
 	size_t fill;	   /* bytes written since it became dirty */
 	struct tb_waiter *waiters;
 	struct tb_entry *hnext;
+	struct tb_entry *lhnext; /* chain of the location hash, while CLEAN */
+	bool in_lochash;
 	struct tb_entry *oprev, *onext; /* the object's list */
 	struct tb_entry *lprev, *lnext; /* free or dirty list */
 	struct tb_obj *o;
@@ -123,6 +129,7 @@ struct tb_obj {
 	struct tb_entry *head;
 	unsigned n;
 	unsigned nclean;   /* CLEAN entries in its list */
+	uint64_t nunstored; /* DIRTY or WB entries in its list that are not stored */
 	uint64_t last_idx; /* block of its latest pin: a reader's position */
 	struct tb_obj *lprev, *lnext; /* the store's list of objects */
 	int wb_err; /* reported once by the next tb_flush_obj */
@@ -152,6 +159,7 @@ struct tb_store {
 	uint32_t nslots;
 	struct tb_entry **hash;
 	uint64_t hash_mask;
+	struct tb_entry **lochash; /* CLEAN entries by persisted location, for dedup's verify */
 	struct tb_obj **ohash;
 	uint64_t ohash_mask;
 	struct tb_obj *objs;   /* every object, for the cycle's eviction order */
@@ -193,7 +201,7 @@ struct tb_store {
 	size_t sector_words;
 	uint32_t nsectors;
 	uint64_t partial_created, partial_merged;
-	uint64_t dedup_hits, dedup_mismatch;
+	uint64_t dedup_hits, dedup_mismatch, dedup_verify_cached;
 	uint64_t ticks; /* counts pins, for lru */
 	/* 2q: blocks evicted from A1in, remembered by key in a ring */
 	uint64_t *ghost;
@@ -399,6 +407,22 @@ static void leave(struct tb_store *s, struct tb_entry *e, bool evicted)
 	}
 }
 
+/* Dirty data of a block that has no stored copy: the owner's map lacks it. */
+static bool unstored(const struct tb_entry *e)
+{
+	return (e->state == ES_DIRTY || e->state == ES_WB) && !e->stored;
+}
+
+/* Whether the owner's map now names a stored copy of e's block. Lock held. */
+static void set_stored(struct tb_entry *e, bool stored)
+{
+	if (e->in_hash && unstored(e))
+		e->o->nunstored--;
+	e->stored = stored;
+	if (e->in_hash && unstored(e))
+		e->o->nunstored++;
+}
+
 static int entry_insert(struct tb_store *s, struct tb_entry *e, uint64_t obj, uint64_t idx)
 {
 	struct tb_obj *o = obj_get(s, obj);
@@ -413,6 +437,8 @@ static int entry_insert(struct tb_store *s, struct tb_entry *e, uint64_t obj, ui
 	e->hnext = *b;
 	*b = e;
 	e->in_hash = true;
+	if (unstored(e))
+		o->nunstored++;
 	admit(s, e);
 	if (o->pinned)
 		s->n_pinned_res++;
@@ -438,6 +464,8 @@ static void entry_unhash(struct tb_store *s, struct tb_entry *e)
 	e->in_hash = false;
 	if (e->state == ES_CLEAN)
 		o->nclean--;
+	if (unstored(e))
+		o->nunstored--;
 	if (e->oprev)
 		e->oprev->onext = e->onext;
 	else
@@ -451,9 +479,46 @@ static void entry_unhash(struct tb_store *s, struct tb_entry *e)
 	obj_maybe_free(s, o);
 }
 
+/* ---- CLEAN entries by location: a stored block's bytes may be in DRAM ---- */
+
+static struct tb_entry **lochash_bucket(struct tb_store *s, uint64_t loc)
+{
+	return &s->lochash[mix(loc, 0x10c) & s->hash_mask];
+}
+
+static void lochash_add(struct tb_store *s, struct tb_entry *e)
+{
+	struct tb_entry **b = lochash_bucket(s, e->loc);
+
+	e->lhnext = *b;
+	*b = e;
+	e->in_lochash = true;
+}
+
+static void lochash_del(struct tb_store *s, struct tb_entry *e)
+{
+	struct tb_entry **p = lochash_bucket(s, e->loc);
+
+	while (*p != e)
+		p = &(*p)->lhnext;
+	*p = e->lhnext;
+	e->in_lochash = false;
+}
+
+/* A CLEAN entry holding the stored block at loc, other than not. */
+static struct tb_entry *lochash_find(struct tb_store *s, uint64_t loc, const struct tb_entry *not)
+{
+	struct tb_entry *e = *lochash_bucket(s, loc);
+
+	while (e && (e->loc != loc || e == not || e->partial))
+		e = e->lhnext;
+	return e;
+}
+
 /*
  * Move e to state st, keeping the counts of CLEAN entries (the store's and
- * its object's) that eviction and the flusher's cleaning go by.
+ * its object's) that eviction and the flusher's cleaning go by, and the
+ * location hash of CLEAN entries.
  */
 static void set_state(struct tb_store *s, struct tb_entry *e, enum entry_state st)
 {
@@ -461,13 +526,21 @@ static void set_state(struct tb_store *s, struct tb_entry *e, enum entry_state s
 		s->nclean--;
 		if (e->in_hash)
 			e->o->nclean--;
+		if (e->in_lochash)
+			lochash_del(s, e);
 	}
 	if (st == ES_CLEAN) {
 		s->nclean++;
 		if (e->in_hash)
 			e->o->nclean++;
+		if (e->loc != TB_LOC_NONE)
+			lochash_add(s, e);
 	}
+	if (e->in_hash && unstored(e))
+		e->o->nunstored--;
 	e->state = st;
+	if (e->in_hash && unstored(e))
+		e->o->nunstored++;
 }
 
 /* ---- slots ---- */
@@ -490,6 +563,7 @@ static void entry_free(struct tb_store *s, struct tb_entry *e)
 	leave(s, e, false);
 	set_state(s, e, ES_FREE);
 	e->dead = false;
+	e->stored = false;
 	e->loc = TB_LOC_NONE;
 	elist_append(&s->free_list, e);
 	pthread_cond_broadcast(&s->space_cv);
@@ -733,7 +807,7 @@ static struct tb_entry *entry_take(struct tb_store *s, struct tb_entry *e)
 	e->pins = e->wpins = 0;
 	e->err = 0;
 	e->retries = 0;
-	e->urgent = e->dead = e->reserved = e->written_back = e->deep = false;
+	e->urgent = e->dead = e->reserved = e->written_back = e->stored = e->deep = false;
 	e->placeholder = e->partial = e->merging = false;
 	e->ref_bit = true;
 	e->fill = 0;
@@ -919,6 +993,7 @@ static void submit_read(struct tb_store *s, struct tb_entry *e, uint64_t loc,
 			enum io_class cls)
 {
 	e->loc = loc;
+	e->stored = true; /* LOADING: not dirty, so no count changes */
 	e->req.op = IO_READ;
 	e->req.cls = cls;
 	e->req.slot = tb_loc_slot(loc);
@@ -1164,19 +1239,30 @@ int tb_get(struct tb_store *s, uint64_t obj, uint64_t idx, struct tb_ref *ref,
 	}
 }
 
-void tb_put(struct tb_store *s, struct tb_ref *ref, size_t bytes_read)
+/* Drop a pin of e. Lock held. */
+static void unpin_locked(struct tb_store *s, struct tb_entry *e)
 {
-	struct tb_entry *e = ref->e;
-
-	pthread_mutex_lock(&s->lock);
-	s->dram_read_bytes += bytes_read;
-	s->dram_read_ops++;
 	if (--e->pins == 0) {
 		if (e->dead)
 			entry_free(s, e);
 		pthread_cond_broadcast(&s->space_cv);
 		pthread_cond_broadcast(&s->state_cv);
 	}
+}
+
+static void unpin(struct tb_store *s, struct tb_entry *e)
+{
+	pthread_mutex_lock(&s->lock);
+	unpin_locked(s, e);
+	pthread_mutex_unlock(&s->lock);
+}
+
+void tb_put(struct tb_store *s, struct tb_ref *ref, size_t bytes_read)
+{
+	pthread_mutex_lock(&s->lock);
+	s->dram_read_bytes += bytes_read;
+	s->dram_read_ops++;
+	unpin_locked(s, ref->e);
 	pthread_mutex_unlock(&s->lock);
 	ref->e = NULL;
 }
@@ -1320,12 +1406,14 @@ static void give_space(struct tb_store *s, uint64_t *resv, int from_resv)
 }
 
 /*
- * A new entry for part of block (obj, idx): a zeroed whole block if it is a
- * hole, else DIRTY and partial over its persisted copy. Lock held; dropped
- * around the owner's resolve, during which the entry is a placeholder.
+ * A new DIRTY entry for a write of sectors of block (obj, idx). For part
+ * of the block: a zeroed whole block if it is a hole, else partial over
+ * its persisted copy. For the whole block, the resolve only tells whether
+ * it is stored (tb_unstored). Lock held; dropped around the owner's
+ * resolve, during which the entry is a placeholder.
  */
-static int start_partial(struct tb_store *s, struct tb_entry *e, uint64_t obj, uint64_t idx,
-			 uint64_t *resv)
+static int start_write(struct tb_store *s, struct tb_entry *e, uint64_t obj, uint64_t idx,
+		       bool whole, uint64_t *resv)
 {
 	uint64_t loc;
 	int ret, from_resv;
@@ -1345,7 +1433,7 @@ static int start_partial(struct tb_store *s, struct tb_entry *e, uint64_t obj, u
 	}
 	pthread_mutex_unlock(&s->lock);
 	ret = s->owner.resolve(s->owner.ctx, obj, idx, &loc);
-	if (ret == -ENOENT)
+	if (ret == -ENOENT && !whole)
 		memset(slot_data(s, e), 0, s->bs);
 	pthread_mutex_lock(&s->lock);
 	e->placeholder = false;
@@ -1358,13 +1446,14 @@ static int start_partial(struct tb_store *s, struct tb_entry *e, uint64_t obj, u
 		pthread_cond_broadcast(&s->state_cv);
 		return ret;
 	}
-	if (ret == 0) {
+	if (ret == 0 && !whole) {
 		e->partial = true;
 		e->base_loc = loc;
 		e->nwritten = 0;
 		memset(e->written, 0, s->sector_words * sizeof(uint64_t));
 		s->partial_created++;
 	}
+	e->stored = ret == 0; /* not dirty yet: make_dirty counts it */
 	make_dirty(s, e);
 	pthread_cond_broadcast(&s->state_cv);
 	return 0;
@@ -1429,9 +1518,9 @@ int tb_get_write(struct tb_store *s, uint64_t obj, uint64_t idx, size_t off, siz
 		e = entry_alloc_wait(s, obj, idx, &found);
 		if (!e)
 			continue;
-		if (!whole && sector_aligned(s, off, len)) {
-			/* Part of an uncached block: no read; remember which sectors. */
-			ret = start_partial(s, e, obj, idx, resv);
+		if (sector_aligned(s, off, len)) {
+			/* An uncached block: no read; for part of it, remember which sectors. */
+			ret = start_write(s, e, obj, idx, whole, resv);
 			if (ret < 0)
 				goto out_unlock;
 			continue; /* the entry is DIRTY now: found above */
@@ -1640,6 +1729,11 @@ static void wb_failed(struct tb_store *s, struct tb_entry *e, int err)
 			(unsigned long long)e->idx, (unsigned long long)e->obj, strerror(-err),
 			e->retries);
 	set_state(s, e, ES_DIRTY);
+	/*
+	 * Retried as soon as its backoff has passed, whoever sent it: fsync
+	 * waits on it, or the cache wanted its slot.
+	 */
+	e->urgent = true;
 	s->due_scan = true;
 	e->dirty_ms = now_ms() + (WB_RETRY_BASE_MS << (e->retries < 8 ? e->retries : 8));
 	elist_append(&s->dirty_list, e);
@@ -1822,11 +1916,26 @@ static bool dedup_match(struct tb_store *s, struct tb_entry *e)
 	if (s->owner.dedup_find(s->owner.ctx, e->hash, &id, &loc) != 0)
 		return false;
 	if (s->cfg.dedup == TB_DEDUP_VERIFY) {
-		if (posix_memalign((void **)&bounce, IO_ALIGN, s->bs))
-			return false;
-		same = read_sync(s, loc, bounce) == 0 &&
-		       memcmp(bounce, slot_data(s, e), s->bs) == 0;
-		free(bounce);
+		struct tb_entry *c;
+
+		/* The stored copy's bytes, from DRAM when a clean copy is cached. */
+		pthread_mutex_lock(&s->lock);
+		c = lochash_find(s, loc, e);
+		if (c) {
+			c->pins++;
+			s->dedup_verify_cached++;
+		}
+		pthread_mutex_unlock(&s->lock);
+		if (c) {
+			same = memcmp(slot_data(s, c), slot_data(s, e), s->bs) == 0;
+			unpin(s, c);
+		} else {
+			if (posix_memalign((void **)&bounce, IO_ALIGN, s->bs))
+				return false;
+			same = read_sync(s, loc, bounce) == 0 &&
+			       memcmp(bounce, slot_data(s, e), s->bs) == 0;
+			free(bounce);
+		}
 		if (!same) {
 			pthread_mutex_lock(&s->lock);
 			s->dedup_mismatch++;
@@ -1940,6 +2049,7 @@ static void commit_batch(struct tb_store *s, struct tb_entry **v, size_t n)
 		}
 		if (e->share_id)
 			s->dedup_hits++;
+		set_stored(e, e->new_loc != TB_LOC_NONE); /* a shared block's too */
 		if (e->new_loc == TB_LOC_NONE)
 			s->holes++;
 		else if (!e->share_id)
@@ -2033,7 +2143,7 @@ static void *flusher_main(void *arg)
 		uint64_t now = now_ms(), next_ms = UINT64_MAX;
 		size_t n, nready = 0;
 		struct tb_entry *done;
-		bool want_sync;
+		bool want_sync, failed;
 
 		if (s->stopping && !s->ndirty && !s->done && !s->wb_inflight)
 			break;
@@ -2043,6 +2153,7 @@ static void *flusher_main(void *arg)
 		pthread_mutex_unlock(&s->lock);
 
 		start_writes(s, batch, n, ready, &nready);
+		failed = false;
 		while (done) {
 			struct tb_entry *e = done;
 
@@ -2054,6 +2165,7 @@ static void *flusher_main(void *arg)
 					dev_set_full(s->dev[tb_loc_dev(e->new_loc)]);
 				wb_failed(s, e, e->err);
 				pthread_mutex_unlock(&s->lock);
+				failed = true; /* its retry is due later: look again before sleeping */
 				continue;
 			}
 			ready[nready++] = e;
@@ -2073,7 +2185,7 @@ static void *flusher_main(void *arg)
 			pthread_mutex_lock(&s->lock);
 			continue;
 		}
-		if (n || nready || s->done)
+		if (n || nready || failed || s->done)
 			continue;
 		/* Asleep until something is due: an idle mount costs no CPU. */
 		if ((s->commits_since_sync || s->npending) &&
@@ -2338,6 +2450,18 @@ uint64_t tb_resident(struct tb_store *s, uint64_t obj, bool *pinned)
 	return n;
 }
 
+uint64_t tb_unstored(struct tb_store *s, uint64_t obj)
+{
+	struct tb_obj *o;
+	uint64_t n;
+
+	pthread_mutex_lock(&s->lock);
+	o = obj_find(s, obj);
+	n = o ? o->nunstored : 0;
+	pthread_mutex_unlock(&s->lock);
+	return n;
+}
+
 void tb_resident_each(struct tb_store *s, uint64_t obj, tb_block_fn fn, void *arg)
 {
 	struct tb_obj *o;
@@ -2367,8 +2491,18 @@ void tb_release(struct tb_store *s, uint64_t loc)
 		s->cap_pending = cap;
 	}
 	s->pending[s->npending++] = loc;
-	if (s->npending == 1)
-		pthread_cond_signal(&s->flush_cv); /* a sync point is due now */
+	/*
+	 * A sync point is due: at the flusher's next interval, or now when
+	 * many slots wait, so that rewrites reuse the space the slab already
+	 * has instead of growing it (fresh extents of the slab file cost the
+	 * filesystem an allocation, and the drive more than a rewrite).
+	 */
+	if (s->npending >= SYNC_FREES) {
+		s->sync_req = true;
+		pthread_cond_signal(&s->flush_cv);
+	} else if (s->npending == 1) {
+		pthread_cond_signal(&s->flush_cv);
+	}
 	pthread_mutex_unlock(&s->lock);
 }
 
@@ -2430,6 +2564,7 @@ void tb_get_stats(struct tb_store *s, struct tb_stats *st)
 	st->partial_merged = s->partial_merged;
 	st->dedup_hits = s->dedup_hits;
 	st->dedup_verify_mismatch = s->dedup_mismatch;
+	st->dedup_verify_cached = s->dedup_verify_cached;
 	st->pinned_bytes = s->n_pinned_res * s->bs;
 	st->pin_limit_bytes = s->pin_limit * s->bs;
 	st->hot_bytes = (uint64_t)s->n_hot * s->bs;
@@ -2522,6 +2657,7 @@ int tb_open(const struct tb_config *cfg, const struct tb_owner *owner, struct tb
 	s->entries = calloc(s->nslots, sizeof(*s->entries));
 	s->hash_mask = pow2_at_least(2ULL * s->nslots) - 1;
 	s->hash = calloc(s->hash_mask + 1, sizeof(*s->hash));
+	s->lochash = calloc(s->hash_mask + 1, sizeof(*s->lochash));
 	s->ohash_mask = pow2_at_least(s->nslots) - 1;
 	s->ohash = calloc(s->ohash_mask + 1, sizeof(*s->ohash));
 	s->nghost = s->nslots * 2 > 16 ? s->nslots * 2 : 16;
@@ -2539,7 +2675,7 @@ int tb_open(const struct tb_config *cfg, const struct tb_owner *owner, struct tb
 	s->pin_limit = s->nslots > cfg->max_pinned + 16 + s->nslots / 4
 			       ? s->nslots - cfg->max_pinned - 16 - s->nslots / 4
 			       : 0;
-	if (!s->zero || !s->entries || !s->hash || !s->ohash || !s->ghost || !s->ghost_next ||
+	if (!s->zero || !s->entries || !s->hash || !s->lochash || !s->ohash || !s->ghost || !s->ghost_next ||
 	    !s->ghost_head || !s->rank || !s->scratch) {
 		snprintf(err, errlen, "out of memory for %u cache entries", s->nslots);
 		ret = -ENOMEM;
@@ -2672,6 +2808,7 @@ int tb_close(struct tb_store *s)
 	free(s->rank);
 	free(s->scratch);
 	free(s->hash);
+	free(s->lochash);
 	free(s->entries);
 	free(s->sector_bits);
 	free(s->zero);

@@ -51,6 +51,7 @@
 #define ID_NAME "tensorfs.dev"
 #define RESERVE_PERCENT 1
 #define RESERVE_MIN_BLOCKS 2
+#define SLAB_GROW (256ULL << 20) /* the slab grows ahead of writes by this much */
 #define URING_MAX_BUF (1UL << 30) /* a registered buffer is at most 1 GiB */
 #define BURST_NS 50000000ULL	  /* a capped device may burst 50 ms worth */
 #define BW_WINDOW_NS 200000000ULL /* bandwidth is measured over 200 ms windows */
@@ -918,6 +919,7 @@ static int open_slab(struct tb_dev *d, const char *what, const char *dir, bool d
 		snprintf(err, errlen, "%s %s is on a read-only filesystem", what, dir);
 		return -EROFS;
 	}
+	d->slab_end = (uint64_t)st.st_size;
 	fs_bytes = (uint64_t)vfs.f_blocks * vfs.f_frsize;
 	free_bytes = (uint64_t)vfs.f_bavail * vfs.f_frsize;
 	slab_bytes = (uint64_t)st.st_blocks * 512;
@@ -982,6 +984,31 @@ static int register_buffers(struct tb_dev *d, struct uring_priv *u)
 	return ret;
 }
 
+/*
+ * Grow the slab file ahead of a write that would extend it, in SLAB_GROW
+ * steps, with fallocate. A write past the end of a file, or into a hole,
+ * takes the filesystem's inode lock exclusively (ext4, xfs) and io_uring
+ * hands it to a worker thread, so such writes run one at a time; into
+ * space allocated ahead they run in parallel, as overwrites do. Called on
+ * the device's I/O thread; a failure only costs that speed.
+ */
+static void slab_grow(struct tb_dev *d, uint64_t end)
+{
+	uint64_t to, cap = d->alloc.nslots * d->block_size;
+
+	if (!d->prealloc || end <= d->slab_end)
+		return;
+	to = (end + SLAB_GROW - 1) / SLAB_GROW * SLAB_GROW;
+	if (to > cap)
+		to = cap > end ? cap : end;
+	if (fallocate(d->fd, 0, (off_t)d->slab_end, (off_t)(to - d->slab_end)) == 0) {
+		d->slab_end = to;
+		return;
+	}
+	if (errno == EOPNOTSUPP || errno == ENOSYS)
+		d->prealloc = false; /* the filesystem cannot: writes extend the slab */
+}
+
 static void uring_prep(struct tb_dev *d, struct uring_priv *u, struct io_uring_sqe *sqe,
 		       struct tb_io *r)
 {
@@ -990,6 +1017,8 @@ static void uring_prep(struct tb_dev *d, struct uring_priv *u, struct io_uring_s
 	off_t off = (off_t)(r->slot * d->block_size + r->done_bytes);
 	size_t arena_off = (size_t)((char *)r->buf - (char *)d->arena->base);
 
+	if (r->op == IO_WRITE)
+		slab_grow(d, (uint64_t)off + len);
 	if (u->fixed_bufs && (char *)r->buf >= (char *)d->arena->base &&
 	    arena_off < d->arena->bytes) {
 		int idx = (int)(arena_off / URING_MAX_BUF);
@@ -1141,10 +1170,12 @@ static void aio_prep(struct tb_dev *d, struct aio_priv *a, struct tb_io *r)
 	size_t len = r->len - r->done_bytes;
 	long long off = (long long)(r->slot * d->block_size + r->done_bytes);
 
-	if (r->op == IO_READ)
+	if (r->op == IO_READ) {
 		io_prep_pread(&r->iocb, d->fd, buf, len, off);
-	else
+	} else {
+		slab_grow(d, (uint64_t)off + len);
 		io_prep_pwrite(&r->iocb, d->fd, buf, len, off);
+	}
 	io_set_eventfd(&r->iocb, a->efd);
 	r->iocb.data = r;
 }
@@ -1441,6 +1472,7 @@ int dev_open_slab(struct tb_dev **out, const char *kind, unsigned index, const c
 	ret = open_slab(d, what, dir, true, cap_bytes, err, errlen);
 	if (ret < 0)
 		goto fail;
+	d->prealloc = !pfs; /* a parallel filesystem may not have fallocate, or make it slow */
 	if (pfs) {
 		ret = pool_setup(d);
 	} else {

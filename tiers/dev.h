@@ -87,6 +87,8 @@ struct tb_dev {
 	int dir_fd;	 /* its folder, checked (storedir.h), where there is one */
 	bool id_made;	 /* this open created the identity file */
 	bool slab_made;	 /* this open created the slab file */
+	bool prealloc;	 /* grow the slab ahead of writes (nvme); off once unsupported */
+	uint64_t slab_end; /* the slab's size: writes below it are overwrites; I/O thread only */
 	int wake_efd;	 /* kicked when requests are queued */
 	bool running;
 

@@ -329,7 +329,8 @@ int s3obj_sweep(struct s3objs *t, struct s3obj_version *v, size_t n, struct s3ob
 	*missing = 0;
 	if (!d)
 		return -ENOMEM;
-	qsort(v, n, sizeof(*v), version_cmp);
+	if (n) /* v may be NULL when the bucket holds none */
+		qsort(v, n, sizeof(*v), version_cmp);
 	for (size_t i = 0; i < n;) {
 		uint64_t k = v[i].objno;
 		size_t j = i, keep = n;

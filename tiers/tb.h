@@ -181,6 +181,7 @@ struct tb_stats {
 	uint64_t prefetch_refused; /* not issued: every slot held a block needed sooner */
 	uint64_t partial_created, partial_merged; /* reads saved, and paid later */
 	uint64_t dedup_hits, dedup_verify_mismatch;
+	uint64_t dedup_verify_cached; /* verify compared with a copy in DRAM, not the device */
 	uint64_t pinned_bytes, pin_limit_bytes; /* resident blocks of pinned objects */
 	uint64_t hot_bytes, ghost_hits;		/* 2q: Am's size, promotions from A1out */
 	bool huge_pages, locked;
@@ -290,6 +291,13 @@ int tb_pin_obj(struct tb_store *s, uint64_t obj, uint64_t nblocks);
 void tb_unpin_obj(struct tb_store *s, uint64_t obj);
 /* Unpin obj, write back its dirty blocks, and drop the clean ones from DRAM. */
 int tb_evict_obj(struct tb_store *s, uint64_t obj);
+/*
+ * Dirty blocks of obj with no stored copy yet (new, never written back):
+ * what the owner's block map does not show of obj. Counted as blocks
+ * change state, so it costs nothing to ask. Between a write-back's commit
+ * and its return to the cache a block is in both, for a moment.
+ */
+uint64_t tb_unstored(struct tb_store *s, uint64_t obj);
 /* Blocks of obj resident in DRAM; *pinned, if given, says whether it is pinned. */
 uint64_t tb_resident(struct tb_store *s, uint64_t obj, bool *pinned);
 /*

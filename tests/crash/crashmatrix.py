@@ -41,9 +41,7 @@ objects there must be exactly those the tier says it stores: none leaked.
 """
 import argparse
 import glob
-import hashlib
 import json
-import mmap
 import os
 import random
 import signal
@@ -51,8 +49,9 @@ import subprocess
 import sys
 import time
 
-MiB = 1 << 20
-ALIGN = 4096
+from durable import (ALIGN, MiB, check_durable, check_readable, direct_ok, fsync_dir,
+                     open_write, write_data)
+
 MAX_FILES = 24        # durable files kept; deletes win above this
 MAX_SIZE = 3 * MiB // 2
 
@@ -132,36 +131,12 @@ def gen(r, size):
     return r.randbytes(size)
 
 
-def fsync_dir(path):
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def write_all(path, data, r, flags=os.O_CREAT | os.O_EXCL):
-    direct = len(data) % ALIGN == 0 and len(data) and r.random() < 0.4
-    fd = os.open(path, os.O_WRONLY | flags | (os.O_DIRECT if direct else 0), 0o644)
+    """A new file holding data, sometimes written with O_DIRECT; its fd."""
+    direct = direct_ok(data) and r.random() < 0.4
+    fd = open_write(path, flags, direct)
     try:
-        if direct:
-            buf = mmap.mmap(-1, MiB)
-            try:
-                for off in range(0, len(data), MiB):
-                    chunk = data[off:off + MiB]
-                    buf[:len(chunk)] = chunk
-                    n = os.pwritev(fd, [memoryview(buf)[:len(chunk)]], off)
-                    if n != len(chunk):
-                        raise OSError(0, f"short O_DIRECT write: {n} of {len(chunk)}")
-            finally:
-                buf.close()
-        else:
-            pos = 0
-            while pos < len(data):
-                n = os.pwrite(fd, data[pos:pos + r.choice([4096, 65536, 300000, MiB])], pos)
-                if n <= 0:
-                    raise OSError(0, f"write returned {n}")
-                pos += n
+        write_data(fd, data, r, direct)
         return fd
     except BaseException:
         os.close(fd)
@@ -352,10 +327,6 @@ def apply(files, op):
         del files[op[1]]
 
 
-def sha(data):
-    return hashlib.sha256(data).hexdigest()
-
-
 def read_file(path):
     with open(path, "rb") as f:
         return f.read()
@@ -418,22 +389,15 @@ def check(root, files, inflight):
         if inflight[1] not in present:
             del files[inflight[1]]
 
-    for name, data in sorted(files.items()):
-        if name not in present:
-            raise Fail(f"{name}: durable ({len(data)} bytes) but missing after the crash")
-        got = read_file(os.path.join(root, name))
-        if got != data:
-            diff = next((i for i in range(min(len(got), len(data))) if got[i] != data[i]),
-                        min(len(got), len(data)))
-            raise Fail(f"{name}: {len(got)} bytes {sha(got)[:12]}, expected {len(data)} bytes "
-                       f"{sha(data)[:12]}; first difference at byte {diff}")
+    problems = check_durable(root, {name: [data] for name, data in files.items()})
     extra = present - set(files)
     unknown = {p for p in extra if not p.startswith("s") and p not in maybe}
     if unknown:
-        raise Fail(f"names that should not exist (deleted, renamed away or never "
-                   f"completed): {sorted(unknown)[:5]}")
-    for name in extra:
-        read_file(os.path.join(root, name))  # scratch and in-flight files must read
+        problems.append(f"names that should not exist (deleted, renamed away or never "
+                        f"completed): {sorted(unknown)[:5]}")
+    problems += check_readable(root, extra)  # scratch and in-flight files must read
+    if problems:
+        raise Fail("; ".join(problems[:3]))
     return sorted(extra)
 
 

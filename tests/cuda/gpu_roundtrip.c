@@ -10,53 +10,27 @@
  *
  * Exit status: 0 pass, 1 fail, 77 skip (no GPU).
  */
+#include "gputest.h"
 #include "tensorfs_cuda.h"
 
 #include <cuda_runtime.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #define MAX_TENSOR (48UL << 20)
 
-static void die(const char *fmt, ...)
-{
-	va_list ap;
-
-	fprintf(stderr, "FAIL: ");
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputc('\n', stderr);
-	exit(1);
-}
-
-#define CHECK(cond, ...)                                                                           \
-	do {                                                                                       \
-		if (!(cond))                                                                       \
-			die(__VA_ARGS__);                                                          \
-	} while (0)
 #define CU(call)                                                                                   \
 	do {                                                                                       \
 		cudaError_t e_ = (call);                                                           \
 		CHECK(e_ == cudaSuccess, "%s: %s", #call, cudaGetErrorString(e_));                 \
 	} while (0)
-
-static uint64_t rnd(uint64_t *s)
-{
-	*s ^= *s >> 12;
-	*s ^= *s << 25;
-	*s ^= *s >> 27;
-	return *s * 2685821657736338717ULL;
-}
 
 static int probe(void)
 {
@@ -91,7 +65,7 @@ static long long pinned_blocks(const char *mnt)
 
 int main(int argc, char **argv)
 {
-	uint64_t s = (uint64_t)time(NULL) ^ (uint64_t)getpid();
+	uint64_t s = gt_seed();
 	unsigned iters;
 	uint8_t *host, *back, *dev_a, *dev_b;
 	cudaStream_t stream;
@@ -124,13 +98,12 @@ int main(int argc, char **argv)
 	      tfs_gpu_error());
 
 	for (unsigned i = 0; i < iters; i++) {
-		size_t len = 1 + rnd(&s) % MAX_TENSOR;
-		off_t off = (off_t)(rnd(&s) % (64UL << 20));
+		size_t len = 1 + gt_rnd(&s) % MAX_TENSOR;
+		off_t off = (off_t)(gt_rnd(&s) % (64UL << 20));
 		void *st = i % 2 ? stream : NULL;
 		ssize_t n;
 
-		for (size_t k = 0; k < len; k++)
-			host[k] = (uint8_t)(rnd(&s) >> 56);
+		gt_fill(host, len, &s);
 		CU(cudaMemcpy(dev_a, host, len, cudaMemcpyHostToDevice));
 		n = tfs_gpu_write(fd, off, len, dev_a, st);
 		CHECK(n == (ssize_t)len, "tfs_gpu_write(%lld, %zu) = %zd: %s", (long long)off, len,

@@ -42,6 +42,7 @@
  * Exit status: 0 pass, 1 fail, 77 skip.
  */
 #include "client.h"
+#include "gputest.h"
 #include "tensorfs_cuda.h"
 
 #include <dirent.h>
@@ -50,7 +51,6 @@
 #include <jansson.h>
 #include <pthread.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -67,39 +67,6 @@
 #define OTHER_UID 65534
 
 static const char *mnt;
-
-static void die(const char *fmt, ...)
-{
-	va_list ap;
-
-	fprintf(stderr, "FAIL: ");
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputc('\n', stderr);
-	exit(1);
-}
-
-#define CHECK(cond, ...)                                                                           \
-	do {                                                                                       \
-		if (!(cond))                                                                       \
-			die(__VA_ARGS__);                                                          \
-	} while (0)
-
-/* xorshift64*: reproducible from the seed printed at start */
-static uint64_t rnd(uint64_t *s)
-{
-	*s ^= *s >> 12;
-	*s ^= *s << 25;
-	*s ^= *s >> 27;
-	return *s * 2685821657736338717ULL;
-}
-
-static void fill(uint8_t *p, size_t n, uint64_t *s)
-{
-	for (size_t i = 0; i < n; i++)
-		p[i] = (uint8_t)(rnd(s) >> 56);
-}
 
 static void sleep_ms(long ms)
 {
@@ -235,22 +202,22 @@ static void *roundtrip_thread(void *arg)
 	snprintf(name, sizeof(name), "rt%d", a->id);
 	f.fd = open_in(name, O_RDWR | O_CREAT | O_TRUNC);
 	for (unsigned it = 0; it < a->iters; it++) {
-		unsigned op = (unsigned)(rnd(&s) % 8);
+		unsigned op = (unsigned)(gt_rnd(&s) % 8);
 		/* odd sizes and offsets, some whole blocks, some past the end */
-		size_t len = 1 + (size_t)(rnd(&s) % a->maxlen);
-		size_t off = (size_t)(rnd(&s) % (f.size + 2 * a->bs));
+		size_t len = 1 + (size_t)(gt_rnd(&s) % a->maxlen);
+		size_t off = (size_t)(gt_rnd(&s) % (f.size + 2 * a->bs));
 		struct stat st;
 		ssize_t n;
 
-		if (rnd(&s) % 4 == 0)
+		if (gt_rnd(&s) % 4 == 0)
 			off -= off % a->bs;
-		if (rnd(&s) % 4 == 0 && len > a->bs)
+		if (gt_rnd(&s) % 4 == 0 && len > a->bs)
 			len -= len % a->bs;
 		switch (op) {
 		case 0:
 		case 1:
 		case 2: /* write through the library */
-			fill(buf, len, &s);
+			gt_fill(buf, len, &s);
 			/* Cache the old bytes in the kernel first: the write must drop them. */
 			verify_range(&f, off, len, "caching");
 			futimens(f.fd, old);
@@ -264,7 +231,7 @@ static void *roundtrip_thread(void *arg)
 			      "tfs_gpu_write left mtime at %lld", (long long)st.st_mtime);
 			break;
 		case 3: /* write through FUSE */
-			fill(buf, len, &s);
+			gt_fill(buf, len, &s);
 			pwrite_all(f.fd, buf, len, (off_t)off);
 			shadow_grow(&f, off + len > f.size ? off + len : f.size);
 			memcpy(f.data + off, buf, len);
@@ -285,7 +252,7 @@ static void *roundtrip_thread(void *arg)
 			break;
 		}
 		case 7: { /* truncate, up (a hole) or down */
-			size_t size = (size_t)(rnd(&s) % (f.size + 3 * a->bs));
+			size_t size = (size_t)(gt_rnd(&s) % (f.size + 3 * a->bs));
 
 			CHECK(ftruncate(f.fd, (off_t)size) == 0, "ftruncate: %s", strerror(errno));
 			if (size < f.size)
@@ -307,7 +274,7 @@ static int t_roundtrip(const char *expect, unsigned iters, int threads)
 {
 	struct rt_args a[16];
 	pthread_t th[16];
-	uint64_t seed = (uint64_t)time(NULL) ^ (uint64_t)getpid() << 20;
+	uint64_t seed = gt_seed();
 	int fd = open_in("rt-path", O_RDWR | O_CREAT), want, path;
 	struct stat st;
 	char sock[108];
@@ -451,7 +418,7 @@ static int t_protocol(void)
 	data = malloc(big);
 	back = malloc(big);
 	CHECK(data && back, "out of memory");
-	fill(data, big, &s);
+	gt_fill(data, big, &s);
 	rw = open_in("p-data", O_RDWR | O_CREAT | O_TRUNC);
 	pwrite_all(rw, data, size, 0);
 	ro = open_in("p-data", O_RDONLY);
@@ -511,7 +478,7 @@ static int t_protocol(void)
 
 	/* A committed write: the file has the bytes, and grows. */
 	CHECK(tfsc_grant(a, rw, ino) == 0, "GRANT of a read-write fd");
-	fill(back, 2 * bs, &s);
+	gt_fill(back, 2 * bs, &s);
 	CHECK(tfsc_pin(a, true, ino, 5 * bs + 100, 2 * bs, 0) == 0 && a->rep->nblocks == 3,
 	      "PIN_WRITE: %s", tfs_gpu_error());
 	CHECK(gpu_field("write_pinned_blocks") == 3, "write pins not counted");
@@ -544,7 +511,7 @@ static int t_protocol(void)
 	CHECK(gpu_field("failed_writes") >= 1, "the abandoned write is not counted");
 
 	/* The pin limit: a connection holding pins gets what is left, then -EAGAIN. */
-	fill(data, big, &s);
+	gt_fill(data, big, &s);
 	pwrite_all(rw, data, big, 0);
 	CHECK(tfsc_pin(a, false, ino, 0, big, TFS_GPU_MAX_BLOCKS) == 0, "big PIN_READ");
 	CHECK(a->rep->nblocks == ar.max_pins || a->rep->nblocks == TFS_GPU_MAX_BLOCKS,
@@ -586,12 +553,54 @@ static int t_protocol(void)
 	return 0;
 }
 
+/* ---- clients of another uid (owner, refuse) ---- */
+
+/*
+ * Let every user reach the daemon's socket, whose path goes to sock, so
+ * that only its credential check stands between another uid and it;
+ * socket_private puts the modes back.
+ */
+static void socket_public(char sock[108], char dir[108])
+{
+	uint64_t id;
+
+	CHECK(tfsc_gpu_file(mnt, sock, 108, &id) == 0 && sock[0], "no socket");
+	snprintf(dir, 108, "%s", sock);
+	*strrchr(dir, '/') = 0;
+	CHECK(chmod(dir, 0755) == 0 && chmod(sock, 0666) == 0, "chmod: %s", strerror(errno));
+}
+
+static void socket_private(const char *sock, const char *dir)
+{
+	chmod(sock, 0600);
+	chmod(dir, 0700);
+}
+
+/* Fork: 0 in the child, which then runs as OTHER_UID; its pid in the parent. */
+static pid_t fork_other_uid(void)
+{
+	pid_t pid = fork();
+
+	CHECK(pid >= 0, "fork");
+	if (pid == 0 && (setgid(OTHER_UID) || setuid(OTHER_UID)))
+		_exit(2);
+	return pid;
+}
+
+/* The exit status of child pid, or -1 when it did not exit. */
+static int child_status(pid_t pid)
+{
+	int status;
+
+	CHECK(waitpid(pid, &status, 0) == pid, "waitpid");
+	return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
 /* ---- owner: SO_PEERCRED ---- */
 
 static int t_owner(void)
 {
 	char sock[108], dir[108];
-	uint64_t id;
 	long long refused;
 	pid_t pid;
 	int status;
@@ -600,20 +609,13 @@ static int t_owner(void)
 		printf("owner: SKIP: needs root to run a client as another uid\n");
 		return 77;
 	}
-	CHECK(tfsc_gpu_file(mnt, sock, sizeof(sock), &id) == 0 && sock[0], "no socket");
-	/* Let anyone reach the socket, so that only the credential check refuses. */
-	snprintf(dir, sizeof(dir), "%s", sock);
-	*strrchr(dir, '/') = 0;
-	CHECK(chmod(dir, 0755) == 0 && chmod(sock, 0666) == 0, "chmod: %s", strerror(errno));
+	socket_public(sock, dir);
 	refused = gpu_field("refused");
-	pid = fork();
-	CHECK(pid >= 0, "fork");
+	pid = fork_other_uid();
 	if (pid == 0) {
 		struct tfsc_conn *c;
 		int afd = -1, ret;
 
-		if (setgid(OTHER_UID) || setuid(OTHER_UID))
-			_exit(2);
 		ret = tfsc_connect(sock, &c);
 		if (ret) {
 			fprintf(stderr, "owner: child cannot connect: %s\n", tfs_gpu_error());
@@ -622,13 +624,11 @@ static int t_owner(void)
 		ret = tfsc_hello(c, &afd);
 		_exit(ret == -EACCES && afd < 0 ? 0 : 1);
 	}
-	CHECK(waitpid(pid, &status, 0) == pid, "waitpid");
-	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0,
-	      "a client of uid %d was not refused (child status %d)", OTHER_UID,
-	      WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+	status = child_status(pid);
+	CHECK(status == 0, "a client of uid %d was not refused (child status %d)", OTHER_UID,
+	      status);
 	CHECK(gpu_field("refused") == refused + 1, "the refusal is not counted");
-	chmod(sock, 0600);
-	chmod(dir, 0700);
+	socket_private(sock, dir);
 	/* The owner is still served. */
 	tfsc_close(connect_mnt(NULL));
 	printf("owner: ok\n");
@@ -656,7 +656,7 @@ static int t_crash(void)
 	data = malloc(8 * bs);
 	back = malloc(8 * bs);
 	CHECK(data && back, "out of memory");
-	fill(data, 8 * bs, &s);
+	gt_fill(data, 8 * bs, &s);
 	rfd = open_in("c-read", O_RDWR | O_CREAT | O_TRUNC);
 	wfd = open_in("c-write", O_RDWR | O_CREAT | O_TRUNC);
 	pwrite_all(rfd, data, 4 * bs, 0);
@@ -999,7 +999,7 @@ static int reap_or_fail(struct tfsc_conn *c, uint64_t pin, pid_t pid, long ms, c
 		return status;
 	tfsc_release(c, pin, -EIO);
 	waitpid(pid, &status, 0);
-	die("%s: still waiting after %ld ms for a client's write pin", what, ms);
+	gt_die("%s: still waiting after %ld ms for a client's write pin", what, ms);
 	return -1;
 }
 
@@ -1020,8 +1020,8 @@ static int t_pinwait(void)
 	snprintf(path, sizeof(path), "%s/pw-data", mnt);
 	fd = open_in("pw-data", O_RDWR | O_CREAT | O_TRUNC);
 	ino = ino_of(fd);
-	fill(old, 4 * bs, &s);
-	fill(fresh, 2 * bs, &s);
+	gt_fill(old, 4 * bs, &s);
+	gt_fill(fresh, 2 * bs, &s);
 	pwrite_all(fd, old, 4 * bs, 0);
 	CHECK(tfsc_grant(c, fd, ino) == 0, "GRANT: %s", tfs_gpu_error());
 	CHECK(tfsc_pin(c, true, ino, bs, 2 * bs, 0) == 0 && c->rep->nblocks == 2, "PIN_WRITE: %s",
@@ -1144,7 +1144,6 @@ static int t_refuse(void)
 	char sock[108], dir[108];
 	struct tfsc_conn *conns[MAX_CONNS_TRY];
 	long long refused;
-	uint64_t id;
 	int n = 0, ret = 0, fd = -1, status;
 	pid_t pid;
 
@@ -1152,17 +1151,11 @@ static int t_refuse(void)
 		printf("refuse: SKIP: needs root to run a client as another uid\n");
 		return 77;
 	}
-	CHECK(tfsc_gpu_file(mnt, sock, sizeof(sock), &id) == 0 && sock[0], "no socket");
 	CHECK(wait_field("clients", 0), "clients connected before the test");
-	snprintf(dir, sizeof(dir), "%s", sock);
-	*strrchr(dir, '/') = 0;
-	CHECK(chmod(dir, 0755) == 0 && chmod(sock, 0666) == 0, "chmod: %s", strerror(errno));
+	socket_public(sock, dir);
 	refused = gpu_field("refused");
-	pid = fork();
-	CHECK(pid >= 0, "fork");
+	pid = fork_other_uid();
 	if (pid == 0) {
-		if (setgid(OTHER_UID) || setuid(OTHER_UID))
-			_exit(2);
 		for (int i = 0; i < REFUSE_TRIES; i++) {
 			int r = hello_raw(sock, &fd);
 
@@ -1179,12 +1172,10 @@ static int t_refuse(void)
 		}
 		_exit(0);
 	}
-	CHECK(waitpid(pid, &status, 0) == pid, "waitpid");
-	chmod(sock, 0600);
-	chmod(dir, 0700);
-	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0,
-	      "a client of uid %d did not read its refusal (child status %d)", OTHER_UID,
-	      WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+	status = child_status(pid);
+	socket_private(sock, dir);
+	CHECK(status == 0, "a client of uid %d did not read its refusal (child status %d)",
+	      OTHER_UID, status);
 	CHECK(gpu_field("refused") == refused + REFUSE_TRIES, "the refusals are not counted");
 
 	/* The owner, past the connection limit: refused with EMFILE, read as such. */
@@ -1226,7 +1217,7 @@ static void write_check(const char *what, size_t len, uint64_t *s)
 	int fd = open_in("rm", O_RDWR | O_CREAT);
 
 	CHECK(buf && got, "out of memory");
-	fill(buf, len, s);
+	gt_fill(buf, len, s);
 	CHECK(tfs_gpu_path(fd) == TFS_GPU_PATH_ZEROCOPY, "%s: not on the zero-copy path (%s)", what,
 	      tfs_gpu_error());
 	CHECK(tfs_gpu_write(fd, 333, len, buf, NULL) == (ssize_t)len, "%s: write: %s", what,
@@ -1274,7 +1265,7 @@ static int t_copyfail(const char *expect)
 	fd = open_in("cf", O_RDWR | O_CREAT | O_TRUNC);
 	CHECK(tfs_gpu_path(fd) == (zc ? TFS_GPU_PATH_ZEROCOPY : TFS_GPU_PATH_FALLBACK),
 	      "copyfail: not on the %s path", expect);
-	fill(old, size, &s);
+	gt_fill(old, size, &s);
 	pwrite_all(fd, old, size, 0);
 
 	/* A read whose second copy fails: an error with a message, no pin left. */
@@ -1287,7 +1278,7 @@ static int t_copyfail(const char *expect)
 
 	/* A write whose second copy fails: its range holds new, old or zero bytes; the rest is as
 	 * it was. */
-	fill(buf, size, &s);
+	gt_fill(buf, size, &s);
 	tfsc_copy_fail_after = 1;
 	n = tfs_gpu_write(fd, (off_t)off, len, buf, NULL);
 	CHECK(n == -EIO, "a failed write returned %zd (%s)", n, tfs_gpu_error());

@@ -5,12 +5,12 @@
  * others, which a file with credentials must not be) and whether -o gave a
  * remote= already (the file's then loses); the rest is the file, read by
  * fs_config_load_file from a memfd, then resolved and freed. It checks
- * that a file readable by others is never accepted with a secret in it.
+ * that a file readable by others is never accepted with a secret in it,
+ * and, as fuzz_opts does (fuzz_cfg.c), what a resolved configuration
+ * promises.
  */
-#include "opts.h"
-#include "log.h"
+#include "fuzz_cfg.h"
 
-#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,22 +18,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-int LLVMFuzzerInitialize(int *argc, char ***argv);
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-static char fuzz_home[] = "/tmp/tfs-fuzz-config.XXXXXX";
-
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
 	(void)argc;
 	(void)argv;
-	if (!mkdtemp(fuzz_home))
-		abort();
-	setenv("XDG_DATA_HOME", fuzz_home, 1);
-	unsetenv("AWS_ACCESS_KEY_ID");
-	unsetenv("AWS_SECRET_ACCESS_KEY");
-	unsetenv("AWS_SESSION_TOKEN");
-	log_set_level(LOG_LVL_ERR);
+	fuzz_cfg_setup("config", false); /* credentials only from the file */
 	return 0;
 }
 
@@ -61,7 +50,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		/* Credentials are refused from a file that others can read. */
 		if (!private_mode && (cfg.s3_secret || cfg.s3_key || cfg.s3_token))
 			abort();
-		fs_config_resolve(&cfg, err, sizeof(err));
+		if (fs_config_resolve(&cfg, err, sizeof(err)) == 0)
+			fuzz_cfg_check(&cfg);
 	} else if (!err[0]) {
 		abort(); /* every refusal says why */
 	}

@@ -10,47 +10,25 @@
  * mounted: the mount point does not exist and is never looked at.
  *
  * Besides crashes and leaks, it checks what a resolved configuration
- * promises the rest of the daemon.
+ * promises the rest of the daemon (fuzz_cfg.c, shared with fuzz_config).
  */
 #define main tensorfs_main
 #include "main.c"
 #undef main
+
+#include "fuzz_cfg.h"
 
 #include <stdint.h>
 #include <stdlib.h>
 
 #define FUZZ_MAX_OPTS 32
 
-int LLVMFuzzerInitialize(int *argc, char ***argv);
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-static char fuzz_home[] = "/tmp/tfs-fuzz-opts.XXXXXX";
-
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
 	(void)argc;
 	(void)argv;
-	/* A default nvme folder is created under here, never in a real home. */
-	if (!mkdtemp(fuzz_home))
-		abort();
-	setenv("XDG_DATA_HOME", fuzz_home, 1);
-	setenv("AWS_ACCESS_KEY_ID", "FUZZKEY", 1);
-	setenv("AWS_SECRET_ACCESS_KEY", "fuzz-secret", 1);
-	log_set_level(LOG_LVL_ERR);
+	fuzz_cfg_setup("opts", true); /* s3 options find credentials */
 	return 0;
-}
-
-static void check_resolved(const struct fs_config *c)
-{
-	if (c->block < 4096 || (c->block & (c->block - 1)) || !c->dram || !c->meta)
-		abort();
-	if (c->n_devs > FS_MAX_NVME + FS_MAX_REMOTES || c->n_nvme > FS_MAX_NVME)
-		abort();
-	for (unsigned i = 0; i < c->n_devs; i++)
-		if (c->devs[i].kind != TB_KIND_S3 && !c->devs[i].path)
-			abort();
-	if (c->has_s3 && (!c->s3.bucket || !c->s3.region || !c->s3.access_key))
-		abort();
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -77,7 +55,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 	if (fuse_opt_parse(&args, &cfg, tfs_opts, opt_proc) == 0 && !cfg.show_help &&
 	    !cfg.show_version && fs_config_resolve(&cfg, err, sizeof(err)) == 0) {
-		check_resolved(&cfg);
+		fuzz_cfg_check(&cfg);
 		precheck(&cfg, err, sizeof(err));
 	}
 	fuse_opt_free_args(&args);

@@ -11,6 +11,7 @@
  *   metacorrupt META_DIR leak                add a block record nothing maps
  *   metacorrupt META_DIR del-name NAME       delete the root folder's name
  *                                            NAME (not its listing entry)
+ *   metacorrupt META_DIR set-count INO N     record N mapped blocks for INO
  *
  * It goes through meta.c, so it writes records as the daemon does. Exit
  * status 0 done, 1 failed, 2 usage.
@@ -28,7 +29,8 @@ static int usage(void)
 {
 	fprintf(stderr, "usage: metacorrupt META_DIR del-block|bump-refs INO IDX\n"
 			"       metacorrupt META_DIR share-loc INO IDX INO2 IDX2\n"
-			"       metacorrupt META_DIR leak | del-name NAME\n");
+			"       metacorrupt META_DIR leak | del-name NAME\n"
+			"       metacorrupt META_DIR set-count INO N\n");
 	return 2;
 }
 
@@ -106,6 +108,13 @@ static int run(struct fs_meta *m, MDB_txn *txn, int argc, char **argv)
 		ret = meta_rec_del(m, txn, META_TAB_DIRENT, &r);
 		if (!ret)
 			printf("deleted name /%s\n", argv[3]);
+	} else if (strcmp(what, "set-count") == 0 && argc == 5) {
+		memset(&r, 0, sizeof(r));
+		r.ino = strtoull(argv[3], NULL, 10);
+		r.idx = strtoull(argv[4], NULL, 10);
+		ret = meta_rec_put(m, txn, META_TAB_NBLOCKS, &r);
+		if (!ret)
+			printf("inode %s now records %s mapped blocks\n", argv[3], argv[4]);
 	} else {
 		return -EINVAL;
 	}

@@ -27,6 +27,10 @@ echo "crash test seed $SEED, $ROUNDS rounds"
 export TFS_DRAM=64M
 WRITER_PID=""
 
+# The writing and the check after a crash are the crash matrix's (durable.py).
+: "${TFS_SRC:=$(cd "$(dirname "$0")/../.." && pwd)}"
+export PYTHONPATH="$TFS_SRC/tests/crash${PYTHONPATH:+:$PYTHONPATH}"
+
 tfs_extra_cleanup() {
 	if [ -n "$WRITER_PID" ]; then
 		kill "$WRITER_PID" 2>/dev/null
@@ -37,12 +41,13 @@ tfs_extra_cleanup() {
 cat >"$T/crash.py" <<'PY'
 """Writer and verifier for test_crash.sh."""
 import hashlib
-import mmap
 import os
 import random
 import sys
 
-MiB = 1 << 20
+from durable import (MiB, check_durable, check_readable, fsync_dir, open_write,
+                     write_data)
+
 SIZES = [0, 1, 4095, 4096, 65536 + 3, MiB, MiB + 1, 2 * MiB + 512 * 1024, 3 * MiB]
 
 
@@ -59,40 +64,11 @@ def content(r, pool, size):
     return bytes(out)
 
 
-def fsync_dir(path):
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def write_file(path, data, r, direct, sync):
-    if direct:
-        # O_DIRECT needs aligned buffers and sizes: a multiple of 4 KiB
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_DIRECT, 0o644)
-        buf = mmap.mmap(-1, MiB)
-        try:
-            for off in range(0, len(data), MiB):
-                chunk = data[off:off + MiB]
-                buf[:len(chunk)] = chunk
-                n = os.pwritev(fd, [memoryview(buf)[:len(chunk)]], off)
-                if n != len(chunk):
-                    raise OSError(f"short O_DIRECT write to {path}: {n} of {len(chunk)}")
-            if sync:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
-            buf.close()
-        return
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    # O_DIRECT needs aligned sizes: the caller rounds them to 4 KiB
+    fd = open_write(path, os.O_CREAT | os.O_TRUNC, direct)
     try:
-        pos = 0
-        while pos < len(data):
-            n = os.write(fd, data[pos:pos + r.choice([4096, 65536, 300000, MiB, 3 * MiB])])
-            if n <= 0:
-                raise OSError(f"write to {path} returned {n}")
-            pos += n
+        write_data(fd, data, r, direct, pieces=(4096, 65536, 300000, MiB, 3 * MiB))
         if sync:
             os.fsync(fd)
     finally:
@@ -140,19 +116,6 @@ def writer(root, log_path, seed):
             committed[name] = (sha, size)
 
 
-def file_sum(path):
-    h = hashlib.sha256()
-    n = 0
-    with open(path, "rb") as f:
-        while True:
-            b = f.read(4 * MiB)
-            if not b:
-                break
-            h.update(b)
-            n += len(b)
-    return h.hexdigest(), n
-
-
 def verify(mnt, log_path, scan_dir):
     accept = {}
     for line in open(log_path):
@@ -166,34 +129,18 @@ def verify(mnt, log_path, scan_dir):
         else:
             # a torn last line, cut by the writer's death: not committed
             continue
-    bad = 0
-    for name, ok in sorted(accept.items()):
-        try:
-            got = file_sum(os.path.join(mnt, name))
-        except OSError as err:
-            print(f"LOST: {name}: {err}; expected one of {sorted(ok)}", file=sys.stderr)
-            bad += 1
-            continue
-        if got not in ok:
-            print(f"CORRUPT: {name}: sha256 {got[0]} size {got[1]}, expected one of {sorted(ok)}",
-                  file=sys.stderr)
-            bad += 1
-    others = 0
+    others = set()
     if scan_dir != "-":
         for d, _, files in os.walk(os.path.join(mnt, scan_dir)):
-            for f in files:
-                p = os.path.join(d, f)
-                if os.path.relpath(p, mnt) in accept:
-                    continue
-                try:
-                    file_sum(p)
-                    others += 1
-                except OSError as err:
-                    print(f"UNREADABLE: {p}: {err}", file=sys.stderr)
-                    bad += 1
-    print(f"   {len(accept) - bad} of {len(accept)} fsynced files intact, "
-          f"{others} unsynced files readable")
-    sys.exit(1 if bad else 0)
+            others |= {os.path.relpath(os.path.join(d, f), mnt) for f in files}
+        others -= set(accept)
+    lost = check_durable(mnt, accept)
+    problems = lost + check_readable(mnt, others)
+    for p in problems:
+        print(f"CRASH: {p}", file=sys.stderr)
+    print(f"   {len(accept) - len(lost)} of {len(accept)} fsynced files intact, "
+          f"{len(others)} unsynced files checked")
+    sys.exit(1 if problems else 0)
 
 
 def stable(root, log_path, seed):

@@ -67,7 +67,7 @@ dd if="$MNT/f1" of=/dev/null bs=1M iflag=direct status=none || fail "reading f1"
 # Bounded wait: f2's first blocks (the prefetch depth, DEPTH) issued after
 # the read of f1, and none in flight. The rest follow as f2 is read: every
 # read takes a prefetched block and lets the prefetcher load one more.
-DEPTH=4 # 1/32 of the slots, at least 4
+DEPTH=4 # 1/64 of the slots, at least 4
 dram_bytes() {
 	python3 -c 'import json,os,sys; print(json.loads(os.getxattr(sys.argv[1], "user.tensorfs.tiers"))["dram"])' "$1"
 }

@@ -2,7 +2,8 @@
 # Deduplication at write-back: identical blocks are stored once, overwrites
 # un-share only what changed, deleting frees everything (also across a
 # remount and a kill -9), verify mode never merges different bytes even when
-# their hashes collide, and dedup=off stores every copy.
+# their hashes collide, dedup=off stores every copy, and verify compares
+# with the stored copy in DRAM when it is there.
 . "$(dirname "$0")/lib.sh"
 
 SIZE_MB=${DEDUP_MB:-256}
@@ -104,5 +105,19 @@ tfs_mount dedup=off
 SIZE_MB=32 write_copies 2
 [ "$(stat_val dedup hits)" -eq 0 ] || fail "dedup=off shared blocks"
 near "$(stat_val dedup physical_bytes)" $((64 * MB)) || fail "dedup=off: not every copy stored"
+tfs_umount || fail "unmount"
+# 7. Verify compares with the stored copy in DRAM when it is cached: a copy
+#    of a file still in DRAM dedups without reading the device.
+rm -rf "$NVME" "$META" && mkdir -p "$NVME"
+tfs_mount
+dd if="$T/src" of="$MNT/orig" bs=1M conv=fsync status=none || fail "write orig"
+r0=$(stat_val tiers nvme0 read_bytes)
+dd if="$MNT/orig" of="$MNT/dup" bs=1M conv=fsync status=none || fail "copy orig"
+r1=$(stat_val tiers nvme0 read_bytes)
+cached=$(stat_val dedup verify_from_dram)
+cmp -s "$T/src" "$MNT/dup" || fail "the dedup'd copy reads back wrong"
+[ "$cached" -ge 30 ] || fail "verify compared $cached of 32 blocks with the DRAM copy"
+[ "$r1" -eq "$r0" ] || fail "verify read $((r1 - r0)) bytes from the device with the copy in DRAM"
+near "$(stat_val dedup physical_bytes)" $((32 * MB)) || fail "the copy was not shared"
 tfs_umount || fail "unmount"
 echo "PASS: dedup (${SIZE_MB} MiB copies)"

@@ -4,7 +4,7 @@
 # xattrs, symlinks) and after a kill -9; refused while the store is in use.
 # Then the store is damaged on purpose (metacorrupt): a block record
 # deleted, a refcount bumped, a leaked block, two blocks at one location, a
-# name deleted. fsck names each problem and exits 1; --repair fixes them,
+# name deleted, a file's count of mapped blocks (its st_blocks) wrong. fsck names each problem and exits 1; --repair fixes them,
 # lists what it did, and leaves a store that checks clean and mounts, where
 # every file reads back as before except the range whose block was lost,
 # which reads as zeros.
@@ -93,6 +93,7 @@ has '^fsck: [0-9]+ problems?$'
 
 # More damage of other kinds, then one repair for all of it.
 "$METACORRUPT" "$META" bump-refs "$A_INO" 0 >/dev/null || fail "metacorrupt bump-refs"
+"$METACORRUPT" "$META" set-count "$A_INO" 99 >/dev/null || fail "metacorrupt set-count"
 "$METACORRUPT" "$META" leak >/dev/null || fail "metacorrupt leak"
 "$METACORRUPT" "$META" share-loc "$A_INO" 5 "$F_INO" 1 >/dev/null || fail "metacorrupt share-loc"
 "$METACORRUPT" "$META" del-name late >/dev/null || fail "metacorrupt del-name"
@@ -104,6 +105,7 @@ has '^leaked: block [0-9]+ \(dev 0 slot [0-9]+\) has no references$'
 has '^shared-location: blocks [0-9]+ and [0-9]+ are both at dev 0 slot [0-9]+$'
 has '^orphan: inode [0-9]+ \(file, 4194304 bytes, nlink 1\) has no name$'
 has '^stale-listing: / \(ino 1\) lists "late" \(cookie [0-9]+\) with no such name in it$'
+has "^blocks: /a \\(ino $A_INO\\) records 99 mapped blocks, but maps 8$"
 
 rc=0
 fsck --repair || rc=$?
@@ -113,6 +115,8 @@ has '^  repair: refcount of block [0-9]+ set to 3$'
 has '^  repair: block [0-9]+ removed; its space is free at the next mount$'
 has '^  repair: mappings of block [0-9]+ moved to block [0-9]+$'
 has '^  repair: inode [0-9]+ purged with its data$'
+has "^  repair: block count of /a \\(ino $A_INO\\) set to 8$"
+has "^  repair: block count of /v \\(ino $V_INO\\) set to 5$"
 has '^fsck: [0-9]+ problems, repaired; checking again$'
 tail -n 1 "$OUT" | grep -qx 'fsck: clean' || fail "fsck --repair does not end clean: $(cat "$OUT")"
 fsck_clean "after repair"

@@ -11,96 +11,32 @@
 #   2. O_DIRECT (4 KiB aligned, 1 KiB now and then), default block size;
 #   3. buffered I/O, block=64K, on a fresh filesystem (many more blocks).
 #
-# fsx asks for a remount through a FIFO: this shell owns the daemon, so the
-# remount goes through tfs_umount (which checks that the daemon exits 0 after
-# writing back) and tfs_mount. Seeds come from FSX_SEED, or are drawn here,
-# and are printed; rerun with FSX_SEED=S to repeat all three runs.
+# The driver (remounts through a FIFO) is lib_fsx.sh. Seeds come from
+# FSX_SEED, or are drawn here, and are printed; rerun with FSX_SEED=S to
+# repeat all three runs.
 
 . "$(dirname "$0")/lib.sh"
-
-: "${FSX:?FSX must name the fsx binary}"
-[ -x "$FSX" ] || skip "no fsx binary at $FSX"
-
 FSX_OPS=${FSX_OPS:-12000}
-REMOUNT_EVERY=$((FSX_OPS / 4))
-SEED0=${FSX_SEED:-$(((RANDOM << 15 | RANDOM) % 1000000000))}
-FSX_PID=""
-MOUNT_OPTS=""
+. "$(dirname "$0")/lib_fsx.sh"
+
 EVICTIONS=0
+tfs_extra_cleanup() { fsx_cleanup; }
 
-tfs_extra_cleanup() {
-	# release a remount helper blocked on the FIFO, then stop fsx
-	if [ -p "$ACK" ]; then
-		exec 4<>"$ACK"
-		echo fail >&4
-		exec 4>&-
-	fi
-	if [ -n "$FSX_PID" ]; then
-		kill "$FSX_PID" 2>/dev/null
-		wait "$FSX_PID" 2>/dev/null
-	fi
-}
-
-REQ="$T/remount.req"
-ACK="$T/remount.ack"
-mkfifo "$REQ" "$ACK"
-cat >"$T/remount.sh" <<EOF
-#!/bin/sh
-# Asked by fsx (its files closed): have the test shell remount, wait for it.
-echo remount >"$REQ" || exit 1
-read -r answer <"$ACK" || exit 1
-[ "\$answer" = ok ]
-EOF
-chmod +x "$T/remount.sh"
-
-# tfs_mount with $MOUNT_OPTS, which may be empty.
-mount_fs() {
-	if [ -n "$MOUNT_OPTS" ]; then
-		tfs_mount "$MOUNT_OPTS"
-	else
-		tfs_mount
-	fi
-}
-
-# Called with fsx's remount request pending.
-serve_remount() {
-	local rc=0 ev
+# Evictions are counted per mount: add each mount's before it goes.
+fsx_before_remount() {
+	local ev
 	ev=$(tfs_stat_json cache evictions) || fail "no stats before remount"
 	EVICTIONS=$((EVICTIONS + ev))
-	tfs_umount || rc=$?
-	if [ $rc -ne 0 ]; then
-		echo fail >"$ACK"
-		fail "tensorfs exited $rc after unmount (opts $MOUNT_OPTS)"
-	fi
-	mount_fs
-	echo ok >"$ACK"
 }
 
-# run_fsx NAME SEED FSX-ARGS... : fsx in $MNT/NAME, serving its remounts.
+# run_fsx NAME SEED FSX-ARGS... : fsx_run, and the cache must have evicted.
 run_fsx() {
-	local name=$1 seed=$2 rc=0 remounts=0 ev
-	shift 2
+	local name=$1 ev
 	# count from here: the mount may have served an earlier run
 	ev=$(tfs_stat_json cache evictions) || fail "no stats"
 	EVICTIONS=$((-ev))
-	mkdir "$MNT/$name" || fail "mkdir $MNT/$name"
-	echo "== fsx $name: seed $seed, mount options: $MOUNT_OPTS"
-	exec 3<>"$REQ"
-	"$FSX" --seed "$seed" --ops "$FSX_OPS" --remount-cmd "$T/remount.sh" \
-		--remount-every "$REMOUNT_EVERY" --check-every 2500 "$@" "$MNT/$name" 3<&- &
-	FSX_PID=$!
-	while kill -0 "$FSX_PID" 2>/dev/null; do
-		if read -r -t 1 -u 3 _; then
-			serve_remount
-			remounts=$((remounts + 1))
-		fi
-	done
-	exec 3<&-
-	wait "$FSX_PID" || rc=$?
-	FSX_PID=""
-	[ $rc -eq 0 ] || fail "fsx $name failed (exit $rc), seed $seed; rerun with FSX_SEED=$SEED0"
-	[ $remounts -ge 3 ] || fail "fsx $name asked for $remounts remounts, expected at least 3"
-	echo "   $name: $remounts remounts, $EVICTIONS evictions before them"
+	fsx_run "$@" --check-every 2500
+	echo "   $name: $EVICTIONS evictions before its remounts"
 	[ "$EVICTIONS" -gt 0 ] || fail "fsx $name: the cache never evicted; the run missed its point"
 }
 
@@ -122,7 +58,7 @@ echo "fsx seeds: buffered $SEED0, direct $((SEED0 + 1)), block=64K $((SEED0 + 2)
 # Small DRAM next to 4 files of up to 16 MiB: the cache must evict.
 export TFS_DRAM=32M TFS_THREADS=8
 MOUNT_OPTS=""
-mount_fs
+tfs_mount "$MOUNT_OPTS"
 run_fsx buffered "$SEED0" --files 4
 check_tiers "buffered run"
 run_fsx direct "$((SEED0 + 1))" --files 4 --direct
@@ -136,7 +72,7 @@ NVME="$T/nvme-64k"
 META="$T/meta-64k"
 mkdir -p "$NVME"
 MOUNT_OPTS="block=64K"
-mount_fs
+tfs_mount "$MOUNT_OPTS"
 [ "$(tfs_stat_json block_size)" -eq 65536 ] || fail "block=64K gave block_size $(tfs_stat_json block_size)"
 run_fsx block64k "$((SEED0 + 2))" --files 4 --block 64K
 check_tiers "block=64K run"

@@ -15,73 +15,14 @@
 # printed; FSX_OPS sets the length of each run (default 3000).
 
 . "$(dirname "$0")/lib_s3.sh"
-
-: "${FSX:?FSX must name the fsx binary}"
-[ -x "$FSX" ] || skip "no fsx binary at $FSX"
-
 FSX_OPS=${FSX_OPS:-3000}
-REMOUNT_EVERY=$((FSX_OPS / 4))
-SEED0=${FSX_SEED:-$(((RANDOM << 15 | RANDOM) % 1000000000))}
-FSX_PID=""
-MOUNT_OPTS=""
+. "$(dirname "$0")/../mount/lib_fsx.sh"
 
-s3_test_cleanup() {
-	# release a remount helper blocked on the FIFO, then stop fsx
-	if [ -p "$ACK" ]; then
-		exec 4<>"$ACK"
-		echo fail >&4
-		exec 4>&-
-	fi
-	if [ -n "$FSX_PID" ]; then
-		kill "$FSX_PID" 2>/dev/null
-		wait "$FSX_PID" 2>/dev/null
-	fi
-}
+s3_test_cleanup() { fsx_cleanup; }
 
-REQ="$T/remount.req"
-ACK="$T/remount.ack"
-mkfifo "$REQ" "$ACK"
-cat >"$T/remount.sh" <<EOF
-#!/bin/sh
-# Asked by fsx (its files closed): have the test shell remount, wait for it.
-echo remount >"$REQ" || exit 1
-read -r answer <"$ACK" || exit 1
-[ "\$answer" = ok ]
-EOF
-chmod +x "$T/remount.sh"
-
-serve_remount() {
-	local rc=0
-	tfs_umount || rc=$?
-	if [ $rc -ne 0 ]; then
-		echo fail >"$ACK"
-		fail "tensorfs exited $rc after unmount (opts $MOUNT_OPTS)"
-	fi
-	tfs_mount "$MOUNT_OPTS"
-	echo ok >"$ACK"
-}
-
-# run_fsx NAME SEED : fsx in $MNT/NAME, serving its remounts.
+# run_fsx NAME SEED : fsx_run with small files, as remote tiers are slower.
 run_fsx() {
-	local name=$1 seed=$2 rc=0 remounts=0
-	mkdir "$MNT/$name" || fail "mkdir $MNT/$name"
-	echo "== fsx $name: seed $seed, mount options: $MOUNT_OPTS"
-	exec 3<>"$REQ"
-	"$FSX" --seed "$seed" --ops "$FSX_OPS" --remount-cmd "$T/remount.sh" \
-		--remount-every "$REMOUNT_EVERY" --check-every 1000 --files 3 --max-size 8M \
-		"$MNT/$name" 3<&- &
-	FSX_PID=$!
-	while kill -0 "$FSX_PID" 2>/dev/null; do
-		if read -r -t 1 -u 3 _; then
-			serve_remount
-			remounts=$((remounts + 1))
-		fi
-	done
-	exec 3<&-
-	wait "$FSX_PID" || rc=$?
-	FSX_PID=""
-	[ $rc -eq 0 ] || fail "fsx $name failed (exit $rc), seed $seed; rerun with FSX_SEED=$SEED0"
-	[ $remounts -ge 3 ] || fail "fsx $name asked for $remounts remounts, expected at least 3"
+	fsx_run "$1" "$2" --check-every 1000 --files 3 --max-size 8M
 }
 
 # check_tier NAME: since the last remount, blocks came back from tier NAME,

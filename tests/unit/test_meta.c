@@ -2,7 +2,9 @@
  * Unit test of the metadata store: names and readdir order, block maps
  * with shared blocks and reference counts, xattrs, symlinks, orphans, the
  * store's lock and its fixed block size, and persistence across reopen;
- * block-map walks over a 2^63-byte sparse file that cost what it stores.
+ * block-map walks over a 2^63-byte sparse file that cost what it stores;
+ * each file's count of mapped blocks through every change of its map, and
+ * the upgrade of a format 1 store, which had none.
  */
 #include "meta.h"
 #include "tb.h"
@@ -142,6 +144,116 @@ static void check_sparse_maps(struct fs_meta *m)
 	alarm(0);
 }
 
+static uint64_t nblocks(struct fs_meta *m, MDB_txn *txn, uint64_t ino)
+{
+	uint64_t n = UINT64_MAX;
+
+	CHECK_EQ(meta_inode_blocks(m, txn, ino, &n), 0);
+	return n;
+}
+
+/* Make the closed store in dir what format 1 was: no block counts. */
+static void make_format1(const char *dir)
+{
+	MDB_env *env;
+	MDB_txn *txn;
+	MDB_dbi info, counts;
+	MDB_val k = {6, "format"}, v;
+	unsigned char f[64];
+	uint32_t one = 1;
+
+	CHECK_EQ(mdb_env_create(&env), 0);
+	CHECK_EQ(mdb_env_set_maxdbs(env, 16), 0);
+	CHECK_EQ(mdb_env_set_mapsize(env, 1ULL << 30), 0);
+	CHECK_EQ(mdb_env_open(env, dir, 0, 0600), 0);
+	CHECK_EQ(mdb_txn_begin(env, NULL, 0, &txn), 0);
+	CHECK_EQ(mdb_dbi_open(txn, "info", 0, &info), 0);
+	CHECK_EQ(mdb_get(txn, info, &k, &v), 0);
+	CHECK(v.mv_size <= sizeof(f));
+	memcpy(f, v.mv_data, v.mv_size);
+	memcpy(f, &one, sizeof(one)); /* the version comes first */
+	v.mv_data = f;
+	CHECK_EQ(mdb_put(txn, info, &k, &v, 0), 0);
+	CHECK_EQ(mdb_dbi_open(txn, "nblocks", 0, &counts), 0);
+	CHECK_EQ(mdb_drop(txn, counts, 1), 0);
+	CHECK_EQ(mdb_txn_commit(txn), 0);
+	mdb_env_close(env);
+}
+
+/*
+ * Each file's count of mapped blocks follows every change of its map: a
+ * new block, a replaced one, a hole stored, shared blocks (each file
+ * counts them), a cleared range, a purge. A format 1 store, which kept no
+ * counts, gets them at its next open.
+ */
+static void check_counts(void)
+{
+	char dir[] = "/tmp/tfs-meta-counts.XXXXXX", cmd[128];
+	struct meta_inode rec = {.mode = S_IFREG | 0644, .nlink = 1};
+	struct locvec freed = {0};
+	struct fs_meta *m;
+	MDB_txn *txn;
+	uint64_t a, b, c, id;
+	uint8_t hash[META_HASH_LEN] = {7};
+
+	CHECK(mkdtemp(dir));
+	m = open_store(dir, 1 << 20, true, 0);
+	CHECK_EQ(meta_upgraded_from(m), 0);
+	CHECK_EQ(meta_begin(m, true, &txn), 0);
+	a = meta_new_ino(m);
+	b = meta_new_ino(m);
+	c = meta_new_ino(m);
+	CHECK_EQ(meta_inode_put(m, txn, a, &rec), 0);
+	CHECK_EQ(meta_inode_put(m, txn, b, &rec), 0);
+	CHECK_EQ(meta_inode_put(m, txn, c, &rec), 0);
+	CHECK_EQ(nblocks(m, txn, a), 0);
+	CHECK_EQ(meta_bmap_store(m, txn, a, 0, tb_loc(0, 1), hash, &freed), 0);
+	CHECK_EQ(meta_bmap_store(m, txn, a, 1, tb_loc(0, 2), NULL, &freed), 0);
+	CHECK_EQ(meta_bmap_store(m, txn, a, 1000000, tb_loc(0, 3), NULL, &freed), 0);
+	CHECK_EQ(nblocks(m, txn, a), 3);
+	CHECK_EQ(meta_bmap_store(m, txn, a, 1, tb_loc(0, 4), NULL, &freed), 0); /* replaced */
+	CHECK_EQ(nblocks(m, txn, a), 3);
+	CHECK_EQ(meta_bmap_store(m, txn, a, 1, TB_LOC_NONE, NULL, &freed), 0); /* a hole */
+	CHECK_EQ(meta_bmap_store(m, txn, a, 7, TB_LOC_NONE, NULL, &freed), 0); /* a hole again */
+	CHECK_EQ(nblocks(m, txn, a), 2);
+	/* b shares a's blocks 0..1000000: 2 blocks, whatever the range's length. */
+	CHECK_EQ(meta_bmap_share(m, txn, a, 0, b, 0, 1000001, &freed), 0);
+	CHECK_EQ(nblocks(m, txn, b), 2);
+	CHECK_EQ(nblocks(m, txn, a), 2);
+	CHECK_EQ(meta_bmap_share(m, txn, a, 0, b, 0, 1000001, &freed), 0); /* again: same */
+	CHECK_EQ(nblocks(m, txn, b), 2);
+	/* c shares a's block 0 by hash (dedup), over a block of its own and into a hole. */
+	CHECK_EQ(meta_bmap_store(m, txn, c, 5, tb_loc(0, 9), NULL, &freed), 0);
+	CHECK_EQ(meta_bmap_get(m, txn, a, 0, &id), 0);
+	CHECK_EQ(meta_bmap_share_block(m, txn, c, 5, id, hash, &freed), 0);
+	CHECK_EQ(meta_bmap_share_block(m, txn, c, 6, id, hash, &freed), 0);
+	CHECK_EQ(nblocks(m, txn, c), 2);
+	CHECK_EQ(meta_bmap_clear(m, txn, b, 1, UINT64_MAX, &freed), 0);
+	CHECK_EQ(nblocks(m, txn, b), 1);
+	CHECK_EQ(meta_bmap_clear(m, txn, b, 0, 1, &freed), 0);
+	CHECK_EQ(nblocks(m, txn, b), 0);
+	CHECK_EQ(meta_inode_purge(m, txn, c, &freed), 0);
+	CHECK_EQ(nblocks(m, txn, c), 0);
+	CHECK_EQ(meta_commit(txn), 0);
+	meta_close(m);
+
+	/* Format 1 had no counts: the next open makes them from the maps. */
+	make_format1(dir);
+	m = open_store(dir, 0, false, 0);
+	CHECK_EQ(meta_upgraded_from(m), 1);
+	CHECK_EQ(meta_begin(m, false, &txn), 0);
+	CHECK_EQ(nblocks(m, txn, a), 2);
+	CHECK_EQ(nblocks(m, txn, b), 0);
+	meta_abort(txn);
+	meta_close(m);
+	m = open_store(dir, 0, false, 0);
+	CHECK_EQ(meta_upgraded_from(m), 0);
+	meta_close(m);
+	locvec_free(&freed);
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+	CHECK_EQ(system(cmd), 0);
+}
+
 int main(void)
 {
 	char dir[] = "/tmp/tfs-meta.XXXXXX", cmd[128];
@@ -271,6 +383,7 @@ int main(void)
 	check_sparse_maps(m);
 	meta_close(m);
 	locvec_free(&freed);
+	check_counts();
 
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
 	CHECK_EQ(system(cmd), 0);

@@ -36,6 +36,7 @@ static int cmd_ctl(int argc, char **argv, const struct tfs_args *a);
 static int cmd_flush(int argc, char **argv, const struct tfs_args *a);
 static int cmd_config(int argc, char **argv, const struct tfs_args *a);
 static int cmd_metrics(int argc, char **argv, const struct tfs_args *a);
+static int cmd_pins(int argc, char **argv, const struct tfs_args *a);
 static int cmd_fsck(int argc, char **argv, const struct tfs_args *a);
 
 static const struct command {
@@ -61,21 +62,34 @@ static const struct command {
     {"where", cmd_where, "[--json] PATH", "bytes of a file or folder per tier",
      "Print how many bytes of PATH each tier holds: dram is what is resident in the\n"
      "cache, a device tier what is stored there. For a folder, the sum over every\n"
-     "file under it. The numbers come from the user.tensorfs.tiers xattr.\n"
+     "file under it. allocated is the bytes of the whole blocks PATH holds, stored\n"
+     "or dirty in DRAM, holes not counted: what stat's st_blocks and du count. The\n"
+     "numbers come from the user.tensorfs.tiers xattr.\n"
      "\n"
-     "  --json   print {\"path\", \"files\", \"size\", \"tiers\": {TIER: BYTES}}\n"},
+     "  --json   print {\"path\", \"files\", \"size\", \"allocated\",\n"
+     "            \"tiers\": {TIER: BYTES}}\n"},
     {"prefetch", cmd_ctl, "PATH...", "load files into DRAM ahead of use",
      "Load the file, or every file under the folder, into DRAM ahead of use.\n"
      "Returns at once; the loads run below demand reads.\n"},
     {"pin", cmd_ctl, "PATH...", "load files into DRAM and keep them there",
      "Load the file, or every file under the folder, into DRAM and keep it\n"
      "resident: pinned blocks are never evicted. Returns once it is resident;\n"
-     "fails, pinning nothing of PATH, when it does not fit next to what is pinned.\n"},
+     "fails, pinning nothing of PATH, when it does not fit next to what is pinned.\n"
+     "The pin is stored with the file's metadata: every later mount pins the file\n"
+     "again and loads it in the background, until unpin, evict or rm.\n"},
     {"unpin", cmd_ctl, "PATH...", "let pinned files be evicted again",
-     "Undo pin for the file, or every file under the folder.\n"},
+     "Undo pin for the file, or every file under the folder, at this mount and\n"
+     "the next ones.\n"},
     {"evict", cmd_ctl, "PATH...", "write back files and drop them from DRAM",
      "Write back the dirty blocks of the file, or of every file under the folder,\n"
-     "then drop its blocks from DRAM. Unpins it.\n"},
+     "then drop its blocks from DRAM. Unpins it, at this mount and the next ones.\n"},
+    {"pins", cmd_pins, "[--json]", "list the pinned files",
+     "List the files pinned in DRAM (by tfsctl pin, at this mount or an earlier\n"
+     "one): path, size, bytes stored and bytes resident in DRAM. A file whose pin\n"
+     "did not fit at this mount is marked so. Only the mount's owner or root may\n"
+     "list them.\n"
+     "\n"
+     "  --json   print the daemon's JSON (.tensorfs/pins) instead\n"},
     {"flush", cmd_flush, "", "write back everything dirty and make it durable",
      "Write back every dirty block and make it durable; returns when it is.\n"},
     {"config", cmd_config, "[--json]", "the effective configuration",
@@ -168,7 +182,8 @@ static int parse_flags(const struct command *c, int *argc, char ***argv, struct 
 	    {"once", no_argument, NULL, 'o'},
 	    {NULL, 0, NULL, 0},
 	};
-	bool takes_json = c->fn == cmd_stats || c->fn == cmd_where || c->fn == cmd_config;
+	bool takes_json =
+	    c->fn == cmd_stats || c->fn == cmd_where || c->fn == cmd_config || c->fn == cmd_pins;
 	int ch;
 
 	optind = 0; /* restart getopt on the command's own arguments */
@@ -409,6 +424,50 @@ static int cmd_metrics(int argc, char **argv, const struct tfs_args *a)
 	}
 	fwrite(text, 1, len, stdout);
 	free(text);
+	return 0;
+}
+
+/* ---- pins ---- */
+
+static int cmd_pins(int argc, char **argv, const struct tfs_args *a)
+{
+	struct tfs_mount m;
+	json_t *j, *list, *p;
+	size_t i;
+
+	(void)argv;
+	if (argc > 0)
+		return bad_usage(find_command("pins"), "pins takes no argument");
+	if (tfs_find_mount(a->mopt, NULL, &m) < 0 || !(j = tfs_read_json(&m, "pins")))
+		return EXIT_RUNTIME;
+	if (a->json) {
+		json_dumpf(j, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+		putchar('\n');
+		json_decref(j);
+		return 0;
+	}
+	list = json_object_get(j, "pins");
+	if (json_array_size(list) == 0)
+		printf("no file is pinned\n");
+	else
+		printf("%-44s %9s %9s %9s\n", "PATH", "SIZE", "STORED", "RESIDENT");
+	json_array_foreach(list, i, p) {
+		const char *path = json_string_value(json_object_get(p, "path"));
+		char size[16], stored[16], res[16], alt[32];
+
+		fmt_bytes(jint(p, "size"), size, sizeof(size));
+		fmt_bytes(jint(p, "stored"), stored, sizeof(stored));
+		fmt_bytes(jint(p, "resident"), res, sizeof(res));
+		if (!path || !path[0]) { /* deleted while open */
+			snprintf(alt, sizeof(alt), "ino:%llu", (unsigned long long)jint(p, "ino"));
+			path = alt;
+		}
+		bool active = json_is_true(json_object_get(p, "active"));
+
+		printf("%-44s %9s %9s %9s%s\n", path, size, stored, res,
+		       active ? "" : "  (did not fit at this mount)");
+	}
+	json_decref(j);
 	return 0;
 }
 

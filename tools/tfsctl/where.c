@@ -3,8 +3,10 @@
  * folder, that each tier holds.
  *
  * Each regular file reports its own placement in the user.tensorfs.tiers
- * xattr, a JSON object of tier name to bytes; a folder's is the sum over
- * the files under it, walked with nftw without leaving the mount.
+ * xattr, a JSON object of tier name to bytes, plus "allocated": the bytes
+ * of the whole blocks it holds, what st_blocks and du count. A folder's is
+ * the sum over the files under it, walked with nftw without leaving the
+ * mount.
  */
 #include "tfsctl.h"
 
@@ -18,11 +20,12 @@
 
 #define XATTR_MAX 4096 /* a few tiers' names and numbers */
 #define WALK_FDS 32
+#define ALLOCATED "allocated" /* not a tier: the bytes of the blocks held */
 
 /* nftw passes no argument to its callback: the walk's totals live here. */
 static struct {
 	json_t *tiers; /* name -> bytes, in the order first seen */
-	uint64_t files, size;
+	uint64_t files, size, allocated;
 	bool failed;
 } sum;
 
@@ -53,7 +56,9 @@ static int add_file(const char *path, const struct stat *st)
 		json_t *have = json_object_get(sum.tiers, tier);
 		uint64_t add = jint(j, tier);
 
-		if (have)
+		if (strcmp(tier, ALLOCATED) == 0)
+			sum.allocated += add;
+		else if (have)
 			json_integer_set(have, json_integer_value(have) + (json_int_t)add);
 		else
 			json_object_set_new(sum.tiers, tier, json_integer((json_int_t)add));
@@ -107,8 +112,9 @@ int cmd_where(int argc, char **argv, const struct tfs_args *a)
 		goto out;
 	}
 	if (a->json) {
-		json_t *j = json_pack("{sssIsIsO}", "path", real, "files", (json_int_t)sum.files,
-				      "size", (json_int_t)sum.size, "tiers", sum.tiers);
+		json_t *j = json_pack("{sssIsIsIsO}", "path", real, "files", (json_int_t)sum.files,
+				      "size", (json_int_t)sum.size, ALLOCATED,
+				      (json_int_t)sum.allocated, "tiers", sum.tiers);
 
 		json_dumpf(j, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
 		putchar('\n');
@@ -135,6 +141,9 @@ int cmd_where(int argc, char **argv, const struct tfs_args *a)
 		printf("  %-8s %9s  (%llu bytes, %s of its size)\n", tier, h, (unsigned long long)b,
 		       pct);
 	}
+	fmt_bytes(sum.allocated, h, sizeof(h));
+	printf("  %s %s in whole blocks (%llu bytes): what du counts\n", ALLOCATED, h,
+	       (unsigned long long)sum.allocated);
 out:
 	json_decref(sum.tiers);
 	return status;
