@@ -256,14 +256,18 @@ static json_t *stats_json(struct fs *fs)
 		json_object_set_new(t, "bw_measured", json_integer((json_int_t)d->bw_measured));
 		json_object_set_new(t, "bw_capable", json_integer((json_int_t)d->bw_capable));
 		json_object_set_new(t, "weight", json_integer((json_int_t)d->weight));
-		json_object_set_new(t, "read_latency_us", json_integer((json_int_t)d->read_latency_us));
-		json_object_set_new(t, "readahead_bytes", json_integer((json_int_t)d->readahead_bytes));
+		json_object_set_new(t, "read_latency_us",
+				    json_integer((json_int_t)d->read_latency_us));
+		json_object_set_new(t, "readahead_bytes",
+				    json_integer((json_int_t)d->readahead_bytes));
 		json_object_set_new(t, "requests", json_integer((json_int_t)d->requests));
-		json_object_set_new(t, "requests_per_gb",
-				    json_real(requests_per_gb(d->requests, d->read_bytes + d->write_bytes)));
+		json_object_set_new(
+		    t, "requests_per_gb",
+		    json_real(requests_per_gb(d->requests, d->read_bytes + d->write_bytes)));
 		if (strcmp(d->kind, "s3") == 0) {
 			json_object_set_new(t, "objects", json_integer((json_int_t)d->objects));
-			json_object_set_new(t, "dead_bytes", json_integer((json_int_t)d->dead_bytes));
+			json_object_set_new(t, "dead_bytes",
+					    json_integer((json_int_t)d->dead_bytes));
 			json_object_set_new(t, "compacted_objects",
 					    json_integer((json_int_t)d->compacted_objects));
 			json_object_set_new(t, "compacted_bytes",
@@ -381,7 +385,8 @@ static json_t *config_json(struct fs *fs)
 	json_object_set_new(root, "dedup", json_string(dedups[c->dedup]));
 	json_object_set_new(root, "cuda", json_boolean(c->cuda));
 	json_object_set_new(root, "readahead", json_integer((json_int_t)c->readahead));
-	json_object_set_new(root, "remote_readahead", json_integer((json_int_t)c->remote_readahead));
+	json_object_set_new(root, "remote_readahead",
+			    json_integer((json_int_t)c->remote_readahead));
 	if (c->config_file)
 		json_object_set_new(root, "config", json_string(c->config_file));
 	if (c->has_s3) {

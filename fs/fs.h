@@ -51,9 +51,9 @@ struct fs_inode {
 	bool attr_dirty;
 	uint64_t ra_next; /* where a sequential reader reads next; lock */
 	/* The deep window of a reader of remote blocks (fs_readahead_deep); lock. */
-	uint64_t ra_seen;   /* block whose home was looked up last, plus one */
-	uint64_t ra_end;    /* first block not yet issued */
-	uint32_t ra_remote; /* bit per block entered, newest lowest: its home is remote */
+	uint64_t ra_seen;	   /* block whose home was looked up last, plus one */
+	uint64_t ra_end;	   /* first block not yet issued */
+	uint32_t ra_remote;	   /* bit per block entered, newest lowest: its home is remote */
 	unsigned ra_depth, ra_run; /* the remote home's window and run, in blocks */
 	unsigned gpu_wpins;   /* GPU write pins holding io shared (gpu.c); lock */
 	uint64_t gpu_wpin_ms; /* since when some have (fs_monotonic_ms); lock */

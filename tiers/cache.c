@@ -195,7 +195,8 @@ struct tb_store {
 	uint64_t hits, misses, evictions, holes, wb_errors, syncs, bp_waits;
 	uint64_t prefetch_inflight, prefetch_max;
 	uint64_t n_pf, pf_depth; /* blocks loaded ahead and not yet read, and their bound */
-	uint64_t n_pf_deep, pf_deep_max; /* the same for readers of remote blocks (tb_prefetch_deep) */
+	/* The same for readers of remote blocks (tb_prefetch_deep). */
+	uint64_t n_pf_deep, pf_deep_max;
 	uint64_t *sector_bits; /* one bitmap per slot */
 	size_t sector_words;
 	uint32_t nsectors;
@@ -1303,8 +1304,8 @@ static int prefetch(struct tb_store *s, uint64_t obj, uint64_t idx, bool hint, u
 	uint64_t *n_pf = depth ? &s->n_pf_deep : &s->n_pf;
 	uint64_t bound = depth ? (depth < s->pf_deep_max ? depth : s->pf_deep_max) : s->pf_depth;
 	/* A remote reader's whole window may be in flight: latency is what it hides. */
-	uint64_t inflight_max = depth && s->pf_deep_max > s->prefetch_max ? s->pf_deep_max
-									  : s->prefetch_max;
+	uint64_t inflight_max =
+	    depth && s->pf_deep_max > s->prefetch_max ? s->pf_deep_max : s->prefetch_max;
 	struct tb_entry *e;
 	struct tb_use vu;
 	int ret;
@@ -1666,14 +1667,17 @@ static bool all_zero(const void *p, size_t n)
  * proportion. Full and down devices weigh 0. A device that stores several
  * blocks per object (s3) gets its run of them in a row, so that one object
  * holds neighbours, which one ranged GET then reads back; its turn counts
- * as that many rounds, which keeps the proportions. Lock held.
+ * as that many rounds, which keeps the proportions. A run goes on only
+ * while its device is up, and a device tried again after being down gets
+ * one block, not a run: a run begun before an outage and finished after
+ * it sent a whole file's blocks to a bucket that was not there. Lock held.
  */
 static int place(struct tb_store *s, uint64_t *loc)
 {
 	double w[TB_MAX_DEVS], total = 0;
 	uint64_t slot;
 
-	if (s->run_left && s->run_dev < s->n_devs) {
+	if (s->run_left && s->run_dev < s->n_devs && dev_up(s->dev[s->run_dev])) {
 		s->run_left--;
 		if (dev_alloc(s->dev[s->run_dev], &slot) == 0) {
 			*loc = tb_loc(s->run_dev, slot);
@@ -1695,7 +1699,7 @@ static int place(struct tb_store *s, uint64_t *loc)
 			if (best < 0 || s->credit[i] + w[i] > s->credit[best] + w[best])
 				best = (int)i;
 		}
-		run = s->dev[best]->run ? s->dev[best]->run : 1;
+		run = s->dev[best]->run && dev_up(s->dev[best]) ? s->dev[best]->run : 1;
 		for (unsigned i = 0; i < s->n_devs; i++)
 			if (w[i] > 0)
 				s->credit[i] += w[i] * run;
@@ -2220,6 +2224,19 @@ static bool obj_has_dirty(struct tb_obj *o, uint64_t seq, int *err)
 	return false;
 }
 
+/* Mark o's blocks dirtied up to seq urgent; true when one was not already. Lock held. */
+static bool mark_urgent(struct tb_obj *o, uint64_t seq)
+{
+	bool marked = false;
+
+	for (struct tb_entry *e = o->head; e; e = e->onext)
+		if (e->state == ES_DIRTY && e->dirty_seq <= seq && !e->urgent) {
+			e->urgent = true;
+			marked = true;
+		}
+	return marked;
+}
+
 int tb_flush_obj(struct tb_store *s, uint64_t obj)
 {
 	struct tb_obj *o;
@@ -2235,8 +2252,16 @@ int tb_flush_obj(struct tb_store *s, uint64_t obj)
 				e->urgent = true;
 	s->due_scan = true;
 	pthread_cond_signal(&s->flush_cv);
-	while ((o = obj_find(s, obj)) && obj_has_dirty(o, seq, &err))
+	while ((o = obj_find(s, obj)) && obj_has_dirty(o, seq, &err)) {
 		pthread_cond_wait(&s->state_cv, &s->lock);
+		/*
+		 * A write-back that failed left its block DIRTY and no longer
+		 * urgent: without this its retry waited for the age limit
+		 * (dirty_expire_ms), and so did this fsync.
+		 */
+		if ((o = obj_find(s, obj)) && mark_urgent(o, seq))
+			pthread_cond_signal(&s->flush_cv);
+	}
 	if (o && o->wb_err) {
 		if (!err)
 			err = o->wb_err;

@@ -58,12 +58,12 @@
 #define BW_EWMA 0.3
 #define BW_UNKNOWN 1e9 /* the weight of a device never driven hard, unless it showed more */
 #define DOWN_AFTER_ERRORS 3
-#define POOL_THREADS_START 16 /* a pfs pool starts with this many, or the depth if lower */
-#define POOL_THREADS_MAX 128  /* and grows while requests wait, up to the depth */
-#define RA_FACTOR 2	      /* readahead: twice latency x bandwidth ahead */
-#define RA_LAT_RISE 0.005     /* the least read latency rises this fraction a read */
-#define RA_MIN_RUNS 2	      /* and at least two placement runs (s3 objects) */
-#define PLUG_DEVS 8	      /* devices one plugged thread queues for at once */
+#define POOL_THREADS_START 16	    /* a pfs pool starts with this many, or the depth if lower */
+#define POOL_THREADS_MAX 128	    /* and grows while requests wait, up to the depth */
+#define RA_FACTOR 2		    /* readahead: twice latency x bandwidth ahead */
+#define RA_LAT_RISE 0.005	    /* the least read latency rises this fraction a read */
+#define RA_MIN_RUNS 2		    /* and at least two placement runs (s3 objects) */
+#define PLUG_DEVS 8		    /* devices one plugged thread queues for at once */
 #define RETRY_DOWN_NS 5000000000ULL /* a down device is tried again after 5 s */
 #define RETRY_FULL_NS 5000000000ULL /* and one that said ENOSPC, too */
 
@@ -144,7 +144,8 @@ static unsigned inflight_total(const struct tb_dev *d)
 	return n;
 }
 
-/* Requests wait for it (in its queue, or in its engine), or half its depth is in flight. Lock held. */
+/* Requests wait for it (in its queue, or in its engine), or half its depth is in flight. Lock held.
+ */
 static bool driven_hard(const struct tb_dev *d)
 {
 	if (d->backlog)
@@ -289,8 +290,7 @@ void dev_measure(struct tb_dev *d, size_t bytes, uint64_t start, uint64_t now)
 	if (!troubled && hard) {
 		d->bw_capable = d->bw_known ? BW_EWMA * rate + (1 - BW_EWMA) * d->bw_capable : rate;
 		d->bw_known = true;
-	}
-	else if (!troubled && rate > d->bw_capable)
+	} else if (!troubled && rate > d->bw_capable)
 		d->bw_capable = rate;
 	d->bw_window_ns = now;
 	d->bw_window_bytes = 0;
@@ -339,8 +339,8 @@ bool dev_finish(struct tb_dev *d, struct tb_io *r, long res)
 
 			d->read_bytes += r->len;
 			d->read_ops++;
-			d->read_lat_ns = d->read_lat_ns ? BW_EWMA * lat + (1 - BW_EWMA) * d->read_lat_ns
-							: lat;
+			d->read_lat_ns =
+			    d->read_lat_ns ? BW_EWMA * lat + (1 - BW_EWMA) * d->read_lat_ns : lat;
 			if (!d->read_lat_min_ns || lat < d->read_lat_min_ns)
 				d->read_lat_min_ns = lat;
 			else
@@ -668,6 +668,16 @@ static double weight_locked(struct tb_dev *d)
 	return w;
 }
 
+bool dev_up(struct tb_dev *d)
+{
+	bool up;
+
+	pthread_mutex_lock(&d->lock);
+	up = d->health == DEV_UP;
+	pthread_mutex_unlock(&d->lock);
+	return up;
+}
+
 double dev_weight(struct tb_dev *d)
 {
 	double w;
@@ -707,9 +717,9 @@ void dev_set_readahead(struct tb_dev *d, uint64_t ra_max)
 	d->ra_max = ra_max;
 	/* A pool deep enough for a reader's whole window (see pool_kick). */
 	if (strcmp(d->kind, "pfs") == 0 && ra_max / d->block_size > d->qd)
-		d->qd = (unsigned)(ra_max / d->block_size < POOL_THREADS_MAX
-					? ra_max / d->block_size
-					: POOL_THREADS_MAX);
+		d->qd =
+		    (unsigned)(ra_max / d->block_size < POOL_THREADS_MAX ? ra_max / d->block_size
+									 : POOL_THREADS_MAX);
 }
 
 void dev_get_stats(struct tb_dev *d, struct tb_dev_stats *st)
@@ -1305,8 +1315,8 @@ static int aio_setup(struct tb_dev *d)
  */
 struct pool_priv {
 	pthread_t threads[POOL_THREADS_MAX];
-	unsigned n;	    /* started; with d->lock */
-	unsigned idle;	    /* waiting for requests; with d->lock */
+	unsigned n;	   /* started; with d->lock */
+	unsigned idle;	   /* waiting for requests; with d->lock */
 	pthread_cond_t cv; /* with d->lock: requests queued, or stopping */
 };
 

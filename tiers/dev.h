@@ -116,11 +116,11 @@ struct tb_dev {
 	uint64_t busy_ns;    /* time driven hard in the current window */
 	uint64_t retries;    /* attempts the engine had to make again (s3) */
 	uint64_t window_errors; /* errors + retries when the window began */
-	double read_lat_ns;  /* moving average of a read's time from take to end */
+	double read_lat_ns;	/* moving average of a read's time from take to end */
 	double read_lat_min_ns; /* the least of them, rising slowly: latency unloaded */
-	uint64_t ra_max;     /* readahead depth at most, bytes (remote devices) */
-	unsigned run;	     /* blocks placement gives it in a row (an s3 object's) */
-	uint64_t held_slots; /* neither free nor in use: dead or unfilled, in packed objects */
+	uint64_t ra_max;	/* readahead depth at most, bytes (remote devices) */
+	unsigned run;		/* blocks placement gives it in a row (an s3 object's) */
+	uint64_t held_slots;	/* neither free nor in use: dead or unfilled, in packed objects */
 	uint64_t read_bytes, write_bytes, read_ops, write_ops, errors;
 	/* Engines that count more (s3): requests sent, stored objects, dead bytes in them. */
 	uint64_t requests, objects, dead_bytes, compacted_objects, compacted_bytes;
@@ -155,6 +155,8 @@ void dev_set_full(struct tb_dev *d);
 uint64_t dev_free_slots(struct tb_dev *d);
 /* Down after errors and not yet due for another try: its space is out of reach. */
 bool dev_out(struct tb_dev *d);
+/* Up: not down, and not being tried again after being down. */
+bool dev_up(struct tb_dev *d);
 /* Weight for placement: the cap or the capability measured; 0 when down or full. */
 double dev_weight(struct tb_dev *d);
 /*
@@ -178,7 +180,8 @@ unsigned dev_take(struct tb_dev *d, struct tb_io **out, unsigned max);
  * the queue and in-flight counts it wants the window to see.
  */
 void dev_measure(struct tb_dev *d, size_t bytes, uint64_t start, uint64_t now);
-/* The queue, in-flight or backlog counts are about to change at now: account the time before. Lock held. */
+/* The queue, in-flight or backlog counts are about to change at now: account the time before. Lock
+ * held. */
 void dev_load_tick(struct tb_dev *d, uint64_t now);
 /* For engines: a transfer ended; true when the request must go again. */
 bool dev_finish(struct tb_dev *d, struct tb_io *r, long res);

@@ -65,7 +65,7 @@
 #define S3_PROBE_INTERVAL_NS 2000000000ULL
 #define S3_POLL_MAX_MS 1000
 #define S3_RECV_BUFFER (512L << 10)
-#define S3_SEND_BUFFER (1L << 20)
+#define S3_SEND_BUFFER (256L << 10)
 #define S3_LOG_INTERVAL_S 10
 #define S3_DOWN_AFTER_NO_SERVER 3 /* attempts in a row that found no server */
 #define S3_TAKE_MAX 256		  /* requests taken from the queue at once */
@@ -171,8 +171,8 @@ struct s3_priv {
 	char empty_sha[SHA256_HEX_LEN + 1];
 	char *token_hdr; /* "x-amz-security-token: ..." or NULL */
 	uint64_t timeout_ns;
-	unsigned pack;	    /* blocks per object; 0: one object per slot (blk/) */
-	struct s3objs objs; /* packed: with d->lock */
+	unsigned pack;			 /* blocks per object; 0: one object per slot (blk/) */
+	struct s3objs objs;		 /* packed: with d->lock */
 	struct s3_del *dels, *dels_tail; /* with d->lock: versions to delete */
 	/* Owned by the engine thread once it runs. */
 	unsigned nx;
@@ -183,12 +183,13 @@ struct s3_priv {
 	bool probing;
 	uint64_t next_probe_ns;
 	unsigned no_server; /* attempts in a row that could not connect */
-	struct tb_io *reads, *reads_tail; /* reads taken, waiting for a handle */
+	struct tb_io *reads, *reads_tail;   /* reads taken, waiting for a handle */
 	struct tb_io *writes, *writes_tail; /* unpacked writes waiting for a handle */
 	struct s3_fill *fills;		    /* packed writes, by object */
 	uint64_t last_write_ns;		    /* when the latest write request came */
 	double write_gap_ns;		    /* moving average of the time between them */
 	unsigned nputs;			    /* PUTs of write-back running */
+	unsigned ndeletes;		    /* DELETEs running */
 	bool compacting;
 	char *compact_buf; /* an object's bytes, while compacting it */
 	uint64_t rng;
@@ -785,9 +786,10 @@ static int s3_check_identity(struct s3_priv *p, const char *store_id, unsigned p
 		}
 		p->pack = got == 4 ? have_pack : 0;
 		if (!p->pack)
-			log_info("%s: one object per block (a tier made before objects were packed; "
-				 "s3_object= applies to new tiers)",
-				 p->d->name);
+			log_info(
+			    "%s: one object per block (a tier made before objects were packed; "
+			    "s3_object= applies to new tiers)",
+			    p->d->name);
 		return 0;
 	}
 	s3_error_code(x, code, sizeof(code));
@@ -875,7 +877,7 @@ static void s3_todo(struct s3_priv *p, uint64_t objno, enum s3obj_todo todo)
 	struct s3obj *o = s3obj_get(&p->objs, objno);
 
 	if (todo == S3OBJ_TODO_DELETE && o) {
-		struct s3obj_version v = {objno, o->gen, o->layout, true};
+		struct s3obj_version v = {objno, o->gen, o->layout, true, false};
 
 		s3_del_queue(p, &v);
 	}
@@ -913,9 +915,12 @@ static int s3_mark(struct tb_dev *d, uint64_t slot)
 /* ---- the engine: transfers ---- */
 
 static const char *const job_name[] = {
-    [S3_JOB_CHECK] = "check",	   [S3_JOB_READ] = "GET",
-    [S3_JOB_WRITE] = "PUT",	   [S3_JOB_DELETE] = "DELETE",
-    [S3_JOB_COMPACT_GET] = "GET (compaction)", [S3_JOB_COMPACT_PUT] = "PUT (compaction)",
+    [S3_JOB_CHECK] = "check",
+    [S3_JOB_READ] = "GET",
+    [S3_JOB_WRITE] = "PUT",
+    [S3_JOB_DELETE] = "DELETE",
+    [S3_JOB_COMPACT_GET] = "GET (compaction)",
+    [S3_JOB_COMPACT_PUT] = "PUT (compaction)",
 };
 
 static void s3_log_failure(struct s3_priv *p, struct s3_xfer *x)
@@ -993,7 +998,7 @@ static void s3_compact_got(struct s3_priv *p, struct s3_xfer *x, long res)
 		return;
 	}
 	live = (uint16_t)(o->used & v.layout);
-	nv = (struct s3obj_version){v.objno, p->objs.next_gen++, live, false};
+	nv = (struct s3obj_version){v.objno, p->objs.next_gen++, live, false, false};
 	pthread_mutex_unlock(&d->lock);
 	for (unsigned i = 0; i < p->pack; i++) {
 		if (!(v.layout & (1u << i)))
@@ -1083,6 +1088,7 @@ static void s3_complete(struct s3_priv *p, struct s3_xfer *x, long res)
 		s3_finish_reqs(p, rs, nr, res);
 		break;
 	case S3_JOB_DELETE:
+		p->ndeletes--;
 		s3_delete_done(p, x, res);
 		s3_idle(p, x);
 		break;
@@ -1208,7 +1214,7 @@ static void s3_start_put(struct s3_priv *p, struct s3_xfer *x, struct s3_fill *f
 	char key[64];
 
 	pthread_mutex_lock(&p->d->lock);
-	x->v = (struct s3obj_version){f->objno, p->objs.next_gen++, f->got, false};
+	x->v = (struct s3obj_version){f->objno, p->objs.next_gen++, f->got, false, false};
 	pthread_mutex_unlock(&p->d->lock);
 	x->job = S3_JOB_WRITE;
 	for (unsigned i = 0; i < p->pack; i++)
@@ -1291,7 +1297,8 @@ static bool s3_start_read(struct s3_priv *p, struct s3_xfer *x)
 		grew = false;
 		while (*pp && x->nr < p->pack) {
 			struct tb_io *q = *pp;
-			int64_t off = q->slot / p->pack == k ? s3obj_offset(&p->objs, q->slot, bs) : -1;
+			int64_t off =
+			    q->slot / p->pack == k ? s3obj_offset(&p->objs, q->slot, bs) : -1;
 
 			if (off >= 0 && (off == hi || off + (int64_t)bs == lo)) {
 				unlink_read(p, pp, prev);
@@ -1313,7 +1320,7 @@ static bool s3_start_read(struct s3_priv *p, struct s3_xfer *x)
 	}
 	struct s3obj *o = s3obj_get(&p->objs, k);
 	o->gets++;
-	x->v = (struct s3obj_version){k, o->gen, o->layout, false};
+	x->v = (struct s3obj_version){k, o->gen, o->layout, false, false};
 	pthread_mutex_unlock(&d->lock);
 	x->job = S3_JOB_READ;
 	x->len = (size_t)(hi - lo);
@@ -1401,11 +1408,6 @@ static bool s3_start_compaction(struct s3_priv *p, struct s3_xfer *x)
 	char key[64];
 	uint64_t k;
 
-	if (!p->compact_buf) {
-		p->compact_buf = malloc(p->pack * d->block_size);
-		if (!p->compact_buf)
-			return false;
-	}
 	pthread_mutex_lock(&d->lock);
 	k = d->stopping ? S3OBJ_NONE : s3obj_compact_next(&p->objs);
 	if (k == S3OBJ_NONE) {
@@ -1414,7 +1416,7 @@ static bool s3_start_compaction(struct s3_priv *p, struct s3_xfer *x)
 	}
 	o = s3obj_get(&p->objs, k);
 	o->gets++;
-	x->v = (struct s3obj_version){k, o->gen, o->layout, false};
+	x->v = (struct s3obj_version){k, o->gen, o->layout, false, false};
 	pthread_mutex_unlock(&d->lock);
 	x->job = S3_JOB_COMPACT_GET;
 	x->dst = p->compact_buf;
@@ -1475,9 +1477,10 @@ static uint64_t s3_dispatch(struct s3_priv *p, uint64_t now)
 	}
 	if (p->pack && p->fills)
 		s3_fills_wait(p, now, &wait);
-	if (!p->pack || p->reads || s3_dev_down(p->d))
+	if (!p->pack || s3_dev_down(p->d))
 		return wait;
-	while (p->idle) {
+	/* While reads wait, one DELETE at a time, so dead objects do not pile up. */
+	while (p->idle && (!p->reads || !p->ndeletes)) {
 		struct s3_del *dl = s3_due_delete(p, now, &wait);
 		struct s3_xfer *x;
 		char key[64];
@@ -1491,9 +1494,10 @@ static uint64_t s3_dispatch(struct s3_priv *p, uint64_t now)
 		x->deadline_ns = now + p->timeout_ns;
 		free(dl);
 		pk_key(key, sizeof(key), &x->v);
+		p->ndeletes++;
 		s3_go(p, x, S3_DELETE, key, 0);
 	}
-	if (p->idle && !p->compacting && !p->fills && s3_queue_empty(p->d)) {
+	if (p->idle && !p->reads && !p->compacting && !p->fills && s3_queue_empty(p->d)) {
 		struct s3_xfer *x = take_idle(p);
 
 		if (!s3_start_compaction(p, x)) {
@@ -1773,7 +1777,8 @@ static const char *xml_text(const char *from, const char *tag, char *out, size_t
 	static const struct {
 		const char *ent;
 		char c;
-	} ents[] = {{"&amp;", '&'}, {"&lt;", '<'}, {"&gt;", '>'}, {"&quot;", '"'}, {"&apos;", '\''}};
+	} ents[] = {
+	    {"&amp;", '&'}, {"&lt;", '<'}, {"&gt;", '>'}, {"&quot;", '"'}, {"&apos;", '\''}};
 	char open[48], close[48];
 	const char *a, *b;
 	size_t o = 0;
@@ -1800,18 +1805,31 @@ static const char *xml_text(const char *from, const char *tag, char *out, size_t
 	return b + strlen(close);
 }
 
-/* Add the packed object keys of one listing page to *v. */
-static int s3_parse_page(const char *body, struct s3obj_version **v, size_t *n, size_t *cap)
+/*
+ * Add the packed object keys of one listing page to *v, each marked torn
+ * when its size is not that of the blocks its layout names.
+ */
+static int s3_parse_page(const char *body, size_t bs, struct s3obj_version **v, size_t *n,
+			 size_t *cap)
 {
-	char key[S3_KEY_MAX];
+	char key[S3_KEY_MAX], size[32];
 	const char *at = body;
 
-	while ((at = xml_text(at, "Key", key, sizeof(key)))) {
-		const char *name = strrchr(key, '/');
-		unsigned long long objno;
+	while ((at = strstr(at, "<Contents>"))) {
+		const char *end_of = strstr(at, "</Contents>"), *name;
+		unsigned long long objno, bytes = 0;
 		unsigned gen, layout;
 		int end = 0;
 
+		if (!end_of)
+			break;
+		if (!xml_text(at, "Key", key, sizeof(key)) ||
+		    xml_text(at, "Size", size, sizeof(size)) > end_of + strlen("</Contents>"))
+			key[0] = 0;
+		else
+			bytes = strtoull(size, NULL, 10);
+		at = end_of;
+		name = strrchr(key, '/');
 		if (!name || name - key < 2 || strncmp(name - 2, "pk", 2) != 0)
 			continue;
 		if (sscanf(name + 1, "%llx-%x-%x%n", &objno, &gen, &layout, &end) != 3 ||
@@ -1826,7 +1844,9 @@ static int s3_parse_page(const char *body, struct s3obj_version **v, size_t *n, 
 			*v = nv;
 			*cap = c;
 		}
-		(*v)[(*n)++] = (struct s3obj_version){objno, gen, (uint16_t)layout, false};
+		(*v)[(*n)++] = (struct s3obj_version){
+		    objno, gen, (uint16_t)layout, false,
+		    bytes != (unsigned long long)__builtin_popcount(layout) * bs};
 	}
 	return 0;
 }
@@ -1876,7 +1896,7 @@ static int s3_list(struct s3_priv *p, struct s3obj_version **v, size_t *n)
 			break;
 		}
 		body[x->pos] = 0;
-		ret = s3_parse_page(body, v, n, &cap);
+		ret = s3_parse_page(body, p->d->block_size, v, n, &cap);
 		if (ret)
 			break;
 		token[0] = 0;
@@ -1938,6 +1958,11 @@ static int s3_start(struct tb_dev *d)
 
 		if (ret)
 			return ret;
+		/* Compaction's buffer, made now: memory does not grow in a long run. */
+		p->compact_buf = malloc(p->pack * d->block_size);
+		if (!p->compact_buf)
+			return -ENOMEM;
+		memset(p->compact_buf, 0, p->pack * d->block_size);
 	}
 	return -pthread_create(&p->thread, NULL, s3_thread, p);
 }

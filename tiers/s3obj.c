@@ -106,14 +106,33 @@ static bool worth_compacting(const struct s3obj *o)
 	       bits((uint16_t)(o->layout & ~o->used)) * 2 >= bits(o->layout);
 }
 
+/*
+ * Drop from the compaction queue what was taken and what is no longer
+ * queued (deleted, reused): while the device is never idle, nothing is
+ * taken, and the queue holds at most one entry per object.
+ */
+static void squeeze_queue(struct s3objs *t)
+{
+	size_t n = 0;
+
+	for (size_t i = t->compact_head; i < t->ncompact; i++) {
+		uint64_t k = t->compact_q[i];
+
+		if (k < t->n && t->o[k].compact_queue)
+			t->compact_q[n++] = k;
+	}
+	t->compact_head = 0;
+	t->ncompact = n;
+}
+
 static enum s3obj_todo queue_compaction(struct s3objs *t, uint64_t objno)
 {
 	struct s3obj *o = &t->o[objno];
 
 	if (o->compacting || o->compact_queue || !worth_compacting(o))
 		return S3OBJ_TODO_NONE;
-	if (t->compact_head && t->compact_head == t->ncompact)
-		t->compact_head = t->ncompact = 0;
+	if (t->ncompact == t->cap_compact)
+		squeeze_queue(t);
 	if (push_u64(&t->compact_q, &t->ncompact, &t->cap_compact, objno) < 0)
 		return S3OBJ_TODO_NONE; /* stays as it is: only space is lost */
 	o->compact_queue = true;
@@ -324,21 +343,24 @@ int s3obj_sweep(struct s3objs *t, struct s3obj_version *v, size_t n, struct s3ob
 				t->next_gen = v[x].gen + 1;
 		if (k >= t->max || grow(t, k + 1) < 0) {
 			for (; i < j; i++)
-				d[nd++] = (struct s3obj_version){k, v[i].gen, v[i].layout, false};
+				d[nd++] = (struct s3obj_version){k, v[i].gen, v[i].layout, false, false};
 			continue;
 		}
 		o = &t->o[k];
 		if (o->used) {
 			for (size_t x = i; x < j && keep == n; x++)
-				if ((v[x].layout & o->used) == o->used)
+				if (!v[x].torn && (v[x].layout & o->used) == o->used)
 					keep = x;
-			if (keep == n) {
-				keep = i; /* the newest; the slots it lacks read as errors */
+			for (size_t x = i; x < j && keep == n; x++)
+				if (!v[x].torn)
+					keep = x; /* the newest whole; the slots it lacks read as errors */
+			if (keep == n || (v[keep].layout & o->used) != o->used)
 				(*missing)++;
+			if (keep != n) {
+				o->gen = v[keep].gen;
+				o->layout = v[keep].layout;
 			}
-			o->gen = v[keep].gen;
-			o->layout = v[keep].layout;
-			o->gets = 1; /* no GET runs at mount: marks "a version was found" */
+			o->gets = 1; /* no GET runs at mount: marks "looked at" */
 		} else {
 			o->state = S3OBJ_DELETING;
 			o->dels = (uint8_t)(j - i < 255 ? j - i : 255);
@@ -346,7 +368,7 @@ int s3obj_sweep(struct s3objs *t, struct s3obj_version *v, size_t n, struct s3ob
 		for (size_t x = i; x < j; x++) {
 			if (x == keep)
 				continue;
-			d[nd++] = (struct s3obj_version){k, v[x].gen, v[x].layout, !o->used};
+			d[nd++] = (struct s3obj_version){k, v[x].gen, v[x].layout, !o->used, false};
 			if (!o->used)
 				o->layout |= v[x].layout;
 		}

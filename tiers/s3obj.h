@@ -11,7 +11,10 @@
  * one: locations never change, so the metadata store never hears of it.
  * At mount the bucket is listed; for each object the newest version that
  * holds every slot in use is kept, and everything else is deleted (crashed
- * writes, versions left by a crash during compaction, dead objects).
+ * writes, versions left by a crash during compaction, dead objects). A
+ * version whose size is not its layout's is never kept: S3 stores a PUT
+ * whole or not at all, but s3rver keeps what it got of a PUT whose client
+ * died, and a compaction cut short by a crash left a newer, torn version.
  *
  * Pure bookkeeping, no I/O: the engine (s3.c) calls it under the device
  * lock and does what it says. tests/unit/test_s3obj.c drives it alone.
@@ -53,15 +56,16 @@ struct s3obj_version {
 	uint32_t gen;
 	uint16_t layout;
 	bool whole; /* to delete: one of a DELETING object's (s3obj_deleted when done) */
+	bool torn;  /* found: its size is not its layout's (a PUT cut short), never kept */
 };
 
 struct s3objs {
 	unsigned pack;
 	struct slot_alloc *alloc; /* the device's slot bitmap, kept in step */
 	struct s3obj *o;
-	uint64_t n;   /* entries in o: object numbers ever seen or opened */
-	uint64_t cap; /* entries allocated */
-	uint64_t max; /* object numbers there may be: the device's slots / pack */
+	uint64_t n;	     /* entries in o: object numbers ever seen or opened */
+	uint64_t cap;	     /* entries allocated */
+	uint64_t max;	     /* object numbers there may be: the device's slots / pack */
 	uint64_t *free_objs; /* a stack of free object numbers below n */
 	size_t nfree, cap_free;
 	uint64_t open;	    /* the object the allocator fills, or S3OBJ_NONE */

@@ -161,8 +161,8 @@ struct tb_dev_stats {
 	uint64_t bw_capable; /* what it moved when driven hard (dev.h) */
 	double weight;	     /* its placement weight now */
 	uint64_t read_latency_us;
-	uint64_t readahead_bytes; /* a remote reader's window now (dev_ra_blocks) */
-	uint64_t requests;   /* requests made to the medium (HTTP requests for s3) */
+	uint64_t readahead_bytes;     /* a remote reader's window now (dev_ra_blocks) */
+	uint64_t requests;	      /* requests made to the medium (HTTP requests for s3) */
 	uint64_t objects, dead_bytes; /* s3: objects stored, bytes in them no block uses */
 	uint64_t compacted_objects, compacted_bytes;
 	bool up;

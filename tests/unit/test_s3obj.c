@@ -5,8 +5,9 @@
  * compaction, and its new version leaves the old one to delete; an object
  * nothing uses is deleted and its number reused; a failed PUT gives its
  * slots back; at mount, the sweep keeps the newest version that holds every
- * slot in use and deletes every other one, counts what is missing, and the
- * next generation is above all it saw.
+ * slot in use and deletes every other one, never keeps a torn version (a
+ * PUT cut short, which s3rver keeps), counts what is missing, and the next
+ * generation is above all it saw.
  */
 #include "s3obj.h"
 #include "test.h"
@@ -113,12 +114,13 @@ static void sweep(void)
 	struct slot_alloc a;
 	struct s3objs t;
 	struct s3obj_version v[] = {
-	    {2, 5, 0x03, false},   /* holds slots 16 and 17: kept */
-	    {2, 7, 0x01, false},   /* newer, but lacks 17: deleted */
-	    {2, 3, 0xff, false},   /* older: deleted */
-	    {3, 4, 0xff, false},   /* nothing uses object 3: deleted whole */
-	    {5, 9, 0x01, false},   /* kept */
-	    {70, 11, 0x01, false}, /* past the tier's end: deleted */
+	    {2, 5, 0x03, false, false},	  /* holds slots 16 and 17: kept */
+	    {2, 7, 0x01, false, false},	  /* newer, but lacks 17: deleted */
+	    {2, 3, 0xff, false, false},	  /* older: deleted */
+	    {3, 4, 0xff, false, false},	  /* nothing uses object 3: deleted whole */
+	    {5, 9, 0x01, false, false},	  /* kept */
+	    {5, 12, 0x01, false, true},	  /* newer but torn: deleted */
+	    {70, 11, 0x01, false, false}, /* past the tier's end: deleted */
 	};
 	struct s3obj_version *del;
 	size_t ndel;
@@ -132,11 +134,11 @@ static void sweep(void)
 	CHECK_EQ(s3obj_mark(&t, 40), 0);
 	CHECK_EQ(s3obj_mark(&t, 40), -EEXIST);
 	CHECK_EQ(s3obj_mark(&t, 48), 0); /* object 6: no version anywhere */
-	CHECK_EQ(s3obj_sweep(&t, v, 6, &del, &ndel, &missing), 0);
+	CHECK_EQ(s3obj_sweep(&t, v, 7, &del, &ndel, &missing), 0);
 	CHECK_EQ(missing, 1);
-	CHECK_EQ(ndel, 4);
+	CHECK_EQ(ndel, 5);
 	for (size_t i = 0; i < ndel; i++) {
-		CHECK(del[i].objno == 2 || del[i].objno == 3 || del[i].objno == 70);
+		CHECK(del[i].objno != 5 || del[i].gen == 12);
 		CHECK(!(del[i].objno == 2 && del[i].gen == 5));
 		whole += del[i].whole;
 	}
@@ -146,7 +148,7 @@ static void sweep(void)
 	CHECK_EQ(t.o[2].layout, 0x03);
 	CHECK_EQ(t.o[5].gen, 9);
 	CHECK_EQ(t.o[3].state, S3OBJ_DELETING);
-	CHECK_EQ(t.next_gen, 12);
+	CHECK_EQ(t.next_gen, 13);
 	CHECK_EQ(s3obj_offset(&t, 17, BS), BS);
 	CHECK_EQ(s3obj_offset(&t, 48, BS), -ENOENT);
 	CHECK_EQ(t.stored, 3); /* 2, 5, and 3 until deleted */
