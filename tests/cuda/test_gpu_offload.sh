@@ -11,6 +11,9 @@
 . "$(dirname "$0")/../mount/lib.sh"
 
 : "${TENSORFS_CUDA_LIB:?TENSORFS_CUDA_LIB must name libtensorfs-cuda-cpu.so}"
+if ldd "$TENSORFS_CUDA_LIB" 2>/dev/null | grep -q "libasan\|libubsan"; then
+	skip "the client library is built with sanitizers, which python cannot load"
+fi
 # The python3 on PATH may not be Debian's (pyenv, a venv): take one that has torch.
 PY=""
 for p in python3 /usr/bin/python3; do
