@@ -38,8 +38,12 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#define BOUNCE_BYTES (8UL << 20) /* a fallback copy's unit */
-#define BOUNCE_KEEP 4		 /* idle bounce buffers kept */
+#define FB_CHUNK_BYTES (8UL << 20)   /* a fallback pread or pwrite, at most */
+#define FB_DIRECT_MIN (1UL << 20)    /* smaller transfers go through the page cache */
+#define FB_DIRECT_ALIGN 4096UL	     /* what O_DIRECT asks of offsets, lengths, buffers */
+#define STAGING_KEEP 4		     /* idle buffer pairs kept */
+#define ZC_WINDOW_BYTES (32UL << 20) /* a read's PIN, at most */
+#define ZC_AHEAD_WINDOWS 2	     /* windows a read asks the daemon to load ahead */
 #define GPU_FILE "/.tensorfs/gpu"
 #define FSTYPE "fuse.tensorfs"
 
@@ -199,6 +203,13 @@ int tfsc_release(struct tfsc_conn *c, uint64_t pin, int status)
 	return exchange(c, &req, -1, NULL);
 }
 
+int tfsc_prefetch(struct tfsc_conn *c, uint64_t ino, uint64_t off, uint64_t len)
+{
+	struct tfs_gpu_req req = {.op = TFS_GPU_PREFETCH, .ino = ino, .off = off, .len = len};
+
+	return exchange(c, &req, -1, NULL);
+}
+
 /* ---- finding the mount ---- */
 
 /* mountinfo writes space, tab, newline and backslash as \ooo. */
@@ -288,7 +299,9 @@ struct tfsc_mount {
 	void *arena;
 	size_t arena_bytes, bs;
 	uint32_t read_batch, write_batch; /* blocks asked per PIN */
+	uint32_t read_ahead;		  /* blocks a read asks to load past its PIN */
 	bool registered;
+	bool no_prefetch;	 /* the daemon does not know PREFETCH */
 	unsigned refs;		 /* calls using it; g_lock */
 	bool stale;		 /* off the list; freed when refs reach 0 */
 	struct tfsc_conn *idle;	 /* g_lock */
@@ -298,8 +311,20 @@ struct tfsc_mount {
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER; /* guards all g_ */
 static struct tfsc_mount *g_mounts;
 static pid_t g_pid; /* whose the list is: a forked child starts over */
-static void *g_bounce[BOUNCE_KEEP];
-static unsigned g_nbounce;
+/*
+ * Two pinned buffers and an event for each: while one is filled by pread
+ * (or written out by pwrite), the other's copy to (or from) the device
+ * runs. A buffer is reused only after its event says its copy is done.
+ */
+struct staging {
+	char *buf[2];
+	void *ev[2];
+};
+
+static struct staging *g_staging[STAGING_KEEP];
+static unsigned g_nstaging;
+
+static void staging_free(struct staging *st);
 
 static void mount_free(struct tfsc_mount *m)
 {
@@ -323,7 +348,7 @@ static void forget_parent(void)
 		return;
 	/* Its sockets and bounce buffers are the parent's; the copy engine may not work here. */
 	g_mounts = NULL;
-	g_nbounce = 0;
+	g_nstaging = 0;
 	g_pid = getpid();
 }
 
@@ -341,6 +366,16 @@ static int mount_map(struct tfsc_mount *m, struct tfsc_conn *c, int arena_fd)
 	m->read_batch = (uint32_t)(half < TFS_GPU_MAX_BLOCKS ? half : TFS_GPU_MAX_BLOCKS);
 	half = r->max_write_pins / 2 ? r->max_write_pins / 2 : 1;
 	m->write_batch = (uint32_t)(half < TFS_GPU_MAX_BLOCKS ? half : TFS_GPU_MAX_BLOCKS);
+	/*
+	 * Reads pin in windows, so that the next windows load from the devices
+	 * while this one is copied; loaded ahead, at most half the pin limit,
+	 * so that what is loaded is not evicted again before its PIN.
+	 */
+	if (ZC_WINDOW_BYTES / m->bs && ZC_WINDOW_BYTES / m->bs < m->read_batch)
+		m->read_batch = (uint32_t)(ZC_WINDOW_BYTES / m->bs);
+	m->read_ahead = ZC_AHEAD_WINDOWS * m->read_batch;
+	if (m->read_ahead > r->max_pins / 2)
+		m->read_ahead = (uint32_t)(r->max_pins / 2);
 	m->arena = mmap(NULL, m->arena_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, arena_fd, 0);
 	if (m->arena == MAP_FAILED) {
 		m->arena = NULL;
@@ -489,7 +524,7 @@ static void conn_put(struct tfsc_mount *m, struct tfsc_conn *c, bool good)
 void tfs_gpu_shutdown(void)
 {
 	struct tfsc_mount *m, *next, *unused = NULL;
-	void *bounce[BOUNCE_KEEP];
+	struct staging *stg[STAGING_KEEP];
 	unsigned nb;
 
 	pthread_mutex_lock(&g_lock);
@@ -503,16 +538,16 @@ void tfs_gpu_shutdown(void)
 		}
 	}
 	g_mounts = NULL;
-	nb = g_nbounce;
-	memcpy(bounce, g_bounce, sizeof(bounce));
-	g_nbounce = 0;
+	nb = g_nstaging;
+	memcpy(stg, g_staging, sizeof(stg));
+	g_nstaging = 0;
 	pthread_mutex_unlock(&g_lock);
 	for (m = unused; m; m = next) {
 		next = m->next;
 		mount_free(m);
 	}
 	for (unsigned i = 0; i < nb; i++)
-		tfsc_copy_host_free(bounce[i]);
+		staging_free(stg[i]);
 }
 
 /* ---- zero-copy ---- */
@@ -615,62 +650,137 @@ static bool broken(int err)
 	return err == -ENOTCONN || err == -EPROTO;
 }
 
+/*
+ * Ask the daemon to load the file up to *ahead_to, up to m->read_ahead
+ * blocks past pos (where the next PIN starts), ahead of the PINs that
+ * will want it. Best effort: only a broken connection is an error.
+ */
+static int prefetch_ahead(struct tfsc_mount *m, struct tfsc_conn *c, uint64_t ino, uint64_t pos,
+			  uint64_t end, uint64_t *ahead_to)
+{
+	uint64_t want = pos + (uint64_t)(m->read_batch + m->read_ahead) * m->bs;
+	uint64_t from = *ahead_to > pos ? *ahead_to : pos;
+	int ret;
+
+	if (m->no_prefetch || !m->read_ahead)
+		return 0;
+	if (want > end)
+		want = end;
+	/* Not for every window: when a window's worth is wanted, for the next few. */
+	if (want < from + (uint64_t)m->read_batch * m->bs && want < end)
+		return 0;
+	if (from >= want)
+		return 0;
+	ret = tfsc_prefetch(c, ino, from, want - from);
+	if (ret == -EOPNOTSUPP)
+		m->no_prefetch = true;
+	if (broken(ret))
+		return ret;
+	*ahead_to = want;
+	return 0;
+}
+
+/*
+ * Pin window k + 1 while window k is copied, and have the daemon load the
+ * windows after it meanwhile, so that for a file on nvme the device reads
+ * overlap the copies. Window k is released once an event recorded after
+ * its copies says they are done: the copies of k + 1 are queued by then,
+ * so the DMA engine never waits for a round trip to the daemon.
+ */
 static ssize_t zc_read(struct tfsc_mount *m, struct tfsc_conn *c, int fd, uint64_t ino,
 		       uint64_t off, size_t len, char *dev, void *stream, bool *conn_ok)
 {
 	struct batch *cur = malloc(sizeof(*cur)), *next = malloc(sizeof(*next)), *t;
-	uint64_t end = off + len, pos = off;
+	void *ev_cur = NULL, *ev_next = NULL, *evt;
+	uint64_t end = off + len, pos = off, ahead_to = off;
 	bool have_cur = false, have_next = false;
-	int ret, rel;
+	int ret, rel, s;
 
 	if (!cur || !next) {
 		ret = tfsc_fail(-ENOMEM, "out of memory");
 		goto out;
 	}
-	ret = pin(c, fd, ino, false, pos, end - pos, m->read_batch);
+	ret = tfsc_copy_event_new(&ev_cur);
+	if (!ret)
+		ret = tfsc_copy_event_new(&ev_next);
+	if (!ret)
+		ret = prefetch_ahead(m, c, ino, pos, end, &ahead_to);
+	if (!ret)
+		ret = pin(c, fd, ino, false, pos, end - pos, m->read_batch);
 	if (ret == 0)
 		ret = take_batch(m, c->rep, false, cur);
 	have_cur = ret == 0 && cur->len;
-	while (have_cur) {
+	if (have_cur) {
 		ret = queue_batch(m, cur, false, dev, off, stream);
-		/* Pin the next batch while this one is copied; the daemon will not wait for it. */
-		if (ret == 0 && cur->off + cur->len < end) {
-			int r = pin(c, fd, ino, false, cur->off + cur->len,
-				    end - cur->off - cur->len, m->read_batch);
+		if (!ret)
+			ret = tfsc_copy_event_record(ev_cur, stream);
+	}
+	while (have_cur) {
+		uint64_t cur_end = cur->off + cur->len;
+
+		if (ret == 0 && cur_end < end)
+			ret = prefetch_ahead(m, c, ino, cur_end, end, &ahead_to);
+		/* The next window, pinned and queued while this one is copied; the daemon will not
+		 * wait. */
+		if (ret == 0 && cur_end < end) {
+			int r = pin(c, fd, ino, false, cur_end, end - cur_end, m->read_batch);
 
 			if (r == 0)
 				r = take_batch(m, c->rep, false, next);
 			have_next = r == 0 && next->len;
 			if (r && r != -EAGAIN)
 				ret = r;
+			if (have_next && !ret) {
+				ret = queue_batch(m, next, false, dev, off, stream);
+				if (!ret)
+					ret = tfsc_copy_event_record(ev_next, stream);
+			}
 		}
 		/* The slots must not be released before the copies have left them. */
-		int s = tfsc_copy_sync(stream);
+		s = ret ? tfsc_copy_sync(stream) : tfsc_copy_event_wait(ev_cur);
 		if (!ret)
 			ret = s;
-		rel = tfsc_release(c, cur->pin, ret);
+		rel = broken(ret) ? 0 : tfsc_release(c, cur->pin, ret);
 		have_cur = false;
 		if (!ret)
 			ret = rel;
 		if (ret)
 			break;
-		pos = cur->off + cur->len;
+		pos = cur_end;
 		if (have_next) {
 			t = cur, cur = next, next = t;
+			evt = ev_cur, ev_cur = ev_next, ev_next = evt;
 			have_cur = true;
 			have_next = false;
 		} else if (pos < end) {
+			/* -EAGAIN above: the pin limit was reached; this window is free now. */
 			ret = pin(c, fd, ino, false, pos, end - pos, m->read_batch);
 			if (ret == 0)
 				ret = take_batch(m, c->rep, false, cur);
 			have_cur = ret == 0 && cur->len;
-			if (ret)
+			if (have_cur) {
+				ret = queue_batch(m, cur, false, dev, off, stream);
+				if (!ret)
+					ret = tfsc_copy_event_record(ev_cur, stream);
+			}
+			if (ret && !have_cur)
 				break;
 		}
 	}
-	if (have_next && !broken(ret))
-		tfsc_release(c, next->pin, ret);
+	if (have_next) {
+		/* Its copies may be queued: they must be done before it is released. */
+		tfsc_copy_sync(stream);
+		if (!broken(ret))
+			tfsc_release(c, next->pin, ret ? ret : -ECANCELED);
+	}
 out:
+	/* Nothing may be left queued into memory the caller gets back. */
+	if (ret)
+		tfsc_copy_sync(stream);
+	if (ev_cur)
+		tfsc_copy_event_free(ev_cur);
+	if (ev_next)
+		tfsc_copy_event_free(ev_next);
 	*conn_ok = !broken(ret);
 	free(cur);
 	free(next);
@@ -710,92 +820,255 @@ static ssize_t zc_write(struct tfsc_mount *m, struct tfsc_conn *c, int fd, uint6
 	return ret ? ret : (ssize_t)len;
 }
 
-/* ---- the fallback: pread/pwrite through a pinned bounce buffer ---- */
+/* ---- the fallback: pread/pwrite through two pinned buffers ---- */
 
-static void *bounce_get(void)
+static uint64_t g_direct_bytes, g_buffered_bytes; /* __atomic */
+
+void tfsc_fallback_bytes(uint64_t *direct, uint64_t *buffered)
 {
-	void *p = NULL;
+	*direct = __atomic_load_n(&g_direct_bytes, __ATOMIC_RELAXED);
+	*buffered = __atomic_load_n(&g_buffered_bytes, __ATOMIC_RELAXED);
+}
+
+static void staging_free(struct staging *st)
+{
+	if (!st)
+		return;
+	for (int k = 0; k < 2; k++) {
+		if (st->buf[k])
+			tfsc_copy_host_free(st->buf[k]);
+		if (st->ev[k])
+			tfsc_copy_event_free(st->ev[k]);
+	}
+	free(st);
+}
+
+static struct staging *staging_get(void)
+{
+	struct staging *st = NULL;
 
 	pthread_mutex_lock(&g_lock);
 	forget_parent();
-	if (g_nbounce)
-		p = g_bounce[--g_nbounce];
+	if (g_nstaging)
+		st = g_staging[--g_nstaging];
 	pthread_mutex_unlock(&g_lock);
-	return p ? p : tfsc_copy_host_alloc(BOUNCE_BYTES);
+	if (st)
+		return st;
+	st = calloc(1, sizeof(*st));
+	if (!st) {
+		tfsc_fail(-ENOMEM, "out of memory");
+		return NULL;
+	}
+	for (int k = 0; k < 2; k++) {
+		st->buf[k] = tfsc_copy_host_alloc(FB_CHUNK_BYTES);
+		if (!st->buf[k] || tfsc_copy_event_new(&st->ev[k]) < 0) {
+			if (!st->buf[k])
+				tfsc_fail(-ENOMEM, "cannot allocate a pinned bounce buffer");
+			staging_free(st);
+			return NULL;
+		}
+	}
+	return st;
 }
 
-static void bounce_put(void *p)
+static void staging_put(struct staging *st)
 {
 	pthread_mutex_lock(&g_lock);
-	if (g_nbounce < BOUNCE_KEEP) {
-		g_bounce[g_nbounce++] = p;
-		p = NULL;
+	if (g_nstaging < STAGING_KEEP) {
+		g_staging[g_nstaging++] = st;
+		st = NULL;
 	}
 	pthread_mutex_unlock(&g_lock);
-	if (p)
-		tfsc_copy_host_free(p);
+	staging_free(st);
 }
 
+/*
+ * A second fd of fd's file, with its access mode and O_DIRECT, for the
+ * aligned middle of a large transfer: -1 where the filesystem refuses
+ * O_DIRECT (tmpfs of old kernels, some FUSE daemons), the transfer is
+ * small, or the buffers are not aligned; the buffered fd then does all.
+ */
+static int direct_open(int fd, size_t len, const struct staging *st)
+{
+	char path[64];
+	int flags = fcntl(fd, F_GETFL), dfd;
+
+	if (len < FB_DIRECT_MIN || flags < 0 || (flags & O_DIRECT))
+		return -1;
+	for (int k = 0; k < 2; k++)
+		if ((uintptr_t)st->buf[k] % FB_DIRECT_ALIGN)
+			return -1;
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	dfd = open(path, (flags & O_ACCMODE) | O_DIRECT | O_CLOEXEC);
+	if (dfd < 0)
+		debug("no O_DIRECT for fd %d: %s", fd, strerror(errno));
+	return dfd;
+}
+
+/*
+ * The next piece of [pos, end): through *dfd when it and the piece are
+ * aligned, else buffered, up to where alignment starts or FB_CHUNK_BYTES.
+ */
+static size_t plan(uint64_t pos, uint64_t end, int dfd, bool *direct)
+{
+	uint64_t n = end - pos < FB_CHUNK_BYTES ? end - pos : FB_CHUNK_BYTES;
+
+	*direct = false;
+	if (dfd < 0)
+		return (size_t)n;
+	if (pos % FB_DIRECT_ALIGN)
+		return (size_t)(n < FB_DIRECT_ALIGN - pos % FB_DIRECT_ALIGN
+				    ? n
+				    : FB_DIRECT_ALIGN - pos % FB_DIRECT_ALIGN);
+	if (n >= FB_DIRECT_ALIGN) {
+		*direct = true;
+		n -= n % FB_DIRECT_ALIGN;
+	}
+	return (size_t)n;
+}
+
+/*
+ * One pread or pwrite of a piece, retried on EINTR; through *dfd when
+ * direct. A filesystem that takes the O_DIRECT open but refuses the I/O
+ * (EINVAL) gets the rest buffered: *dfd is closed. Returns the bytes
+ * moved (a pread's fewer at EOF, a pwrite's perhaps fewer) or -errno.
+ */
+static ssize_t piece_io(bool write, int fd, int *dfd, bool direct, char *buf, size_t n,
+			uint64_t pos)
+{
+	for (;;) {
+		int f = direct && *dfd >= 0 ? *dfd : fd;
+		ssize_t r = write ? pwrite(f, buf, n, (off_t)pos) : pread(f, buf, n, (off_t)pos);
+
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0 && errno == EINVAL && f != fd) {
+			debug("O_DIRECT %s refused: %s", write ? "pwrite" : "pread",
+			      strerror(errno));
+			close(*dfd);
+			*dfd = -1;
+			continue;
+		}
+		if (r < 0)
+			return tfsc_fail(-errno, "%s at %llu: %s", write ? "pwrite" : "pread",
+					 (unsigned long long)pos, strerror(errno));
+		__atomic_add_fetch(f == fd ? &g_buffered_bytes : &g_direct_bytes, (uint64_t)r,
+				   __ATOMIC_RELAXED);
+		return r;
+	}
+}
+
+/*
+ * pread piece i into buffer i % 2 once the copy of piece i - 2 has left
+ * it, then queue its copy to the device: the read of a piece overlaps the
+ * copy of the one before.
+ */
 static ssize_t fb_read(int fd, uint64_t off, size_t len, char *dev, void *stream)
 {
-	char *bounce = bounce_get();
-	size_t done = 0;
-	int ret = 0;
+	struct staging *st = staging_get();
+	uint64_t pos = off, end = off + len;
+	int ret = 0, s, dfd;
 
-	if (!bounce)
-		return tfsc_fail(-ENOMEM, "cannot allocate a pinned bounce buffer");
-	while (done < len) {
-		size_t want = len - done < BOUNCE_BYTES ? len - done : BOUNCE_BYTES;
-		ssize_t n = pread(fd, bounce, want, (off_t)(off + done));
+	if (!st)
+		return -ENOMEM;
+	dfd = direct_open(fd, len, st);
+	for (unsigned i = 0; pos < end; i++) {
+		unsigned k = i % 2;
+		bool direct;
+		size_t n = plan(pos, end, dfd, &direct);
+		ssize_t got;
 
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0) {
-			ret = tfsc_fail(-errno, "pread: %s", strerror(errno));
-			break;
-		}
-		if (n == 0)
-			break; /* end of file */
-		ret = tfsc_copy_h2d(dev + done, bounce, (size_t)n, stream);
-		if (!ret)
-			ret = tfsc_copy_sync(stream);
+		ret = tfsc_copy_event_wait(st->ev[k]);
 		if (ret)
 			break;
-		done += (size_t)n;
+		got = piece_io(false, fd, &dfd, direct, st->buf[k], n, pos);
+		if (got <= 0) {
+			ret = (int)got;
+			break; /* an error, or end of file */
+		}
+		ret = tfsc_copy_h2d(dev + (pos - off), st->buf[k], (size_t)got, stream);
+		if (!ret)
+			ret = tfsc_copy_event_record(st->ev[k], stream);
+		if (ret)
+			break;
+		/* A short read ends at EOF, or says where to go on from: the next pread says which.
+		 */
+		pos += (uint64_t)got;
 	}
-	bounce_put(bounce);
-	return ret ? ret : (ssize_t)done;
+	/* Always: the buffers go back to the pool only once no copy uses them. */
+	s = tfsc_copy_sync(stream);
+	if (!ret)
+		ret = s;
+	if (dfd >= 0)
+		close(dfd);
+	staging_put(st);
+	return ret ? ret : (ssize_t)(pos - off);
 }
 
+/* pwrite all of a piece: a short pwrite goes on from where it stopped; none is an error. */
+static int piece_write(int fd, int *dfd, bool direct, char *buf, size_t n, uint64_t pos)
+{
+	size_t put = 0;
+
+	while (put < n) {
+		ssize_t r = piece_io(true, fd, dfd, direct, buf + put, n - put, pos + put);
+
+		if (r < 0)
+			return (int)r;
+		if (r == 0)
+			return tfsc_fail(-EIO, "pwrite at %llu wrote nothing",
+					 (unsigned long long)(pos + put));
+		put += (size_t)r;
+		/* What is left may have lost its alignment: the page cache takes it. */
+		if (put < n && (pos + put) % FB_DIRECT_ALIGN)
+			direct = false;
+	}
+	return 0;
+}
+
+/*
+ * Queue the copy of piece i + 1 into one buffer, then pwrite piece i from
+ * the other once its copy is done: the copy of a piece overlaps the write
+ * of the one before. A buffer is refilled only after its pwrite returned.
+ */
 static ssize_t fb_write(int fd, uint64_t off, size_t len, const char *dev, void *stream)
 {
-	char *bounce = bounce_get();
-	size_t done = 0;
-	int ret = 0;
+	struct staging *st = staging_get();
+	uint64_t pos = off, end = off + len;
+	bool direct, next_direct = false;
+	size_t n, next_n = 0;
+	int ret, s, dfd;
 
-	if (!bounce)
-		return tfsc_fail(-ENOMEM, "cannot allocate a pinned bounce buffer");
-	while (done < len && !ret) {
-		size_t want = len - done < BOUNCE_BYTES ? len - done : BOUNCE_BYTES;
-		size_t put = 0;
+	if (!st)
+		return -ENOMEM;
+	dfd = direct_open(fd, len, st);
+	n = plan(pos, end, dfd, &direct);
+	ret = tfsc_copy_d2h(st->buf[0], dev, n, stream);
+	if (!ret)
+		ret = tfsc_copy_event_record(st->ev[0], stream);
+	for (unsigned i = 0; !ret && pos < end; i++) {
+		unsigned k = i % 2;
 
-		ret = tfsc_copy_d2h(bounce, dev + done, want, stream);
-		if (!ret)
-			ret = tfsc_copy_sync(stream);
-		while (!ret && put < want) {
-			ssize_t n = pwrite(fd, bounce + put, want - put, (off_t)(off + done + put));
-
-			if (n < 0 && errno == EINTR)
-				continue;
-			if (n <= 0)
-				ret = tfsc_fail(n < 0 ? -errno : -EIO, "pwrite: %s",
-						n < 0 ? strerror(errno) : "wrote nothing");
-			else
-				put += (size_t)n;
+		if (pos + n < end) {
+			next_n = plan(pos + n, end, dfd, &next_direct);
+			ret = tfsc_copy_d2h(st->buf[k ^ 1], dev + (pos + n - off), next_n, stream);
+			if (!ret)
+				ret = tfsc_copy_event_record(st->ev[k ^ 1], stream);
 		}
-		done += want;
+		if (!ret)
+			ret = tfsc_copy_event_wait(st->ev[k]);
+		if (!ret)
+			ret = piece_write(fd, &dfd, direct, st->buf[k], n, pos);
+		pos += n;
+		n = next_n;
+		direct = next_direct;
 	}
-	bounce_put(bounce);
+	s = tfsc_copy_sync(stream);
+	if (!ret)
+		ret = s;
+	if (dfd >= 0)
+		close(dfd);
+	staging_put(st);
 	return ret ? ret : (ssize_t)len;
 }
 

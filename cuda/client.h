@@ -35,6 +35,8 @@ int tfsc_pin(struct tfsc_conn *c, bool write, uint64_t ino, uint64_t off, uint64
 	     uint32_t max_blocks);
 /* RELEASE pin; status 0 commits a write, else the copy failed. */
 int tfsc_release(struct tfsc_conn *c, uint64_t pin, int status);
+/* PREFETCH [off, off + len) of ino: start loading it into DRAM; rep->len says how much. */
+int tfsc_prefetch(struct tfsc_conn *c, uint64_t ino, uint64_t off, uint64_t len);
 
 /*
  * The tensorfs mount that holds file fd: its mount point in root (the
@@ -46,6 +48,12 @@ int tfsc_find_mount(int fd, char *root, size_t rootlen);
  * shares no arena) and the mount's id.
  */
 int tfsc_gpu_file(const char *root, char *sock, size_t socklen, uint64_t *id);
+
+/*
+ * For the tests: bytes the fallback moved with O_DIRECT and through the
+ * page cache in this process, since it started.
+ */
+void tfsc_fallback_bytes(uint64_t *direct, uint64_t *buffered);
 
 /* Set this thread's message for tfs_gpu_error; returns err. */
 int tfsc_fail(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -100,6 +100,37 @@ int tfsc_copy_sync(void *stream)
 	return e == cudaSuccess ? 0 : cuda_fail(e, "cudaStreamSynchronize");
 }
 
+int tfsc_copy_event_new(void **ev)
+{
+	cudaEvent_t e;
+	cudaError_t r = cudaEventCreateWithFlags(&e, cudaEventDisableTiming);
+
+	if (r != cudaSuccess)
+		return cuda_fail(r, "cudaEventCreate");
+	*ev = e;
+	return 0;
+}
+
+void tfsc_copy_event_free(void *ev)
+{
+	if (ev)
+		cudaEventDestroy((cudaEvent_t)ev);
+}
+
+int tfsc_copy_event_record(void *ev, void *stream)
+{
+	cudaError_t e = cudaEventRecord((cudaEvent_t)ev, (cudaStream_t)stream);
+
+	return e == cudaSuccess ? 0 : cuda_fail(e, "cudaEventRecord");
+}
+
+int tfsc_copy_event_wait(void *ev)
+{
+	cudaError_t e = cudaEventSynchronize((cudaEvent_t)ev);
+
+	return e == cudaSuccess ? 0 : cuda_fail(e, "cudaEventSynchronize");
+}
+
 void *tfsc_copy_host_alloc(size_t n)
 {
 	void *p = NULL;

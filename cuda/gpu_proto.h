@@ -24,6 +24,14 @@
  *   RELEASE    unpin a pin; for a write, status 0 commits it (size and
  *              mtime as a pwrite would set them), anything else says the
  *              copy failed: the range then reads as zeros
+ *   PREFETCH   start loading the blocks of [off, off + len) below EOF into
+ *              DRAM, pinning nothing and waiting for nothing: the reply
+ *              comes at once, its len the bytes from off whose loads were
+ *              issued or found cached (fewer when no slot or I/O could be
+ *              had). A reader sends it for the windows after the one it
+ *              pins, so that device reads overlap its copies. Needs the
+ *              right to read, as PIN_READ. A daemon older than this op
+ *              answers -EOPNOTSUPP; the client then reads without it.
  *
  * A pin belongs to its connection: no other connection can release it,
  * and all are released when the connection closes, also when the client
@@ -55,14 +63,15 @@ enum tfs_gpu_op {
 	TFS_GPU_PIN_READ = 3,
 	TFS_GPU_PIN_WRITE = 4,
 	TFS_GPU_RELEASE = 5,
+	TFS_GPU_PREFETCH = 6,
 };
 
 struct tfs_gpu_req {
 	uint32_t magic;
 	uint16_t version;
 	uint16_t op;
-	uint64_t ino;	     /* GRANT, PIN: the file's inode number (st_ino) */
-	uint64_t off, len;   /* PIN: the byte range */
+	uint64_t ino;	     /* GRANT, PIN, PREFETCH: the file's inode number (st_ino) */
+	uint64_t off, len;   /* PIN, PREFETCH: the byte range */
 	uint64_t pin;	     /* RELEASE: which */
 	int32_t status;	     /* RELEASE: 0, or the copy's -errno */
 	uint32_t max_blocks; /* PIN: grant at most this many blocks */
@@ -77,7 +86,7 @@ struct tfs_gpu_rep {
 	int32_t status;	      /* 0 or -errno */
 	uint32_t nblocks;     /* PIN: slot offsets that follow */
 	uint64_t pin;	      /* PIN: the handle for RELEASE */
-	uint64_t off, len;    /* PIN: the range granted */
+	uint64_t off, len;    /* PIN: the range granted; PREFETCH: the range issued */
 	uint64_t size;	      /* PIN_READ: the file's size */
 	uint64_t arena_bytes; /* HELLO */
 	uint64_t block_size;  /* HELLO */

@@ -7,7 +7,9 @@
  * it: a unix socket (protocol in cuda/gpu_proto.h) hands out the arena's
  * memfd, pins the blocks of a file range in the cache, answers with their
  * slot offsets, and on release commits a write as a pwrite would: size,
- * mtime, and the kernel's page cache of the range dropped.
+ * mtime, and the kernel's page cache of the range dropped. A reader that
+ * pins in windows asks ahead (PREFETCH) for the windows it will pin next,
+ * so that blocks on nvme load while it copies the window it holds.
  *
  * One thread (tfs-gpu) accepts connections; only the mount owner's uid is
  * served, and a client refused is told why before the hang-up. Each
@@ -144,6 +146,7 @@ struct fs_gpu {
 	bool have_dev;
 	dev_t mnt_dev;
 	uint64_t pins_total, read_bytes, write_bytes, refused, failed_writes;
+	uint64_t prefetches, prefetch_bytes; /* PREFETCH requests that issued some, and bytes */
 	long refuse_log_sec;
 };
 
@@ -747,6 +750,57 @@ static void pin_release(struct gpu_conn *c, struct gpu_pin *p, bool ok)
 	pin_free(p);
 }
 
+/*
+ * Start loading [off, off + len) below EOF, for a reader that will pin it
+ * soon: hints, so that the prefetch bounds meant for guesses do not refuse
+ * what a client says it will read next. Stops at the first block that
+ * finds no slot or I/O now; says in rep->len how far it got.
+ */
+static int do_prefetch(struct gpu_conn *c, const struct tfs_gpu_req *req)
+{
+	struct fs_gpu *g = c->g;
+	struct fs *fs = g->fs;
+	struct gpu_grant *gr = grant_find(c, req->ino);
+	struct fs_inode *in = NULL;
+	uint64_t size, end, first, last, b;
+	int ret;
+
+	if (!gr || !gr->read)
+		return -EACCES;
+	if (req->off > UINT64_MAX - req->len || req->off + req->len > (uint64_t)INT64_MAX)
+		return -EFBIG;
+	ret = fs_iget(fs, req->ino, &in);
+	if (ret)
+		return ret;
+	pthread_mutex_lock(&in->lock);
+	size = in->rec.size;
+	ret = S_ISREG(in->rec.mode) ? 0 : -EINVAL;
+	pthread_mutex_unlock(&in->lock);
+	end = req->off + req->len < size ? req->off + req->len : size;
+	c->rep->off = req->off;
+	c->rep->size = size;
+	if (ret || end <= req->off)
+		goto out;
+	first = req->off / g->bs;
+	last = (end - 1) / g->bs;
+	/* in->io shared, as for a PIN_READ: no truncate frees the blocks under us. */
+	pthread_rwlock_rdlock(&in->io);
+	for (b = first; b <= last; b++)
+		if (tb_prefetch(fs->tb, req->ino, b, true) < 0)
+			break;
+	pthread_rwlock_unlock(&in->io);
+	c->rep->len = (b > last ? end : b * g->bs) - req->off;
+	if (b > first) {
+		pthread_mutex_lock(&g->lock);
+		g->prefetches++;
+		g->prefetch_bytes += c->rep->len;
+		pthread_mutex_unlock(&g->lock);
+	}
+out:
+	fs_iput(fs, in);
+	return ret;
+}
+
 static int do_release(struct gpu_conn *c, const struct tfs_gpu_req *req)
 {
 	struct gpu_pin **pp;
@@ -794,6 +848,9 @@ static int serve(struct gpu_conn *c, const struct tfs_gpu_req *req, int fd)
 		break;
 	case TFS_GPU_RELEASE:
 		c->rep->status = do_release(c, req);
+		break;
+	case TFS_GPU_PREFETCH:
+		c->rep->status = do_prefetch(c, req);
 		break;
 	default:
 		c->rep->status = -EOPNOTSUPP;
@@ -1171,6 +1228,8 @@ struct json_t *fs_gpu_json(struct fs *fs)
 	json_object_set_new(j, "write_bytes", json_integer((json_int_t)g->write_bytes));
 	json_object_set_new(j, "failed_writes", json_integer((json_int_t)g->failed_writes));
 	json_object_set_new(j, "refused", json_integer((json_int_t)g->refused));
+	json_object_set_new(j, "prefetches", json_integer((json_int_t)g->prefetches));
+	json_object_set_new(j, "prefetch_bytes", json_integer((json_int_t)g->prefetch_bytes));
 	pthread_mutex_unlock(&g->lock);
 	return j;
 }

@@ -38,6 +38,16 @@
  *   gpuproto refuse MNT
  *       a refused client (another uid, or past the connection limit)
  *       reads a reply with the errno, then the hang-up (root only)
+ *   gpuproto fallback DIR direct|buffered|any
+ *       the pread/pwrite path on a file in DIR (not a cuda=on mount):
+ *       aligned, unaligned and small ranges, several buffers' worth, reads
+ *       across and past EOF, byte for byte; the aligned middle went with
+ *       O_DIRECT, or not, as named; a pwrite cut short by RLIMIT_FSIZE
+ *       fails the call with EFBIG
+ *   gpuproto nvme MNT write|read SIZE
+ *       write a file of SIZE bytes through the arena, or (after a remount
+ *       has emptied DRAM) read it back, checking every byte: the read must
+ *       have asked the daemon to load ahead (PREFETCH)
  *
  * Exit status: 0 pass, 1 fail, 77 skip.
  */
@@ -55,6 +65,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/time.h>
@@ -1309,6 +1320,193 @@ static int t_copyfail(const char *expect)
 	return 0;
 }
 
+/* ---- fallback: double-buffered pread/pwrite, O_DIRECT in the middle ---- */
+
+#define FB_PIECE (8UL << 20) /* cuda/client.c FB_CHUNK_BYTES */
+
+static void fb_check_read(int fd, const uint8_t *want, size_t size, size_t off, size_t len)
+{
+	size_t n = off >= size ? 0 : (len < size - off ? len : size - off);
+	uint8_t *got = malloc(len + 1);
+	ssize_t r;
+
+	CHECK(got, "out of memory");
+	memset(got, 0xA5, len + 1);
+	r = tfs_gpu_read(fd, (off_t)off, len, got, NULL);
+	CHECK(r == (ssize_t)n, "tfs_gpu_read(%zu, %zu) = %zd, want %zu: %s", off, len, r, n,
+	      tfs_gpu_error());
+	for (size_t i = 0; i < n; i++)
+		CHECK(got[i] == want[off + i], "tfs_gpu_read(%zu, %zu): byte %zu differs", off, len,
+		      off + i);
+	CHECK(got[n] == 0xA5, "tfs_gpu_read(%zu, %zu) wrote past what it read", off, len);
+	free(got);
+}
+
+/* Write buf to [off, off + len) through the library; the shadow follows; pread must agree. */
+static void fb_write(int fd, uint8_t *shadow, size_t *size, const uint8_t *buf, size_t off,
+		     size_t len)
+{
+	uint8_t *got;
+	ssize_t r = tfs_gpu_write(fd, (off_t)off, len, buf, NULL);
+	struct stat st;
+
+	CHECK(r == (ssize_t)len, "tfs_gpu_write(%zu, %zu) = %zd: %s", off, len, r, tfs_gpu_error());
+	memcpy(shadow + off, buf, len);
+	if (off + len > *size)
+		*size = off + len;
+	CHECK(fstat(fd, &st) == 0 && (size_t)st.st_size == *size,
+	      "size %lld after a write, want %zu", (long long)st.st_size, *size);
+	got = malloc(*size);
+	CHECK(got, "out of memory");
+	pread_all(fd, got, *size, 0);
+	CHECK(memcmp(got, shadow, *size) == 0, "tfs_gpu_write(%zu, %zu): pread reads other bytes",
+	      off, len);
+	free(got);
+}
+
+/* In a child: a write that RLIMIT_FSIZE cuts short must fail, not return its length. */
+static void fb_short_write(const char *path)
+{
+	size_t len = 3 * FB_PIECE;
+	uint8_t *buf = calloc(1, len);
+	pid_t pid;
+
+	CHECK(buf, "out of memory");
+	pid = fork();
+	CHECK(pid >= 0, "fork: %s", strerror(errno));
+	if (pid == 0) {
+		struct rlimit rl = {FB_PIECE + 12345, FB_PIECE + 12345};
+		int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+		ssize_t r;
+
+		signal(SIGXFSZ, SIG_IGN);
+		if (fd < 0 || setrlimit(RLIMIT_FSIZE, &rl) < 0)
+			_exit(3);
+		r = tfs_gpu_write(fd, 0, len, buf, NULL);
+		if (r != -EFBIG) {
+			fprintf(stderr,
+				"FAIL: a write cut short by RLIMIT_FSIZE returned %zd (%s)\n", r,
+				tfs_gpu_error());
+			_exit(1);
+		}
+		_exit(0);
+	}
+	CHECK(child_status(pid) == 0, "a write cut short by RLIMIT_FSIZE");
+	unlink(path);
+	free(buf);
+}
+
+static int t_fallback(const char *expect)
+{
+	size_t cap = 5 * FB_PIECE, size = 0;
+	uint8_t *shadow = calloc(1, cap), *buf = malloc(cap);
+	uint64_t s = 4242, d0, b0, d1, b1;
+	char path[4096];
+	int fd;
+
+	CHECK(shadow && buf, "out of memory");
+	snprintf(path, sizeof(path), "%s/fb-data", mnt);
+	fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	CHECK(fd >= 0, "open %s: %s", path, strerror(errno));
+	CHECK(tfs_gpu_path(fd) == TFS_GPU_PATH_FALLBACK, "%s is not on the fallback path", path);
+	gt_fill(buf, cap, &s);
+	tfsc_fallback_bytes(&d0, &b0);
+
+	/* Aligned, several pieces: the two buffers take turns. */
+	fb_write(fd, shadow, &size, buf, 0, 2 * FB_PIECE + 3 * 4096);
+	fb_check_read(fd, shadow, size, 0, size);
+	fb_check_read(fd, shadow, size, FB_PIECE, FB_PIECE);
+	tfsc_fallback_bytes(&d1, &b1);
+	if (strcmp(expect, "direct") == 0)
+		CHECK(d1 - d0 >= 2 * (2 * FB_PIECE + 3 * 4096),
+		      "aligned transfers went with O_DIRECT for %llu bytes only",
+		      (unsigned long long)(d1 - d0));
+	else if (strcmp(expect, "buffered") == 0)
+		CHECK(d1 == d0, "O_DIRECT was used where it should not be");
+	printf("fallback: %s: %llu bytes with O_DIRECT, %llu buffered\n", mnt,
+	       (unsigned long long)(d1 - d0), (unsigned long long)(b1 - b0));
+
+	/* Unaligned heads and tails, over and past what is there. */
+	gt_fill(buf, cap, &s);
+	fb_write(fd, shadow, &size, buf, 3 * 4096 + 123, 2 * FB_PIECE + 4321);
+	gt_fill(buf, cap, &s);
+	fb_write(fd, shadow, &size, buf, size - 777, FB_PIECE + 999); /* grows the file */
+	fb_write(fd, shadow, &size, buf + 5, 4096 * 7, 4096 * 300);   /* aligned, small */
+	fb_write(fd, shadow, &size, buf + 9, 100, 5000);	      /* small: buffered */
+	fb_check_read(fd, shadow, size, 1, size - 2);
+	fb_check_read(fd, shadow, size, 4095, 3 * FB_PIECE);
+	fb_check_read(fd, shadow, size, 4096, 1);
+
+	/* EOF: a read across it returns what is there, one at or past it 0. */
+	CHECK(size % 4096, "the file should end unaligned");
+	fb_check_read(fd, shadow, size, size - FB_PIECE - 5000, 4 * FB_PIECE);
+	fb_check_read(fd, shadow, size, size - (size % 4096), 2 * FB_PIECE);
+	fb_check_read(fd, shadow, size, size, FB_PIECE);
+	fb_check_read(fd, shadow, size, size + 100, 2 * FB_PIECE);
+
+	/* Through a write-only and a read-only fd: the O_DIRECT fd takes their mode. */
+	{
+		int wo = open(path, O_WRONLY | O_CLOEXEC), ro = open(path, O_RDONLY | O_CLOEXEC);
+
+		CHECK(wo >= 0 && ro >= 0, "open %s: %s", path, strerror(errno));
+		gt_fill(buf, cap, &s);
+		CHECK(tfs_gpu_write(wo, 8192, 2 * FB_PIECE, buf, NULL) == (ssize_t)(2 * FB_PIECE),
+		      "write through a write-only fd: %s", tfs_gpu_error());
+		memcpy(shadow + 8192, buf, 2 * FB_PIECE);
+		fb_check_read(ro, shadow, size, 0, size);
+		close(wo);
+		close(ro);
+	}
+	close(fd);
+	unlink(path);
+
+	snprintf(path, sizeof(path), "%s/fb-short", mnt);
+	fb_short_write(path);
+	free(shadow);
+	free(buf);
+	printf("fallback: ok\n");
+	return 0;
+}
+
+/* ---- nvme: a file larger than DRAM read back through the arena ---- */
+
+static int t_nvme(const char *what, size_t size)
+{
+	uint8_t *buf = malloc(size), *got = malloc(size);
+	uint64_t s = 777;
+	long long before;
+	ssize_t n;
+	int fd;
+
+	CHECK(buf && got, "out of memory");
+	gt_fill(buf, size, &s);
+	if (strcmp(what, "write") == 0) {
+		fd = open_in("nv", O_RDWR | O_CREAT | O_TRUNC);
+		CHECK(tfs_gpu_path(fd) == TFS_GPU_PATH_ZEROCOPY, "nvme: not on the zero-copy path");
+		n = tfs_gpu_write(fd, 0, size, buf, NULL);
+		CHECK(n == (ssize_t)size, "tfs_gpu_write = %zd: %s", n, tfs_gpu_error());
+		CHECK(fsync(fd) == 0, "fsync: %s", strerror(errno));
+	} else {
+		fd = open_in("nv", O_RDONLY);
+		CHECK(tfs_gpu_path(fd) == TFS_GPU_PATH_ZEROCOPY, "nvme: not on the zero-copy path");
+		before = gpu_field("prefetch_bytes");
+		memset(got, 0, size);
+		n = tfs_gpu_read(fd, 0, size, got, NULL);
+		CHECK(n == (ssize_t)size, "tfs_gpu_read = %zd: %s", n, tfs_gpu_error());
+		for (size_t i = 0; i < size; i++)
+			CHECK(got[i] == buf[i], "byte %zu read back from nvme differs", i);
+		CHECK(gpu_field("prefetch_bytes") > before,
+		      "the read did not ask the daemon to load ahead");
+		CHECK(gpu_field("pinned_blocks") == 0, "pins left after the read");
+		printf("nvme: %lld bytes asked ahead\n", gpu_field("prefetch_bytes") - before);
+	}
+	close(fd);
+	free(buf);
+	free(got);
+	printf("nvme %s: ok\n", what);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 3) {
@@ -1317,8 +1515,10 @@ int main(int argc, char **argv)
 			"       %s copyfail MNT zerocopy|fallback\n"
 			"       %s remount MNT READY-FILE GO-FILE\n"
 			"       %s fdleak MNT DAEMON-PID\n"
+			"       %s fallback DIR direct|buffered|any\n"
+			"       %s nvme MNT write|read SIZE-MIB\n"
 			"       %s protocol|owner|crash|grantmode|pinwait|refuse MNT\n",
-			argv[0], argv[0], argv[0], argv[0], argv[0]);
+			argv[0], argv[0], argv[0], argv[0], argv[0], argv[0], argv[0]);
 		return 2;
 	}
 	mnt = argv[2];
@@ -1344,6 +1544,10 @@ int main(int argc, char **argv)
 		return t_pinwait();
 	if (strcmp(argv[1], "refuse") == 0)
 		return t_refuse();
+	if (strcmp(argv[1], "fallback") == 0 && argc >= 4)
+		return t_fallback(argv[3]);
+	if (strcmp(argv[1], "nvme") == 0 && argc >= 5)
+		return t_nvme(argv[3], (size_t)strtoull(argv[4], NULL, 10) << 20);
 	fprintf(stderr, "unknown test %s\n", argv[1]);
 	return 2;
 }

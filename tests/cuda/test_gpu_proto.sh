@@ -14,9 +14,15 @@
 #    under a held write pin can be killed and gives up with ETXTBSY within
 #    a bound; a refused client reads why; unmount removes the socket.
 # 2. What went through the arena survives a remount, and a process that
-#    used the arena before goes on using it after.
+#    used the arena before goes on using it after. A file four times the
+#    DRAM tier, written through the arena, reads back exact after a
+#    remount, from nvme (the stats say so), asking the daemon to load
+#    ahead of its pins.
 # 3. cuda=off: no socket; the same calls take pread/pwrite and round trip
-#    exactly; so do calls on a file of another filesystem.
+#    exactly; so do calls on a file of another filesystem. The fallback's
+#    double buffering, O_DIRECT middles, unaligned edges, EOF and short
+#    writes, on the mount and on the local disk (where O_DIRECT must be
+#    used).
 # 4. cuda = on from a config file, 1M blocks, data resident in DRAM.
 # 5. cuda=maybe is refused, naming the option.
 
@@ -84,7 +90,15 @@ touch "$T/go"
 wait $GP_PID || fail "a process that used the arena, across a remount"
 GP_PID=""
 [ "$(sums)" = "$before" ] || fail "files written through the arena changed across a remount"
+"$GPUPROTO" nvme "$MNT" write 64 || fail "a file larger than DRAM written through the arena"
 tfs_umount || fail "unmount after the remount"
+TFS_DRAM=16M TFS_THREADS=4 tfs_mount "cuda=on,block=64K"
+nv0=$(tfs_stat_json tiers nvme0 read_bytes) || fail "stats"
+"$GPUPROTO" nvme "$MNT" read 64 || fail "a file larger than DRAM read back through the arena"
+nv1=$(tfs_stat_json tiers nvme0 read_bytes) || fail "stats"
+[ $((nv1 - nv0)) -ge $((64 << 20)) ] ||
+	fail "reading 64M from nvme read only $((nv1 - nv0)) bytes of nvme0"
+tfs_umount || fail "unmount after the nvme read"
 
 # 3.
 TFS_DRAM=16M TFS_THREADS=4 tfs_mount "block=64K"
@@ -93,8 +107,10 @@ TFS_DRAM=16M TFS_THREADS=4 tfs_mount "block=64K"
 	fail "cuda=off still publishes a socket"
 "$GPUPROTO" roundtrip "$MNT" fallback 150 2 || fail "round trips through pread/pwrite"
 "$GPUPROTO" copyfail "$MNT" fallback || fail "a copy failing midway, fallback"
+"$GPUPROTO" fallback "$MNT" any || fail "the fallback's edges, EOF and short writes on the mount"
 mkdir -p "$T/plain"
 "$GPUPROTO" roundtrip "$T/plain" fallback 60 1 || fail "round trips on another filesystem"
+"$GPUPROTO" fallback "$T/plain" direct || fail "the fallback's edges, EOF and short writes on disk"
 tfs_umount || fail "unmount of the cuda=off mount"
 
 # 4.
