@@ -99,7 +99,9 @@ if [ $cuda -eq 1 ]; then
 	multiarch=$(dpkg-architecture -qDEB_HOST_MULTIARCH)
 	has "$L" "/usr/lib/$multiarch/libtensorfs-cuda.so.0" "/usr/lib/$multiarch/libtensorfs-cuda.so.0.1.0"
 	has "$D" /usr/include/tensorfs_cuda.h "/usr/lib/$multiarch/libtensorfs-cuda.so" \
-		"/usr/lib/$multiarch/pkgconfig/tensorfs-cuda.pc" /usr/share/man/man3/tensorfs-cuda.3.gz
+		"/usr/lib/$multiarch/pkgconfig/tensorfs-cuda.pc" /usr/share/man/man3/tensorfs-cuda.3.gz \
+		/usr/share/doc/libtensorfs-cuda-dev/examples/tensorfs_offload.py \
+		/usr/share/doc/libtensorfs-cuda-dev/examples/offload_demo.py
 	dpkg-deb -f "$D" Depends | grep -q 'libtensorfs-cuda0 (= ' ||
 		fail "libtensorfs-cuda-dev does not depend on its library's version"
 	clean "$D"
