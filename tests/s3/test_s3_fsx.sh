@@ -8,7 +8,9 @@
 #   3. nvme and s3 together;
 #   4. nvme and a pfs folder together;
 #   5. nvme, s3 and a pfs folder together, with equal caps so that each
-#      takes a share of the blocks.
+#      takes a share of the blocks; fsx's few surviving blocks may all lie
+#      on one or two of them, so a 48 MiB file, spread over all three, is
+#      written and read back after a remount too.
 #
 # After each remount fsx compares every file whole, so every block is read
 # back from its tier. Seeds come from FSX_SEED, or are drawn here, and are
@@ -78,6 +80,14 @@ tfs_umount || fail "tensorfs exited $? after unmount"
 
 fresh_fs all "$(s3_mount_opts fsx-all),remote=$T/pfs-all,nvme_bw=1G,s3_bw=1G,pfs_bw=1G"
 run_fsx nvme-s3-pfs "$((SEED0 + 4))"
+# fsx's few blocks may all sit on one or two tiers (its files die and shrink
+# at random): a 48 MiB file, fsynced, spreads over all three, and comes back
+# from each after a remount.
+head -c 48M /dev/urandom >"$T/spread"
+cp "$T/spread" "$MNT/spread" && sync "$MNT/spread" || fail "write spread"
+tfs_umount || fail "tensorfs exited $? at unmount"
+tfs_mount "$MOUNT_OPTS"
+cmp "$T/spread" "$MNT/spread" || fail "spread differs after a remount"
 check_tier s3
 check_tier pfs
 check_tier nvme0
