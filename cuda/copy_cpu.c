@@ -58,6 +58,8 @@ static void run_until(uint64_t upto)
 {
 	size_t i = 0;
 
+	if (!q_n)
+		return; /* nothing queued: q may be NULL, which memmove must not get */
 	for (; i < q_n && q_base + i < upto; i++) {
 		if (q[i].src)
 			memcpy(q[i].dst, q[i].src, q[i].n);
