@@ -623,27 +623,42 @@ static int pin_write_blocks(struct fs *fs, struct fs_inode *in, struct gpu_pin *
 	return 0;
 }
 
-static int do_pin(struct gpu_conn *c, const struct tfs_gpu_req *req, bool write)
+/*
+ * What PIN and PREFETCH check first: the grant covers the access, the range
+ * fits a file offset, and ino is a regular file. On success *in holds a
+ * reference (fs_iput it) and *size is the file's size now.
+ */
+static int granted_file(struct gpu_conn *c, const struct tfs_gpu_req *req, bool write,
+			struct fs_inode **in, uint64_t *size)
 {
-	struct fs_gpu *g = c->g;
-	struct fs *fs = g->fs;
 	struct gpu_grant *gr = grant_find(c, req->ino);
-	struct fs_inode *in = NULL;
-	struct gpu_pin *p = NULL;
-	uint64_t size, end, want, got = 0;
 	int ret;
 
+	*in = NULL;
 	if (!gr || !(write ? gr->write : gr->read))
 		return -EACCES;
 	if (req->off > UINT64_MAX - req->len || req->off + req->len > (uint64_t)INT64_MAX)
 		return -EFBIG;
-	ret = fs_iget(fs, req->ino, &in);
+	ret = fs_iget(c->g->fs, req->ino, in);
 	if (ret)
 		return ret;
-	pthread_mutex_lock(&in->lock);
-	size = in->rec.size;
-	ret = S_ISREG(in->rec.mode) ? 0 : -EINVAL;
-	pthread_mutex_unlock(&in->lock);
+	pthread_mutex_lock(&(*in)->lock);
+	*size = (*in)->rec.size;
+	ret = S_ISREG((*in)->rec.mode) ? 0 : -EINVAL;
+	pthread_mutex_unlock(&(*in)->lock);
+	return ret;
+}
+
+static int do_pin(struct gpu_conn *c, const struct tfs_gpu_req *req, bool write)
+{
+	struct fs_gpu *g = c->g;
+	struct fs *fs = g->fs;
+	struct fs_inode *in = NULL;
+	struct gpu_pin *p = NULL;
+	uint64_t size = 0, end, want, got = 0;
+	int ret;
+
+	ret = granted_file(c, req, write, &in, &size);
 	if (ret)
 		goto out;
 	end = req->off + req->len;
@@ -760,22 +775,13 @@ static int do_prefetch(struct gpu_conn *c, const struct tfs_gpu_req *req)
 {
 	struct fs_gpu *g = c->g;
 	struct fs *fs = g->fs;
-	struct gpu_grant *gr = grant_find(c, req->ino);
 	struct fs_inode *in = NULL;
-	uint64_t size, end, first, last, b;
+	uint64_t size = 0, end, first, last, b;
 	int ret;
 
-	if (!gr || !gr->read)
-		return -EACCES;
-	if (req->off > UINT64_MAX - req->len || req->off + req->len > (uint64_t)INT64_MAX)
-		return -EFBIG;
-	ret = fs_iget(fs, req->ino, &in);
-	if (ret)
+	ret = granted_file(c, req, false, &in, &size);
+	if (ret == -EACCES || ret == -EFBIG || !in)
 		return ret;
-	pthread_mutex_lock(&in->lock);
-	size = in->rec.size;
-	ret = S_ISREG(in->rec.mode) ? 0 : -EINVAL;
-	pthread_mutex_unlock(&in->lock);
 	end = req->off + req->len < size ? req->off + req->len : size;
 	c->rep->off = req->off;
 	c->rep->size = size;
