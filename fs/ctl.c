@@ -240,6 +240,7 @@ static json_t *stats_json(struct fs *fs)
 	t = tier_json(st->dram_capacity, st->dram_used, st->dram_read_bytes, st->dram_write_bytes,
 		      st->dram_read_ops, st->dram_write_ops, 0);
 	json_object_set_new(t, "huge_pages", json_boolean(st->huge_pages));
+	json_object_set_new(t, "thp_bytes", json_integer((json_int_t)st->thp_bytes));
 	json_object_set_new(t, "locked", json_boolean(st->locked));
 	set_rates(fs, t, 0);
 	json_object_set_new(tiers, "dram", t);

@@ -434,6 +434,7 @@ static int open_stores(struct fs *fs, char *err, size_t errlen)
 	tc.remote_readahead = c->remote_readahead;
 	tc.dedup = c->dedup;
 	tc.policy = c->policy;
+	tc.share_arena = c->cuda;
 	/* Test hook only: makes every block's hash collide, to prove verify. */
 	tc.test_collide = getenv("TENSORFS_TEST_HASH_COLLIDE") != NULL;
 	ret = tb_open(&tc, &owner, &fs->tb, err, errlen);

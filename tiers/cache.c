@@ -2570,6 +2570,7 @@ void tb_get_stats(struct tb_store *s, struct tb_stats *st)
 	st->hot_bytes = (uint64_t)s->n_hot * s->bs;
 	st->ghost_hits = s->ghost_hits;
 	st->huge_pages = s->arena.huge;
+	st->thp_bytes = s->arena.thp_bytes;
 	st->locked = s->arena.locked;
 	pthread_mutex_unlock(&s->lock);
 	st->n_devs = s->n_devs;
@@ -2663,7 +2664,7 @@ int tb_open(const struct tb_config *cfg, const struct tb_owner *owner, struct tb
 	if (nslots > UINT32_MAX)
 		nslots = UINT32_MAX;
 	s->nslots = (uint32_t)nslots;
-	ret = dram_arena_init(&s->arena, s->bs, s->nslots);
+	ret = dram_arena_init(&s->arena, s->bs, s->nslots, cfg->share_arena);
 	if (ret < 0) {
 		snprintf(err, errlen, "cannot map a DRAM arena of %zuM: %s", cfg->dram_bytes >> 20,
 			 strerror(-ret));

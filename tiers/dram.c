@@ -1,16 +1,26 @@
 /*
  * dram.c - the DRAM arena.
  *
- * The arena is one memfd, mapped shared once at start, so that a local
- * client can map the same pages (fs/gpu.c hands the fd out). We ask for
- * explicit huge pages first (MFD_HUGETLB, which needs a reserved pool),
- * then fall back to ordinary shmem pages with transparent huge pages
- * advised (honoured where shmem_enabled allows it). The memfd is sealed
- * against shrinking and growing: a client that truncated it would fault
- * the daemon. The whole arena is mlocked so that cached tensors are never
- * swapped out; without the privilege for that we say so once and go on
- * unlocked. Where memfd_create is refused, the arena is private anonymous
- * memory that cannot be shared.
+ * A shared arena (cuda=on) is one memfd, mapped shared once at start, so
+ * that a local client can map the same pages (fs/gpu.c hands the fd out).
+ * We ask for explicit huge pages first (MFD_HUGETLB, which needs a
+ * reserved pool), then fall back to ordinary shmem pages with transparent
+ * huge pages advised (honoured only where shmem_enabled allows it, and
+ * Debian's default is never). The memfd is sealed against shrinking and
+ * growing: a client that truncated it would fault the daemon. Where
+ * memfd_create is refused, the arena is private anonymous memory that
+ * cannot be shared.
+ *
+ * An arena that no client maps is private anonymous memory from the start:
+ * explicit huge pages where a pool is reserved, else transparent huge pages
+ * advised, which the default "madvise" setting grants. The page size
+ * reaches the devices: a 1 MiB block in 4 KiB pages is 256 segments, more
+ * than a virtio disk takes in one request (254), so every block read or
+ * written became two requests, and adjacent blocks were never merged into
+ * one. In 2 MiB pages it is one segment.
+ *
+ * The whole arena is mlocked so that cached tensors are never swapped out;
+ * without the privilege for that we say so once and go on unlocked.
  */
 #include "dram.h"
 #include "log.h"
@@ -56,7 +66,50 @@ fail:
 	return -err;
 }
 
-int dram_arena_init(struct dram_arena *a, size_t block_size, uint32_t nslots)
+/* Private anonymous memory; huge asks for hugetlb pages. */
+static int map_private(struct dram_arena *a, size_t bytes, bool huge)
+{
+	void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS | (huge ? MAP_HUGETLB : 0), -1, 0);
+
+	if (p == MAP_FAILED)
+		return -errno;
+	a->base = p;
+	a->huge = huge;
+	return 0;
+}
+
+/*
+ * Bytes of [base, base + bytes) that the kernel maps with transparent huge
+ * pages: AnonHugePages (private) or ShmemPmdMapped (memfd) of the mapping
+ * in /proc/self/smaps. 0 where it cannot tell.
+ */
+static size_t thp_bytes(const struct dram_arena *a)
+{
+	FILE *f = fopen("/proc/self/smaps", "re");
+	char line[256];
+	bool ours = false;
+	size_t kb = 0, v;
+
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof(line), f)) {
+		unsigned long lo, hi;
+
+		if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' ')) {
+			ours = lo >= (unsigned long)a->base &&
+			       hi <= (unsigned long)a->base + a->bytes;
+			continue;
+		}
+		if (ours && (sscanf(line, "AnonHugePages: %zu kB", &v) == 1 ||
+			     sscanf(line, "ShmemPmdMapped: %zu kB", &v) == 1))
+			kb += v;
+	}
+	fclose(f);
+	return kb << 10;
+}
+
+int dram_arena_init(struct dram_arena *a, size_t block_size, uint32_t nslots, bool shared)
 {
 	size_t bytes = (size_t)nslots * block_size;
 	size_t rounded = (bytes + HUGE_2M - 1) & ~(HUGE_2M - 1);
@@ -70,20 +123,20 @@ int dram_arena_init(struct dram_arena *a, size_t block_size, uint32_t nslots)
 	a->huge = false;
 	a->locked = false;
 	a->sealed = false;
+	a->thp_bytes = 0;
 
-	ret = map_memfd(a, rounded, true);
-	if (ret < 0)
-		ret = map_memfd(a, rounded, false);
-	if (ret < 0) {
-		void *p;
-
-		log_warn("cannot create the DRAM arena as a memfd (%s); it cannot be shared",
-			 strerror(-ret));
-		p = mmap(NULL, rounded, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-		if (p == MAP_FAILED)
-			return -errno;
-		a->base = p;
+	if (shared) {
+		ret = map_memfd(a, rounded, true);
+		if (ret < 0)
+			ret = map_memfd(a, rounded, false);
+		if (ret < 0)
+			log_warn("cannot create the DRAM arena as a memfd (%s); it cannot be shared",
+				 strerror(-ret));
+	} else {
+		ret = map_private(a, rounded, true);
 	}
+	if (ret < 0 && (ret = map_private(a, rounded, false)) < 0)
+		return ret;
 	if (!a->huge)
 		madvise(a->base, rounded, MADV_HUGEPAGE);
 	if (mlock(a->base, a->bytes) == 0)
@@ -92,6 +145,8 @@ int dram_arena_init(struct dram_arena *a, size_t block_size, uint32_t nslots)
 		log_warn("cannot mlock the %zu MiB DRAM arena (%s); "
 			 "it may be swapped",
 			 a->bytes >> 20, strerror(errno));
+	if (!a->huge)
+		a->thp_bytes = thp_bytes(a);
 	return 0;
 }
 

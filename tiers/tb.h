@@ -89,6 +89,7 @@ struct tb_config {
 	uint64_t remote_readahead; /* deepest window ahead of a reader of remote blocks, bytes */
 	enum tb_dedup dedup;	   /* share blocks whose bytes are already stored */
 	enum tb_policy policy;	   /* eviction */
+	bool share_arena;	   /* a memfd that GPU clients map (cuda=on) */
 	bool test_collide;	   /* test hook: every block hashes alike */
 };
 
@@ -185,6 +186,7 @@ struct tb_stats {
 	uint64_t pinned_bytes, pin_limit_bytes; /* resident blocks of pinned objects */
 	uint64_t hot_bytes, ghost_hits;		/* 2q: Am's size, promotions from A1out */
 	bool huge_pages, locked;
+	uint64_t thp_bytes; /* of the arena, in transparent huge pages at start */
 	unsigned n_devs;
 	struct tb_dev_stats dev[TB_MAX_DEVS];
 };

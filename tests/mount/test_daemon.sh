@@ -9,7 +9,8 @@
 #    mount; umount ends the daemon.
 # 3. With only a mount point and XDG_DATA_HOME set, the nvme folder is
 #    $XDG_DATA_HOME/tensorfs, the DRAM tier is about a quarter of
-#    MemAvailable and blocks are 1 MiB.
+#    MemAvailable, in transparent huge pages where the kernel has them,
+#    and blocks are 1 MiB.
 # 4. config=FILE sets dram, block, nvme and meta; -o wins over the file.
 
 . "$(dirname "$0")/lib.sh"
@@ -171,6 +172,14 @@ cap=$(tfs_stat_json tiers dram capacity) || fail "defaults: no dram capacity in 
 [[ "$cap" =~ ^[0-9]+$ ]] || fail "defaults: dram capacity '$cap' is not a number"
 [ "$cap" -ge $((avail / 8)) ] && [ "$cap" -le $((avail / 2)) ] ||
 	fail "defaults: dram capacity $cap, MemAvailable was $avail (want about a quarter)"
+# Without cuda=on no client maps the arena: it is private memory, in
+# transparent huge pages wherever the kernel grants them for madvise. A
+# memfd gets them only where shmem_enabled allows, and Debian says never.
+thp=$(tfs_stat_json tiers dram thp_bytes) || fail "defaults: no dram thp_bytes in stats"
+[[ "$thp" =~ ^[0-9]+$ ]] || fail "defaults: dram thp_bytes '$thp' is not a number"
+if grep -qE '\[(always|madvise)\]' /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null; then
+	[ "$thp" -gt 0 ] || fail "defaults: no byte of the $cap-byte DRAM arena is in transparent huge pages"
+fi
 path=$(tfs_stat_json tiers nvme0 path) || fail "defaults: no nvme0 path in stats"
 [ "$(realpath "$path")" = "$(realpath "$XDG/tensorfs")" ] ||
 	fail "defaults: nvme0 path is $path, want $XDG/tensorfs"
