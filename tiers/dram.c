@@ -33,6 +33,9 @@
 #include <unistd.h>
 
 #define HUGE_2M (2UL << 20)
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23 /* Linux 5.14; older kernels say EINVAL, and mlock populates */
+#endif
 #ifndef MFD_HUGE_2MB
 #define MFD_HUGE_2MB (21U << 26) /* log2(2 MiB) << MFD_HUGE_SHIFT */
 #endif
@@ -139,6 +142,11 @@ int dram_arena_init(struct dram_arena *a, size_t block_size, uint32_t nslots, bo
 		return ret;
 	if (!a->huge)
 		madvise(a->base, rounded, MADV_HUGEPAGE);
+	/*
+	 * Fault every page in now, in huge pages where granted: mlock does
+	 * that too, but not where it is refused, or ignored (ASan).
+	 */
+	madvise(a->base, rounded, MADV_POPULATE_WRITE);
 	if (mlock(a->base, a->bytes) == 0)
 		a->locked = true;
 	else
