@@ -15,10 +15,11 @@
 #      the data from the devices per pass (Belady's optimum is 0.75, LRU's
 #      1.0): prefetch and readahead must do no harm.
 #   5. swapbench, optimizer state twice the DRAM tier: the devices move at
-#      most 0.6 (partitioned swapper) and 0.7 (pipelined) of what the raw
-#      folder moves (the state read plus the state written) per steady
-#      iteration (4 and 5). Plain LRU, or writing back every write, moves
-#      about 1.0; the optimum is about 0.5.
+#      most 0.6 of what the raw folder moves (the state read plus the state
+#      written) per steady iteration (4 and 5), with either swapper. Plain
+#      LRU, or writing back every write, moves about 1.0; the optimum is
+#      about 0.5. The pipelined swapper moved 0.57-0.61 before blocks
+#      streaming through were written back at once (0.55 since).
 . "$(dirname "$0")/lib.sh"
 
 : "${SWAPBENCH:?SWAPBENCH must name the swapbench binary}"
@@ -147,7 +148,7 @@ PY
 }
 # The pipelined swapper's two streams reach the files in an order that
 # varies from one iteration to the next: it moves a few points more.
-for sw in partitioned:0.6 pipelined:0.7; do
+for sw in partitioned:0.6 pipelined:0.6; do
 	out=$(swapbench_volume "${sw%%:*}") || fail "swapbench ${sw%%:*}"
 	v=${out%% *}
 	echo "   ${sw%%:*}: device bytes per steady iteration / raw folder's: $v (iterations 2 on: ${out#* })"
