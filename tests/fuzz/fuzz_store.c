@@ -33,12 +33,19 @@ static const char *const tables[] = {"inode", "dirent", "dircook", "bmap",
 static FILE *devnull;
 static char base[] = "/dev/shm/tfs-fuzz-store.XXXXXX";
 
+/* Each input's store is removed after it; the folder goes at exit. */
+static void remove_base(void)
+{
+	rmdir(base);
+}
+
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
 	(void)argc;
 	(void)argv;
 	if (!mkdtemp(base) && !mkdtemp(strcpy(base, "/tmp/tfs-fuzz-store.XXXXXX")))
 		abort();
+	atexit(remove_base);
 	devnull = fopen("/dev/null", "w");
 	if (!devnull)
 		abort();
