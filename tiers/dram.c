@@ -99,7 +99,8 @@ static size_t thp_bytes(const struct dram_arena *a)
 	while (fgets(line, sizeof(line), f)) {
 		unsigned long lo, hi;
 
-		if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' ')) {
+		/* A mapping's first line: "lo-hi perms ..."; field lines do not scan as two. */
+		if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2) {
 			ours = lo >= (unsigned long)a->base &&
 			       hi <= (unsigned long)a->base + a->bytes;
 			continue;
