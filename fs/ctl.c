@@ -307,6 +307,9 @@ static json_t *stats_json(struct fs *fs)
 	json_object_set_new(cj, "unsynced_blocks", json_integer((json_int_t)st->unsynced_blocks));
 	json_object_set_new(cj, "expired_bytes", json_integer((json_int_t)st->expired_bytes));
 	json_object_set_new(cj, "rewritten_bytes", json_integer((json_int_t)st->rewritten_bytes));
+	json_object_set_new(cj, "dirty_limit_bytes", json_integer((json_int_t)st->dirty_limit_bytes));
+	json_object_set_new(cj, "dirty_background_bytes",
+			    json_integer((json_int_t)st->dirty_background_bytes));
 	json_object_set_new(
 		root, "prefetch",
 		json_pack("{sIsIsIsIsIsf}", "issued", (json_int_t)st->prefetch_issued, "used",

@@ -50,6 +50,7 @@ struct fs_inode {
 	struct meta_inode rec;
 	bool attr_dirty;
 	uint64_t ra_next; /* where a sequential reader reads next; lock */
+	uint64_t unread;  /* bytes written since the file was last read; lock */
 	/* The deep window of a reader of remote blocks (fs_readahead_deep); lock. */
 	uint64_t ra_seen;	   /* block whose home was looked up last, plus one */
 	uint64_t ra_end;	   /* first block not yet issued */
@@ -151,7 +152,7 @@ uint64_t fs_monotonic_ms(void);
  * only the times, for a write that failed part way (bytes changed, not the
  * size). The caller holds in->io, not in->lock.
  */
-void fs_inode_written(struct fs_inode *in, uint64_t end);
+void fs_inode_written(struct fs_inode *in, uint64_t end, uint64_t len);
 /* Make committed changes durable; returns -errno. */
 int fs_release_locs(struct fs *fs, struct locvec *freed);
 

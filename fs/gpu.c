@@ -604,7 +604,7 @@ static int pin_write_blocks(struct fs *fs, struct fs_inode *in, struct gpu_pin *
 		size_t bo, n;
 
 		pin_span(p, bs, i, &bo, &n);
-		ret = tb_get_write(fs->tb, p->ino, p->first + i, bo, n, &p->refs[i], &resv);
+		ret = tb_get_write(fs->tb, p->ino, p->first + i, bo, n, false, &p->refs[i], &resv);
 		if (ret)
 			break;
 	}
@@ -614,7 +614,7 @@ static int pin_write_blocks(struct fs *fs, struct fs_inode *in, struct gpu_pin *
 
 		write_abandon(g, p, i);
 		if (i)
-			fs_inode_written(in, 0);
+			fs_inode_written(in, 0, 0);
 		wpin_unlock(in);
 		if (i)
 			inval(g, p->ino, p->off, p->len);
@@ -748,7 +748,7 @@ static void pin_release(struct gpu_conn *c, struct gpu_pin *p, bool ok)
 		} else {
 			write_abandon(g, p, p->n);
 		}
-		fs_inode_written(p->in, ok ? p->off + p->len : 0);
+		fs_inode_written(p->in, ok ? p->off + p->len : 0, ok ? p->len : 0);
 		wpin_unlock(p->in);
 		fs_iput(fs, p->in);
 		inval(g, p->ino, p->off, p->len);

@@ -66,7 +66,7 @@ void fs_now(int64_t *sec, uint32_t *nsec)
 	*nsec = (uint32_t)ts.tv_nsec;
 }
 
-void fs_inode_written(struct fs_inode *in, uint64_t end)
+void fs_inode_written(struct fs_inode *in, uint64_t end, uint64_t len)
 {
 	int64_t s;
 	uint32_t ns;
@@ -75,6 +75,7 @@ void fs_inode_written(struct fs_inode *in, uint64_t end)
 	pthread_mutex_lock(&in->lock);
 	if (end > in->rec.size)
 		in->rec.size = end;
+	in->unread += len;
 	in->rec.mtime = in->rec.ctime = s;
 	in->rec.mtime_ns = in->rec.ctime_ns = ns;
 	in->attr_dirty = true;

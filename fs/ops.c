@@ -752,13 +752,22 @@ static int io_lock_excl(fuse_req_t req, struct fs_inode *in)
 	return -ETXTBSY;
 }
 
-/* Store len bytes of buf (NULL: zeros) at off, extending the size. */
+/*
+ * Store len bytes of buf (NULL: zeros) at off, extending the size. A file
+ * written over its whole size since it was last read is written blind:
+ * its writer streams over it and does not read it back (tb_get_write).
+ */
 static int write_data(struct fs *fs, struct fs_inode *in, const char *buf, size_t len, off_t off)
 {
 	uint64_t first = (uint64_t)off / fs->bs;
 	uint64_t resv = len ? ((uint64_t)off + len - 1) / fs->bs - first + 1 : 0;
 	size_t done = 0;
+	bool blind;
 	int ret;
+
+	pthread_mutex_lock(&in->lock);
+	blind = in->rec.size && in->unread >= in->rec.size;
+	pthread_mutex_unlock(&in->lock);
 
 	/* All the space first, so a full tier fails the request before it changes anything. */
 	ret = tb_reserve(fs->tb, resv);
@@ -772,7 +781,7 @@ static int write_data(struct fs *fs, struct fs_inode *in, const char *buf, size_
 
 		if (n > len - done)
 			n = len - done;
-		ret = tb_get_write(fs->tb, in->ino, idx, bo, n, &ref, &resv);
+		ret = tb_get_write(fs->tb, in->ino, idx, bo, n, blind, &ref, &resv);
 		if (ret)
 			break;
 		if (buf)
@@ -784,7 +793,7 @@ static int write_data(struct fs *fs, struct fs_inode *in, const char *buf, size_
 	}
 	tb_unreserve(fs->tb, resv);
 	if (done)
-		fs_inode_written(in, (uint64_t)off + done);
+		fs_inode_written(in, (uint64_t)off + done, done);
 	return ret;
 }
 
@@ -1220,6 +1229,7 @@ static void fs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	}
 	pthread_mutex_lock(&in->lock);
 	fsize = in->rec.size;
+	in->unread = 0;
 	pthread_mutex_unlock(&in->lock);
 	if (off < 0 || (uint64_t)off >= fsize || size == 0) {
 		fs_iput(fs, in);

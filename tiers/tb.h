@@ -174,6 +174,8 @@ struct tb_stats {
 	uint64_t dram_capacity, dram_used, dram_read_bytes, dram_write_bytes;
 	uint64_t dram_read_ops, dram_write_ops;
 	uint64_t hits, misses, evictions, dirty_bytes, writeback_bytes;
+	uint64_t dirty_limit_bytes;	 /* writers wait here (dirty=) */
+	uint64_t dirty_background_bytes; /* without a cycle, write-back starts here */
 	uint64_t holes_written, wb_errors, syncs, backpressure_waits;
 	uint64_t unsynced_blocks; /* write-backs committed since the last sync point */
 	uint64_t expired_bytes;	  /* written back for the age limit, not for room */
@@ -263,9 +265,12 @@ void tb_unplug(void);
  * the block is being written back, and waits above the dirty high-water
  * mark. -ENOSPC when the persistent tiers cannot take another block. A
  * block that becomes dirty takes one block of *resv when resv is given.
+ * blind: the writer does not read what it writes (it has written the
+ * whole file since it last read it); without a cycle, such rewrites of
+ * stored blocks are written back from the background mark on.
  */
 int tb_get_write(struct tb_store *s, uint64_t obj, uint64_t idx, size_t off, size_t len,
-		 struct tb_ref *ref, uint64_t *resv);
+		 bool blind, struct tb_ref *ref, uint64_t *resv);
 /*
  * Reserve n blocks of persistent space for one request before it changes
  * anything; tb_get_write takes from *resv first. Return what is left.
