@@ -948,10 +948,10 @@ static void make_dirty(struct tb_store *s, struct tb_entry *e, bool blind)
 	 * A stored block rewritten while not cached, or loaded since its last
 	 * write-back: it streams through (see take_stream).
 	 */
-	bool unread = e->state == ES_LOADING && e->stored;
+	bool uncached = e->state == ES_LOADING && e->stored; /* a whole rewrite, placeholder */
 
-	e->stream = ((e->state == ES_CLEAN && !e->written_back) || unread) && cycle_period(s);
-	e->blind = unread && blind;
+	e->stream = ((e->state == ES_CLEAN && !e->written_back) || uncached) && cycle_period(s);
+	e->blind = uncached && blind;
 	pf_clear(s, e);
 	if (e->written_back)
 		s->wb_rewritten++; /* written back, then written again in DRAM */
