@@ -504,6 +504,9 @@ static int pin_read_blocks(struct fs *fs, struct fs_inode *in, struct gpu_pin *p
 		return -ENOMEM;
 	pthread_mutex_init(&b.lock, NULL);
 	pthread_cond_init(&b.cv, NULL);
+	pthread_mutex_lock(&in->lock);
+	in->unread = 0; /* read: its writer is not blind (write_data) */
+	pthread_mutex_unlock(&in->lock);
 	pthread_rwlock_rdlock(&in->io);
 	for (uint32_t i = 0; i < p->n; i++) {
 		struct tb_ref ref = {0};

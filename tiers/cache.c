@@ -819,8 +819,10 @@ static uint64_t dirty_below(struct tb_store *s)
  */
 static void kick_cleaner(struct tb_store *s, bool evicted)
 {
+	uint64_t below = dirty_below(s);
+
 	if (s->free_list.n + s->nclean < s->clean_high ||
-	    (s->dirty_bg > s->clean_low && dirty_over(s, dirty_below(s)) > 0) ||
+	    (below > s->clean_low && dirty_over(s, below) > 0) ||
 	    (evicted && ++s->evict_since_clean >= CLEAN_KICK))
 		pthread_cond_signal(&s->flush_cv);
 }
@@ -2711,9 +2713,12 @@ static void set_reserve(struct tb_store *s, const struct tb_config *cfg)
 		s->dirty_max = cfg->dirty_bytes / s->bs;
 	if (s->dirty_max < 1)
 		s->dirty_max = 1;
+	/* queue_depth per device, at most half the dirty mark, and never below 0 */
 	s->dirty_bg = s->wb_max > s->clean_low ? s->wb_max : s->clean_low;
 	if (s->dirty_bg > s->dirty_max / 2)
 		s->dirty_bg = s->dirty_max / 2 > s->clean_low ? s->dirty_max / 2 : s->clean_low;
+	if (s->dirty_bg > s->dirty_max)
+		s->dirty_bg = s->dirty_max;
 }
 
 int tb_open(const struct tb_config *cfg, const struct tb_owner *owner, struct tb_store **out,

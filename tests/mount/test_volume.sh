@@ -196,4 +196,13 @@ TFS_DRAM=256M TFS_THREADS=4 tfs_mount
 cmp "$MNT/bg" "$T/bg.ref" || fail "bg differs after remount"
 tfs_umount || fail "unmount"
 echo "   $n MiB overwritten blind: 16 MiB written back, $((bg / MiB)) MiB kept dirty in DRAM"
+# A dirty mark smaller than the clean reserve: the background mark is at
+# most the limit and not below 0 (it read -1 MiB with dirty=1M once).
+TFS_DRAM=128M TFS_THREADS=4 tfs_mount "dirty=1M"
+lim=$(tfs_stat_json cache dirty_limit_bytes) || fail "stats"
+bg=$(tfs_stat_json cache dirty_background_bytes) || fail "stats"
+tfs_umount || fail "unmount"
+[ "$lim" -eq $((1 * MiB)) ] || fail "dirty=1M: dirty_limit_bytes $lim"
+[ "$bg" -ge 0 ] && [ "$bg" -le "$lim" ] || fail "dirty=1M: dirty_background_bytes $bg, limit $lim"
+echo "   dirty=1M: limit $lim, background mark $bg"
 echo "PASS: device volume"
