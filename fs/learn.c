@@ -138,19 +138,26 @@ static bool period_fits(const struct fs_learner *l, uint64_t p)
 	return match >= MATCH_SHARE * (double)window;
 }
 
-/* Sum of the sizes of the files of one period. */
-static uint64_t cycle_bytes(struct fs_learner *l)
+/* Sum the sizes of the files of one period, in bytes and in whole blocks. */
+static void cycle_size(struct fs_learner *l)
 {
-	uint64_t sum = 0;
+	uint64_t sum = 0, blocks = 0, tails = 0;
 
 	for (uint64_t j = 1; j <= l->period; j++) {
 		struct learn_file *f = file_find(l, at(l, l->n - j));
 
 		/* A file used twice in a period is counted at its last record. */
-		if (f && f->last_pos == l->n - j)
+		if (f && f->last_pos == l->n - j) {
 			sum += f->size;
+			if (l->block) {
+				blocks += (f->size + l->block - 1) / l->block;
+				tails += f->size % l->block != 0;
+			}
+		}
 	}
-	return sum;
+	l->bytes = sum;
+	l->blocks = blocks;
+	l->tails = tails;
 }
 
 /*
@@ -191,7 +198,7 @@ static void record(struct fs_learner *l, struct learn_file *f, bool write)
 	l->generation++;
 	find_period(l, f);
 	if (l->period)
-		l->bytes = cycle_bytes(l);
+		cycle_size(l);
 }
 
 void fs_learn_touch(struct fs_learner *l, uint64_t ino, uint64_t size, uint64_t len, bool write)
@@ -230,8 +237,11 @@ void fs_learn_next_use(struct fs_learner *l, uint64_t ino, struct fs_learn_use *
 	u->dist = FS_LEARN_UNKNOWN;
 	u->write = false;
 	u->now = false;
+	u->size = 0;
 	pthread_mutex_lock(&l->lock);
 	f = file_find(l, ino);
+	if (f)
+		u->size = f->size;
 	if (f && f->last_pos != UINT64_MAX)
 		u->now = f->last_pos + IN_USE >= l->n;
 	if (l->period && f && f->last_pos != UINT64_MAX) {
@@ -301,6 +311,8 @@ void fs_learn_stats(struct fs_learner *l, struct fs_learn_stats *st)
 	pthread_mutex_lock(&l->lock);
 	st->period = l->period;
 	st->bytes = l->period ? l->bytes : 0;
+	st->blocks = l->period ? l->blocks : 0;
+	st->tails = l->period ? l->tails : 0;
 	st->confidence = l->period ? l->confidence : 0;
 	st->position = l->period ? l->n % l->period : 0;
 	st->records = l->n;

@@ -22,13 +22,16 @@ struct fs_learner {
 	uint64_t clock;	      /* atomic: bytes read and written so far */
 	uint64_t period;      /* files in the cycle; 0 while none is known */
 	uint64_t bytes;	      /* bytes of the files of one cycle */
+	uint64_t block;	      /* the block size, set by the owner (0: blocks not counted) */
+	uint64_t blocks;      /* blocks of the files of one cycle, each file rounded up */
+	uint64_t tails;	      /* of them, files' last blocks that the file fills only in part */
 	double confidence;    /* moving hit rate of the predictions */
 	struct learn_file **files;
 	uint64_t generation; /* bumps at every record, for the prefetcher */
 };
 
 struct fs_learn_stats {
-	uint64_t period, bytes, position, records;
+	uint64_t period, bytes, blocks, tails, position, records;
 	double confidence;
 };
 
@@ -44,6 +47,7 @@ struct fs_learn_use {
 	uint64_t dist; /* records until then, FS_LEARN_UNKNOWN without a cycle */
 	bool write;    /* that use begins with a write (the file is rewritten) */
 	bool now;      /* the file is in use: recorded within the last IN_USE records */
+	uint64_t size; /* its size when last used; 0 if unknown */
 };
 void fs_learn_next_use(struct fs_learner *l, uint64_t ino, struct fs_learn_use *u);
 void fs_learn_stats(struct fs_learner *l, struct fs_learn_stats *st);

@@ -1287,6 +1287,7 @@ static void fs_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 {
 	struct fs *fs = req_fs(req);
 	struct fs_inode *in;
+	uint64_t fsize;
 	int ret;
 
 	(void)fi;
@@ -1304,7 +1305,11 @@ static void fs_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 		reply_err(fs, req, ret);
 		return;
 	}
-	if (fs_touch(fs, ino, (uint64_t)off + size, size, true))
+	pthread_mutex_lock(&in->lock);
+	fsize = in->rec.size > (uint64_t)off + size ? in->rec.size : (uint64_t)off + size;
+	pthread_mutex_unlock(&in->lock);
+	/* The file's size, not the end of this write: a rewrite from the start is of all of it. */
+	if (fs_touch(fs, ino, fsize, size, true))
 		fs_prefetch_kick(fs);
 	pthread_rwlock_rdlock(&in->io);
 	ret = write_data(fs, in, buf, size, off);

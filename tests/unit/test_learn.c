@@ -146,6 +146,7 @@ int main(void)
 	uint64_t next[8], gen;
 
 	CHECK_EQ(fs_learn_init(&l), 0);
+	l.block = 1ULL << 20; /* the owner's block size: the cycle's blocks are counted */
 	iteration(&l, -1);
 	fs_learn_stats(&l, &st);
 	CHECK_EQ(st.period, 0); /* one pass is no cycle yet */
@@ -156,6 +157,16 @@ int main(void)
 	/* grads 6*3, then per subgroup 3 + 3 + 3 records */
 	CHECK_EQ(st.period, SGS * GRADS + SGS * (3 + GRADS + 3));
 	CHECK(st.confidence > 0.8);
+	/* Each file once, whether its last use was a read or a write. */
+	CHECK_EQ(st.bytes, SGS * (3 + GRADS) * FILE_BYTES);
+	CHECK_EQ(st.blocks, SGS * (3 + GRADS) * (FILE_BYTES >> 20));
+	CHECK_EQ(st.tails, 0);
+	{
+		struct fs_learn_use u;
+
+		fs_learn_next_use(&l, file_id(0, 0), &u);
+		CHECK_EQ(u.size, FILE_BYTES);
+	}
 
 	/* Right after the step, subgroup 0's weights are next used after the
 	 * backward pass: sooner than the last subgroup's, which were just used. */
