@@ -310,6 +310,7 @@ static json_t *stats_json(struct fs *fs)
 	json_object_set_new(cj, "dirty_limit_bytes", json_integer((json_int_t)st->dirty_limit_bytes));
 	json_object_set_new(cj, "dirty_background_bytes",
 			    json_integer((json_int_t)st->dirty_background_bytes));
+	json_object_set_new(cj, "kept_bytes", json_integer((json_int_t)st->kept_bytes));
 	json_object_set_new(
 		root, "prefetch",
 		json_pack("{sIsIsIsIsIsf}", "issued", (json_int_t)st->prefetch_issued, "used",

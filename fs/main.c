@@ -317,6 +317,16 @@ static uint64_t owner_cycle_period(void *ctx)
 	return __atomic_load_n(&fs->learn.period, __ATOMIC_RELAXED);
 }
 
+static void owner_cycle_size(void *ctx, uint64_t *blocks, uint64_t *tails)
+{
+	struct fs *fs = ctx;
+	struct fs_learn_stats st;
+
+	fs_learn_stats(&fs->learn, &st);
+	*blocks = st.blocks;
+	*tails = st.tails;
+}
+
 static void owner_next_use(void *ctx, uint64_t obj, struct tb_use *u)
 {
 	struct fs *fs = ctx;
@@ -326,6 +336,7 @@ static void owner_next_use(void *ctx, uint64_t obj, struct tb_use *u)
 	u->dist = lu.dist;
 	u->write = lu.write;
 	u->now = lu.now;
+	u->size = lu.size;
 }
 
 static int owner_sync(void *ctx)
@@ -396,7 +407,7 @@ static int open_stores(struct fs *fs, char *err, size_t errlen)
 	struct fs_config *c = fs->cfg;
 	struct tb_config tc = {0};
 	struct tb_owner owner = {fs,	     owner_resolve,	 owner_commit, owner_dedup_find,
-				 owner_sync, owner_cycle_period, owner_next_use};
+				 owner_sync, owner_cycle_period, owner_next_use, owner_cycle_size};
 	struct locvec freed = {0};
 	char store_id[40];
 	uint64_t orphans;
@@ -418,6 +429,7 @@ static int open_stores(struct fs *fs, char *err, size_t errlen)
 			return ret;
 	}
 	fs->bs = bs;
+	fs->learn.block = bs;
 	tc.block_size = bs;
 	tc.dram_bytes = c->dram;
 	tc.dirty_bytes = c->dirty;

@@ -108,6 +108,7 @@ struct tb_use {
 	uint64_t dist; /* uses of objects until then; UINT64_MAX: unknown */
 	bool write;    /* it begins with a write: the cached copy is not read again first */
 	bool now;      /* the object is in use right now */
+	uint64_t size; /* the object's bytes; 0 if unknown */
 };
 
 struct tb_owner {
@@ -131,6 +132,11 @@ struct tb_owner {
 	 */
 	uint64_t (*cycle_period)(void *ctx);
 	void (*next_use)(void *ctx, uint64_t obj, struct tb_use *u);
+	/*
+	 * Blocks of the objects of one cycle (0 while none is known), and how
+	 * many of them are last blocks that their object fills only in part.
+	 */
+	void (*cycle_size)(void *ctx, uint64_t *blocks, uint64_t *tails);
 };
 
 struct tb_store;
@@ -176,6 +182,7 @@ struct tb_stats {
 	uint64_t hits, misses, evictions, dirty_bytes, writeback_bytes;
 	uint64_t dirty_limit_bytes;	 /* writers wait here (dirty=) */
 	uint64_t dirty_background_bytes; /* without a cycle, write-back starts here */
+	uint64_t kept_bytes; /* a cycle larger than DRAM: what stays, spread over it; else 0 */
 	uint64_t holes_written, wb_errors, syncs, backpressure_waits;
 	uint64_t unsynced_blocks; /* write-backs committed since the last sync point */
 	uint64_t expired_bytes;	  /* written back for the age limit, not for room */

@@ -20,6 +20,8 @@
 #      LRU, or writing back every write, moves about 1.0; the optimum is
 #      about 0.5. The pipelined swapper moved 0.57-0.61 before blocks
 #      streaming through were written back at once (0.55 since).
+#      The blocks that stay in DRAM are spread over every state file,
+#      rather than whole files kept (spread_check).
 #   6. A file overwritten whole without being read (no cycle learned) is
 #      written back from dirty_background_bytes on, below the dirty limit,
 #      and no further than that mark.
@@ -137,6 +139,21 @@ EOF
 	"$SWAPBENCH" -d "$MNT" --params 3.2e7 --sub-group-size 8e6 --iters 6 --swapper "$swapper" \
 		--between "sh $T/snap.sh" --json >"$T/sb.json" 2>"$T/sb.err" ||
 		{ cat "$T/sb.err"; fail "swapbench $swapper"; }
+	# Each state file's share in DRAM (user.tensorfs.tiers), and the learner's
+	# and the cache's view of the cycle, for spread_check.
+	python3 - "$MNT" >"$T/spread" <<'PY'
+import json, os, sys
+root = sys.argv[1]
+st = json.load(open(os.path.join(root, ".tensorfs", "stats")))
+print(st["learner"]["cycle_bytes"], st["cache"]["kept_bytes"])
+for d, _, names in os.walk(os.path.join(root, "zero_stage_3")):
+	for n in names:
+		p = os.path.join(d, n)
+		size = os.path.getsize(p)
+		if size >= 16 << 20:  # the optimizer's state; gradients are smaller
+			t = json.loads(os.getxattr(p, "user.tensorfs.tiers"))
+			print(n, size, "%.2f" % (t.get("dram", 0) / size))
+PY
 	tfs_umount || fail "unmount"
 	python3 - "$T/sb.json" "$T/snaps" <<'PY'
 import json, sys
@@ -149,6 +166,28 @@ per = [(s[i + 1] - s[i]) / raw for i in (2, 3)]
 print("%.3f" % (sum(per) / len(per)), " ".join("%.3f" % ((s[i + 1] - s[i]) / raw) for i in range(len(s) - 1)))
 PY
 }
+# spread_check SWAPPER: the cycle is larger than DRAM, so the blocks that
+# stay are spread over every state file: each keeps at least a fifth in
+# DRAM, and at most the file in use at the end (its blocks stream through)
+# more than 0.85. Keeping whole files, the earlier policy, left most files
+# at 0.00-0.14 and the rest at 0.78-1.00. The learner counts every file's
+# size in the cycle's bytes (a file last written, not read, once counted
+# as its first write's end).
+spread_check() {
+	python3 - "$T/spread" "$1" <<'PY' || fail "$1: the blocks that stay are not spread over the state files"
+import sys
+lines = open(sys.argv[1]).read().split("\n")
+cycle, kept = map(int, lines[0].split())
+files = [l.split() for l in lines[1:] if l]
+state = sum(int(f[1]) for f in files)
+shares = [float(f[2]) for f in files]
+print("   %s: cycle %d MiB (state files %d MiB), %d MiB kept; DRAM share per file %s"
+      % (sys.argv[2], cycle >> 20, state >> 20, kept >> 20, " ".join(f[2] for f in files)))
+ok = len(files) >= 8 and cycle >= state and kept > 0
+ok = ok and min(shares) >= 0.2 and sum(x > 0.85 for x in shares) <= 1
+sys.exit(0 if ok else 1)
+PY
+}
 # The pipelined swapper's two streams reach the files in an order that
 # varies from one iteration to the next: it moves a few points more.
 for sw in partitioned:0.6 pipelined:0.6; do
@@ -157,6 +196,7 @@ for sw in partitioned:0.6 pipelined:0.6; do
 	echo "   ${sw%%:*}: device bytes per steady iteration / raw folder's: $v (iterations 2 on: ${out#* })"
 	python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) <= float(sys.argv[2]) else 1)" "$v" "${sw#*:}" ||
 		fail "${sw%%:*}: the devices moved $v of the raw folder's volume, more than ${sw#*:}"
+	spread_check "${sw%%:*}"
 done
 echo "6. background write-back of a blind overwrite"
 # Writers wait at dirty_limit_bytes. A file overwritten whole without
