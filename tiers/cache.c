@@ -753,18 +753,23 @@ static bool kept(const struct tb_store *s, const struct tb_entry *e)
 
 /*
  * The object's best victim, its highest evictable block: mode 0 only a
- * block not kept, 1 a kept one too, 2 any, loaded ahead or not.
+ * block not kept (any block of an object outside the cycle; none of one
+ * due now, which the cycle does not place), 1 a kept one too, 2 any,
+ * loaded ahead or not.
  */
 static struct tb_entry *obj_victim(struct tb_store *s, const struct rank *r, int mode)
 {
 	struct tb_entry *best = NULL;
+	bool outside = r->u.dist == UINT64_MAX;
 
+	if (mode == 0 && r->u.dist == 0)
+		return NULL;
 	for (struct tb_entry *e = r->o->head; e; e = e->onext) {
 		if (!evictable(s, e))
 			continue;
 		if (mode < 2 && (e->prefetched || ahead_of_reader(e, &r->u)))
 			continue;
-		if (mode == 0 && kept(s, e))
+		if (mode == 0 && !outside && kept(s, e))
 			continue;
 		if (!best || e->idx > best->idx)
 			best = e;
@@ -1942,8 +1947,8 @@ static size_t take_victims_cycle(struct tb_store *s, struct tb_entry **out, size
 		 */
 		nr = rank_objects(s, true);
 		for (size_t i = 0; i < nr && n < max && s->wb_inflight < s->wb_max; i++) {
-			if (s->rank[i].u.dist == UINT64_MAX)
-				continue; /* not in the cycle */
+			if (s->rank[i].u.dist == UINT64_MAX || s->rank[i].u.dist == 0)
+				continue; /* not in the cycle, or due now */
 			for (struct tb_entry *e = s->rank[i].o->head;
 			     e && n < max && s->wb_inflight < s->wb_max; e = e->onext)
 				if (!kept(s, e) && !e->partial && may_clean(s, e, now, next_ms) &&
