@@ -2820,7 +2820,6 @@ static void set_reserve(struct tb_store *s, const struct tb_config *cfg)
 		s->dirty_max = 1;
 	/* queue_depth per device, at most half the dirty mark, and never below 0 */
 	s->dirty_bg = s->wb_max > s->clean_low ? s->wb_max : s->clean_low;
-
 	if (s->dirty_bg > s->dirty_max / 2)
 		s->dirty_bg = s->dirty_max / 2 > s->clean_low ? s->dirty_max / 2 : s->clean_low;
 	if (s->dirty_bg > s->dirty_max)
