@@ -64,15 +64,20 @@ for p in 1 2 3; do read_pass; done
 [ "$(tfs_stat_json learner cycle_files)" -eq $FILES ] || fail "no cycle learned with prefetch on"
 dd if="$MNT/f$FILES" of=/dev/null bs=1M iflag=direct status=none # the end of a pass
 dd if="$MNT/f1" of=/dev/null bs=1M iflag=direct status=none || fail "reading f1"
-# Bounded wait: f2's first blocks (the prefetch depth, DEPTH) issued after
-# the read of f1, and none in flight. The rest follow as f2 is read: every
-# read takes a prefetched block and lets the prefetcher load one more.
+# Bounded wait: the prefetcher holds DEPTH blocks loaded ahead and not yet
+# read (issued - used - wasted), none in flight. f1 was read whole, so these
+# are f2's first blocks that are not resident: the cycle is 4x the DRAM
+# tier, so a share of every file stays (cache.kept_bytes), and f2's DRAM
+# bytes alone do not tell whether the prefetch is done. The rest follow as
+# f2 is read: every read takes a prefetched block and lets the prefetcher
+# load one more.
 DEPTH=4 # 1/64 of the slots, at least 4
-dram_bytes() {
-	python3 -c 'import json,os,sys; print(json.loads(os.getxattr(sys.argv[1], "user.tensorfs.tiers"))["dram"])' "$1"
+ahead() {
+	python3 -c 'import json,sys; p=json.load(open(sys.argv[1]))["prefetch"]; print(p["issued"]-p["used"]-p["wasted"])' \
+		"$MNT/.tensorfs/stats"
 }
 for i in $(seq 1 100); do
-	[ "$(dram_bytes "$MNT/f2")" -ge $((DEPTH << 20)) ] &&
+	[ "$(ahead)" -ge $DEPTH ] &&
 		[ "$(tfs_stat_json tiers nvme0 inflight_prefetch)" -eq 0 ] && break
 	sleep 0.05
 done
