@@ -311,6 +311,8 @@ static json_t *stats_json(struct fs *fs)
 	json_object_set_new(cj, "dirty_background_bytes",
 			    json_integer((json_int_t)st->dirty_background_bytes));
 	json_object_set_new(cj, "kept_bytes", json_integer((json_int_t)st->kept_bytes));
+	json_object_set_new(cj, "kept_evicted_bytes",
+			    json_integer((json_int_t)st->kept_evicted_bytes));
 	json_object_set_new(
 		root, "prefetch",
 		json_pack("{sIsIsIsIsIsf}", "issued", (json_int_t)st->prefetch_issued, "used",

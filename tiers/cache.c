@@ -186,6 +186,7 @@ struct tb_store {
 	uint64_t keep_below;	     /* the share of the others that stay, as a 64-bit fraction */
 	uint64_t convert_ms;	     /* when the flusher looks for dirty blocks not kept again */
 	uint64_t evict_since_clean; /* evictions since the flusher last chose victims */
+	uint64_t kept_evicted;	    /* blocks that stay under the cycle, evicted (victim_cycle) */
 	bool due_scan;	       /* dirty blocks are urgent or retrying: walk the whole list */
 	uint64_t reserved;     /* blocks reserved by DIRTY entries */
 	uint64_t wb_inflight, wb_max;
@@ -790,6 +791,8 @@ static struct tb_entry *victim_cycle(struct tb_store *s, struct tb_use *vu)
 				*vu = s->rank[i].u;
 				if (mode == 2)
 					vu->dist = 0, vu->write = false;
+				if (mode > 0 && s->keep_den && kept(s, e))
+					s->kept_evicted++;
 				return e;
 			}
 		}
@@ -2739,6 +2742,7 @@ void tb_get_stats(struct tb_store *s, struct tb_stats *st)
 	st->dirty_limit_bytes = s->dirty_max * s->bs;
 	st->dirty_background_bytes = (s->dirty_max - s->dirty_bg) * s->bs;
 	st->kept_bytes = cycle_period(s) && s->keep_den ? s->keep_num * s->bs : 0;
+	st->kept_evicted_bytes = s->kept_evicted * s->bs;
 	st->writeback_bytes = s->wb_bytes;
 	st->holes_written = s->holes;
 	st->wb_errors = s->wb_errors;

@@ -183,6 +183,7 @@ struct tb_stats {
 	uint64_t dirty_limit_bytes;	 /* writers wait here (dirty=) */
 	uint64_t dirty_background_bytes; /* without a cycle, write-back starts here */
 	uint64_t kept_bytes; /* a cycle larger than DRAM: what stays, spread over it; else 0 */
+	uint64_t kept_evicted_bytes; /* of those, evicted: no other clean block could be had */
 	uint64_t holes_written, wb_errors, syncs, backpressure_waits;
 	uint64_t unsynced_blocks; /* write-backs committed since the last sync point */
 	uint64_t expired_bytes;	  /* written back for the age limit, not for room */
