@@ -812,11 +812,19 @@ static int check_locations(struct fsck *f)
 		if (b[i].b.loc == TB_LOC_NONE) {
 			b[i].bad_loc = true;
 			problem(f, "bad-location: block %" PRIu64 " has no location", b[i].id);
+		} else if (b[i].b.len > f->bs || b[i].b.len % TB_LEN_UNIT) {
+			/* The daemon refuses to read it (EIO): which bytes are stored is unknown. */
+			b[i].bad_loc = true;
+			problem(f,
+				"bad-length: block %" PRIu64 " stores %" PRIu64
+				" bytes, not whole KiB within its %zu",
+				b[i].id, (uint64_t)b[i].b.len, f->bs);
+		}
+		if (b[i].bad_loc)
 			repaired(f,
 				 "block %" PRIu64 " removed; the file ranges that use it, "
 				 "listed below, read as zeros",
 				 b[i].id);
-		}
 	}
 	qsort(by_loc, f->blocks.n, sizeof(*by_loc), cmp_loc);
 	for (size_t i = 0; i < f->blocks.n;) {

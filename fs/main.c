@@ -245,7 +245,13 @@ static int mark_block(void *arg, uint64_t id, const struct meta_block *b)
 	return ret;
 }
 
-static int owner_resolve(void *ctx, uint64_t obj, uint64_t idx, uint64_t *loc)
+/* A block record's stored bytes: 0 in records that predate the length means all of them. */
+static size_t block_len(const struct fs *fs, const struct meta_block *b)
+{
+	return b->len ? (size_t)b->len : fs->bs;
+}
+
+static int owner_resolve(void *ctx, uint64_t obj, uint64_t idx, uint64_t *loc, size_t *len)
 {
 	struct fs *fs = ctx;
 	struct meta_block b;
@@ -259,8 +265,10 @@ static int owner_resolve(void *ctx, uint64_t obj, uint64_t idx, uint64_t *loc)
 	if (ret == 0)
 		ret = meta_block_get(fs->meta, txn, id, &b);
 	meta_abort(txn);
-	if (ret == 0)
+	if (ret == 0) {
 		*loc = b.loc;
+		*len = block_len(fs, &b);
+	}
 	return ret;
 }
 
@@ -279,7 +287,7 @@ static int owner_commit(void *ctx, const struct tb_commit *c, size_t n)
 						    c[i].share_id, c[i].hash, &freed);
 		else
 			ret = meta_bmap_store(fs->meta, txn, c[i].obj, c[i].idx, c[i].loc,
-					      c[i].hashed ? c[i].hash : NULL, &freed);
+					      c[i].len, c[i].hashed ? c[i].hash : NULL, &freed);
 	}
 	if (ret) {
 		meta_abort(txn);
@@ -297,16 +305,22 @@ static int owner_commit(void *ctx, const struct tb_commit *c, size_t n)
 	return fs_release_locs(fs, &freed);
 }
 
-static int owner_dedup_find(void *ctx, const uint8_t *hash, uint64_t *id, uint64_t *loc)
+static int owner_dedup_find(void *ctx, const uint8_t *hash, uint64_t *id, uint64_t *loc,
+			    size_t *len)
 {
 	struct fs *fs = ctx;
+	struct meta_block b;
 	MDB_txn *txn;
 	int ret = meta_begin(fs->meta, false, &txn);
 
 	if (ret)
 		return ret;
-	ret = meta_dedup_find(fs->meta, txn, hash, id, loc);
+	ret = meta_dedup_find(fs->meta, txn, hash, id, &b);
 	meta_abort(txn);
+	if (ret == 0) {
+		*loc = b.loc;
+		*len = block_len(fs, &b);
+	}
 	return ret;
 }
 
@@ -421,7 +435,8 @@ static int open_stores(struct fs *fs, char *err, size_t errlen)
 	fs->new_store = meta_is_new(fs->meta);
 	if (meta_upgraded_from(fs->meta))
 		log_info("upgraded the metadata store in %s from format %u to %u (a count of "
-			 "mapped blocks per file); older tensorfs versions cannot open it",
+			 "mapped blocks per file; blocks stored short); older tensorfs versions "
+			 "cannot open it",
 			 c->meta, meta_upgraded_from(fs->meta), META_FORMAT_VERSION);
 	if (fs->new_store) {
 		ret = check_unclaimed(c, err, errlen);

@@ -322,8 +322,15 @@ static int check_format(struct fs_meta *m, MDB_txn *txn, size_t *block_size, boo
 		return -EINVAL;
 	}
 	memcpy(&f, v.mv_data, sizeof(f));
-	if (f.version == 1) {
-		rc = upgrade_v1(m, txn);
+	/*
+	 * Format 2 to 3 changes no record: a block record without a length
+	 * stores the whole block (meta_block.len 0). Format 3 only keeps
+	 * older versions, which would read a short block whole, out.
+	 */
+	if (f.version == 1 || f.version == 2) {
+		unsigned from = f.version;
+
+		rc = from == 1 ? upgrade_v1(m, txn) : 0;
 		if (rc == 0) {
 			f.version = META_FORMAT_VERSION;
 			v.mv_size = sizeof(f);
@@ -331,11 +338,11 @@ static int check_format(struct fs_meta *m, MDB_txn *txn, size_t *block_size, boo
 			rc = mdb_err(mdb_put(txn, m->info, &k, &v, 0));
 		}
 		if (rc) {
-			snprintf(err, errlen, "cannot upgrade the metadata store from format 1: %s",
-				 strerror(-rc));
+			snprintf(err, errlen, "cannot upgrade the metadata store from format %u: %s",
+				 from, strerror(-rc));
 			return rc;
 		}
-		m->upgraded_from = 1;
+		m->upgraded_from = from;
 	}
 	if (f.version != META_FORMAT_VERSION) {
 		snprintf(err, errlen,
@@ -856,21 +863,17 @@ static int dedup_forget(struct fs_meta *m, MDB_txn *txn, const uint8_t *hash, ui
 }
 
 int meta_dedup_find(struct fs_meta *m, MDB_txn *txn, const uint8_t *hash, uint64_t *id,
-		    uint64_t *loc)
+		    struct meta_block *b)
 {
 	MDB_val k = {META_HASH_LEN, (void *)hash}, v;
-	struct meta_block b;
 	int ret = mdb_err(mdb_get(txn, m->dedup, &k, &v));
 
 	if (!ret)
 		ret = meta_decode_id(v.mv_data, v.mv_size, id);
 	if (ret)
 		return ret;
-	ret = meta_block_get(m, txn, *id, &b);
-	if (ret)
-		return ret == -EIO ? -ENOENT : ret;
-	*loc = b.loc;
-	return 0;
+	ret = meta_block_get(m, txn, *id, b);
+	return ret == -EIO ? -ENOENT : ret;
 }
 
 static int block_ref(struct fs_meta *m, MDB_txn *txn, uint64_t id, int delta,
@@ -911,7 +914,7 @@ static int unref_mapping(struct fs_meta *m, MDB_txn *txn, uint64_t ino, uint64_t
 }
 
 int meta_bmap_store(struct fs_meta *m, MDB_txn *txn, uint64_t ino, uint64_t idx, uint64_t loc,
-		    const uint8_t *hash, struct locvec *freed)
+		    uint64_t len, const uint8_t *hash, struct locvec *freed)
 {
 	unsigned char kb[16];
 	MDB_val k = {16, kb}, v;
@@ -932,7 +935,7 @@ int meta_bmap_store(struct fs_meta *m, MDB_txn *txn, uint64_t ino, uint64_t idx,
 	if (ret)
 		return ret;
 	id = __atomic_fetch_add(&m->next_block, 1, __ATOMIC_RELAXED);
-	struct meta_block b = {.loc = loc, .refs = 1};
+	struct meta_block b = {.loc = loc, .refs = 1, .len = len};
 	if (hash) {
 		b.flags |= META_BLOCK_HASHED;
 		memcpy(b.hash, hash, META_HASH_LEN);
@@ -1495,7 +1498,7 @@ static void rec_decode(enum meta_table t, const MDB_val *k, const MDB_val *v, st
 			memcpy(&r->id, v->mv_data, sizeof(r->id));
 		break;
 	case META_TAB_BLOCK:
-		/* Records written before blocks carried a hash end after flags. */
+		/* Records written before blocks carried a hash end after flags; a length, after it. */
 		r->malformed = k->mv_size != 8 || v->mv_size < offsetof(struct meta_block, hash) ||
 			       v->mv_size > sizeof(r->block);
 		r->id = r->ino;
@@ -1680,7 +1683,7 @@ int meta_decode_id(const void *v, size_t len, uint64_t *id)
 
 int meta_decode_block(const void *v, size_t len, struct meta_block *b)
 {
-	/* Records written before blocks carried a hash end after flags. */
+	/* Records written before blocks carried a hash end after flags; a length, after it. */
 	if (len < offsetof(struct meta_block, hash) || len > sizeof(*b))
 		return -EIO;
 	memset(b, 0, sizeof(*b));

@@ -31,7 +31,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#define META_FORMAT_VERSION 2
+#define META_FORMAT_VERSION 3 /* 2: nblocks; 3: a block's stored length */
 #define META_ROOT_INO 1
 
 struct meta_inode {
@@ -53,6 +53,12 @@ struct meta_block {
 	uint32_t refs;
 	uint32_t flags; /* META_BLOCK_HASHED when hash is set */
 	uint8_t hash[META_HASH_LEN];
+	/*
+	 * Bytes stored at loc, from the block's start: the rest of the block
+	 * is zeros and was not written (a file's last block). 0: all of it,
+	 * as in records written before blocks carried a length.
+	 */
+	uint64_t len;
 };
 
 #define META_BLOCK_HASHED 1u
@@ -121,20 +127,21 @@ int meta_readdir(struct fs_meta *m, MDB_txn *txn, uint64_t dir, uint64_t after,
 int meta_bmap_get(struct fs_meta *m, MDB_txn *txn, uint64_t ino, uint64_t idx, uint64_t *id);
 int meta_block_get(struct fs_meta *m, MDB_txn *txn, uint64_t id, struct meta_block *b);
 /*
- * Point (ino, idx) at a new block at loc (or a hole for TB_LOC_NONE); hash,
- * if not NULL, enters the new block in the dedup index.
+ * Point (ino, idx) at a new block at loc (or a hole for TB_LOC_NONE) that
+ * stores len bytes (struct meta_block); hash, if not NULL, enters the new
+ * block in the dedup index.
  */
 int meta_bmap_store(struct fs_meta *m, MDB_txn *txn, uint64_t ino, uint64_t idx, uint64_t loc,
-		    const uint8_t *hash, struct locvec *freed);
+		    uint64_t len, const uint8_t *hash, struct locvec *freed);
 /*
  * Point (ino, idx) at the existing block id, which must still hold hash:
  * -ESTALE if it went away since it was found.
  */
 int meta_bmap_share_block(struct fs_meta *m, MDB_txn *txn, uint64_t ino, uint64_t idx,
 			  uint64_t id, const uint8_t *hash, struct locvec *freed);
-/* A stored block with this hash: 0 with its id and location, or -ENOENT. */
+/* A stored block with this hash: 0 with its id and record, or -ENOENT. */
 int meta_dedup_find(struct fs_meta *m, MDB_txn *txn, const uint8_t *hash, uint64_t *id,
-		    uint64_t *loc);
+		    struct meta_block *b);
 /* Drop the mappings of blocks [from, to) of ino. */
 int meta_bmap_clear(struct fs_meta *m, MDB_txn *txn, uint64_t ino, uint64_t from, uint64_t to,
 		    struct locvec *freed);

@@ -73,7 +73,7 @@
 #define PREFETCH_DEPTH_SHARE 64 /* blocks ahead of their readers: 1/64 of the slots */
 #define PREFETCH_DEPTH_MIN 4
 #define PREFETCH_DEEP_SHARE 4 /* readers of remote blocks: at most 1/4 of the slots ahead */
-#define SECTOR 1024	 /* granularity of a partial block's written map */
+#define SECTOR TB_LEN_UNIT /* granularity of a partial block's written map and stored lengths */
 #define EVICT_SAMPLE 32	 /* candidates a sampled eviction compares */
 #define RANK_MAX 4096	 /* objects the cycle's eviction order ranks */
 #define STREAM_SCAN 256	 /* newest dirty blocks the flusher looks at for streaming ones */
@@ -84,6 +84,7 @@
 #define BUSY_RETRY_MS 10 /* a dirty block pinned by a writer is looked at again after */
 #define SYNC_FREES 256	 /* released slots that call a sync point at once */
 #define IO_ALIGN 4096	 /* O_DIRECT alignment of a merge's bounce buffer */
+#define STORE_ALIGN 4096 /* device I/O of a stored block's bytes: O_DIRECT on 4Kn devices */
 
 enum entry_state { ES_FREE, ES_LOADING, ES_CLEAN, ES_DIRTY, ES_WB };
 
@@ -109,6 +110,7 @@ struct tb_entry {
 	uint64_t *written; /* sector bitmap, meaningful while partial */
 	uint32_t nwritten;
 	uint64_t base_loc; /* the persisted block a partial entry completes from */
+	size_t base_len;   /* bytes stored there; the rest of it is zeros */
 	uint64_t share_id; /* WB: commit as a reference to this stored block */
 	bool hashed;
 	uint8_t hash[TB_HASH_LEN];
@@ -117,6 +119,7 @@ struct tb_entry {
 	unsigned retries;  /* failed write-backs in a row */
 	uint64_t loc;	   /* persisted location while CLEAN */
 	uint64_t new_loc;  /* location being written while WB */
+	size_t new_len;	   /* and the bytes written there (stored_len) */
 	uint64_t dirty_seq;
 	uint64_t dirty_ms; /* when it became dirty, or earliest retry */
 	size_t fill;	   /* bytes written since it became dirty */
@@ -722,19 +725,21 @@ static void update_keep(struct tb_store *s)
 	s->keep_num = keep;
 	s->keep_den = blocks > keep ? blocks : 0;
 	/*
-	 * Last blocks that their objects fill in part all stay (kept): one
-	 * rewritten while not cached would be partial, and its write-back would
-	 * read the stored copy to complete it. The share of the others is the
-	 * rest of what stays, as a threshold on 64-bit fractions.
+	 * Last blocks that their objects fill in part stay only when every
+	 * other block does: the devices move such a block only up to the end
+	 * of its object (stored_len, covers_stored), so its slot saves little
+	 * I/O, where a whole block's saves a block each way. The share of the
+	 * others that stays, as a threshold on 64-bit fractions; all of them:
+	 * UINT64_MAX.
 	 */
-	s->keep_below = s->keep_den && keep > tails
-				? (uint64_t)(((unsigned __int128)(keep - tails) << 64) / (blocks - tails))
-				: 0;
+	s->keep_below = keep < blocks - tails
+				? (uint64_t)(((unsigned __int128)keep << 64) / (blocks - tails))
+				: UINT64_MAX;
 }
 
 /*
  * Whether e's block stays resident under the cycle (update_keep). Apart
- * from partly filled last blocks, those whose index (offset by a hash of
+ * from partly filled last blocks, which do not, those whose index (offset by a hash of
  * the object) read with its bits reversed as a fraction, the van der
  * Corput sequence, is below the share kept: any run of blocks keeps about
  * that share, evenly spaced, and a smaller share keeps a subset of a
@@ -744,8 +749,10 @@ static bool kept(const struct tb_store *s, const struct tb_entry *e)
 {
 	uint64_t x = e->idx + mix(e->obj, 0);
 
-	if (!s->keep_den || (e->o && e->idx + 1 == e->o->tail))
+	if (!s->keep_den || s->keep_below == UINT64_MAX)
 		return true;
+	if (e->o && e->idx + 1 == e->o->tail)
+		return false;
 	x = (x >> 1 & 0x5555555555555555ULL) | (x & 0x5555555555555555ULL) << 1;
 	x = (x >> 2 & 0x3333333333333333ULL) | (x & 0x3333333333333333ULL) << 2;
 	x = (x >> 4 & 0x0F0F0F0F0F0F0F0FULL) | (x & 0x0F0F0F0F0F0F0F0FULL) << 4;
@@ -1121,16 +1128,43 @@ static void write_done(struct tb_io *r, int err)
 	pthread_mutex_unlock(&s->lock);
 }
 
-static void submit_read(struct tb_store *s, struct tb_entry *e, uint64_t loc,
+/* Whether a stored block at loc of len bytes can be: on one of our devices, in whole units. */
+static bool stored_ok(const struct tb_store *s, uint64_t loc, size_t len)
+{
+	return tb_loc_dev(loc) < s->n_devs && len && len <= s->bs && len % SECTOR == 0;
+}
+
+/*
+ * The device I/O that moves a block's len stored bytes: whole STORE_ALIGN
+ * units, the block size at most. The bytes between are zeros, as written.
+ */
+static size_t io_len(size_t len)
+{
+	return (len + STORE_ALIGN - 1) / STORE_ALIGN * STORE_ALIGN;
+}
+
+/* The owner's resolve, checked (stored_ok). No lock held. */
+static int resolve(struct tb_store *s, uint64_t obj, uint64_t idx, uint64_t *loc, size_t *len)
+{
+	int ret = s->owner.resolve(s->owner.ctx, obj, idx, loc, len);
+
+	if (ret == 0 && !stored_ok(s, *loc, *len))
+		ret = -EIO;
+	return ret;
+}
+
+/* Load the len bytes stored at loc into e's slot; the rest of the block is zeros. */
+static void submit_read(struct tb_store *s, struct tb_entry *e, uint64_t loc, size_t len,
 			enum io_class cls)
 {
 	e->loc = loc;
 	e->stored = true; /* LOADING: not dirty, so no count changes */
+	memset((char *)slot_data(s, e) + io_len(len), 0, s->bs - io_len(len));
 	e->req.op = IO_READ;
 	e->req.cls = cls;
 	e->req.slot = tb_loc_slot(loc);
 	e->req.buf = slot_data(s, e);
-	e->req.len = s->bs;
+	e->req.len = io_len(len);
 	e->req.done = read_done;
 	dev_submit(s->dev[tb_loc_dev(loc)], &e->req);
 }
@@ -1144,6 +1178,7 @@ static int start_load(struct tb_store *s, struct tb_entry *e, uint64_t obj, uint
 		      struct tb_waiter *w, enum io_class cls, bool ahead)
 {
 	uint64_t loc;
+	size_t len;
 	int ret;
 
 	set_state(s, e, ES_LOADING);
@@ -1155,9 +1190,7 @@ static int start_load(struct tb_store *s, struct tb_entry *e, uint64_t obj, uint
 	if (cls == IO_DEMAND)
 		e->o->last_idx = idx;
 	pthread_mutex_unlock(&s->lock);
-	ret = s->owner.resolve(s->owner.ctx, obj, idx, &loc);
-	if (ret == 0 && (tb_loc_dev(loc) >= s->n_devs))
-		ret = -EIO;
+	ret = resolve(s, obj, idx, &loc, &len);
 	if (ret == 0) {
 		pthread_mutex_lock(&s->lock);
 		if (w) {
@@ -1174,7 +1207,7 @@ static int start_load(struct tb_store *s, struct tb_entry *e, uint64_t obj, uint
 				s->n_pf++;
 		}
 		pthread_mutex_unlock(&s->lock);
-		submit_read(s, e, loc, cls);
+		submit_read(s, e, loc, len, cls);
 		pthread_mutex_lock(&s->lock);
 		return 1;
 	}
@@ -1212,8 +1245,8 @@ static void sync_io_done(struct tb_io *r, int err)
 	pthread_mutex_unlock(&x->m);
 }
 
-/* Read the block at loc into buf and wait. No lock held. */
-static int read_sync(struct tb_store *s, uint64_t loc, void *buf)
+/* Read the len bytes stored at loc into buf, io_len(len) long, and wait. No lock held. */
+static int read_sync(struct tb_store *s, uint64_t loc, size_t len, void *buf)
 {
 	struct sync_io x = {0};
 
@@ -1225,7 +1258,7 @@ static int read_sync(struct tb_store *s, uint64_t loc, void *buf)
 	x.io.cls = IO_DEMAND;
 	x.io.slot = tb_loc_slot(loc);
 	x.io.buf = buf;
-	x.io.len = s->bs;
+	x.io.len = io_len(len);
 	x.io.done = sync_io_done;
 	dev_submit(s->dev[tb_loc_dev(loc)], &x.io);
 	pthread_mutex_lock(&x.m);
@@ -1242,26 +1275,58 @@ static bool sector_written(const struct tb_entry *e, uint32_t i)
 	return e->written[i / 64] >> (i % 64) & 1;
 }
 
+/* Whether the sectors written cover the persisted block's stored bytes. */
+static bool covers_stored(const struct tb_entry *e)
+{
+	uint32_t n = (uint32_t)(e->base_len / SECTOR);
+
+	for (uint32_t i = 0; i < n; i += 64) {
+		uint64_t want = n - i >= 64 ? UINT64_MAX : (1ULL << (n - i)) - 1;
+
+		if ((e->written[i / 64] & want) != want)
+			return false;
+	}
+	return true;
+}
+
+/* Zero the sectors of a partial entry that were not written, past its stored bytes. */
+static void zero_unwritten(struct tb_store *s, struct tb_entry *e)
+{
+	char *slot = slot_data(s, e);
+
+	for (uint32_t i = (uint32_t)(e->base_len / SECTOR); i < s->nsectors; i++)
+		if (!sector_written(e, i))
+			memset(slot + (size_t)i * SECTOR, 0, SECTOR);
+}
+
 /*
  * Fill the sectors of a partial entry that were not written from its
- * persisted block. The entry is stable: no writer holds it (merging or
- * WB). No lock held.
+ * persisted block, reading only its stored bytes, and only when some of
+ * them were not written over. The entry is stable: no writer holds it
+ * (merging or WB). 1 when it read, 0 when it did not, or -errno. No lock
+ * held.
  */
 static int merge_io(struct tb_store *s, struct tb_entry *e)
 {
 	char *bounce = NULL, *slot = slot_data(s, e);
+	bool read = !covers_stored(e);
 	int ret;
 
-	if (posix_memalign((void **)&bounce, IO_ALIGN, s->bs))
-		return -ENOMEM;
-	ret = read_sync(s, e->base_loc, bounce);
-	if (ret == 0)
-		for (uint32_t i = 0; i < s->nsectors; i++)
-			if (!sector_written(e, i))
-				memcpy(slot + (size_t)i * SECTOR, bounce + (size_t)i * SECTOR,
-				       SECTOR);
-	free(bounce);
-	return ret;
+	if (read) {
+		if (posix_memalign((void **)&bounce, IO_ALIGN, io_len(e->base_len)))
+			return -ENOMEM;
+		ret = read_sync(s, e->base_loc, e->base_len, bounce);
+		if (ret == 0)
+			for (uint32_t i = 0; i < e->base_len / SECTOR; i++)
+				if (!sector_written(e, i))
+					memcpy(slot + (size_t)i * SECTOR,
+					       bounce + (size_t)i * SECTOR, SECTOR);
+		free(bounce);
+		if (ret)
+			return ret;
+	}
+	zero_unwritten(s, e);
+	return read;
 }
 
 /* Hand a now-whole entry to the reads that waited on it. Lock held, dropped. */
@@ -1295,9 +1360,10 @@ static int merge_partial(struct tb_store *s, struct tb_entry *e)
 	ret = merge_io(s, e);
 	pthread_mutex_lock(&s->lock);
 	e->merging = false;
-	if (ret == 0) {
+	if (ret >= 0) {
 		e->partial = false;
-		s->partial_merged++;
+		s->partial_merged += ret;
+		ret = 0;
 	}
 	wake_waiters(s, e, ret);
 	return ret;
@@ -1490,10 +1556,11 @@ int tb_prefetch_deep(struct tb_store *s, uint64_t obj, uint64_t idx, unsigned de
 unsigned tb_ahead(struct tb_store *s, uint64_t obj, uint64_t idx, unsigned *run)
 {
 	uint64_t loc;
+	size_t len;
 	struct tb_dev *d;
 
 	*run = 1;
-	if (s->owner.resolve(s->owner.ctx, obj, idx, &loc) != 0 || tb_loc_dev(loc) >= s->n_devs)
+	if (resolve(s, obj, idx, &loc, &len) != 0)
 		return 0;
 	d = s->dev[tb_loc_dev(loc)];
 	*run = d->run;
@@ -1548,6 +1615,7 @@ static int start_write(struct tb_store *s, struct tb_entry *e, uint64_t obj, uin
 		       bool whole, bool blind, uint64_t *resv)
 {
 	uint64_t loc;
+	size_t len;
 	int ret, from_resv;
 
 	from_resv = take_space(s, resv);
@@ -1564,13 +1632,11 @@ static int start_write(struct tb_store *s, struct tb_entry *e, uint64_t obj, uin
 		return ret;
 	}
 	pthread_mutex_unlock(&s->lock);
-	ret = s->owner.resolve(s->owner.ctx, obj, idx, &loc);
+	ret = resolve(s, obj, idx, &loc, &len);
 	if (ret == -ENOENT && !whole)
 		memset(slot_data(s, e), 0, s->bs);
 	pthread_mutex_lock(&s->lock);
 	e->placeholder = false;
-	if (ret == 0 && tb_loc_dev(loc) >= s->n_devs)
-		ret = -EIO;
 	if (ret && ret != -ENOENT) {
 		give_space(s, resv, from_resv);
 		entry_unhash(s, e);
@@ -1581,6 +1647,7 @@ static int start_write(struct tb_store *s, struct tb_entry *e, uint64_t obj, uin
 	if (ret == 0 && !whole) {
 		e->partial = true;
 		e->base_loc = loc;
+		e->base_len = len;
 		e->nwritten = 0;
 		memset(e->written, 0, s->sector_words * sizeof(uint64_t));
 		s->partial_created++;
@@ -1718,8 +1785,17 @@ void tb_put_dirty(struct tb_store *s, struct tb_ref *ref, size_t off, size_t len
 				e->written[i / 64] |= 1ULL << (i % 64);
 				e->nwritten++;
 			}
-		if (e->nwritten == s->nsectors)
+		if (e->nwritten == s->nsectors) {
 			e->partial = false; /* every byte was written: nothing to merge */
+		} else if (e->wpins == 1 && covers_stored(e)) {
+			/*
+			 * Every stored byte was written over (a file's last block
+			 * rewritten to its end): the rest is zeros, with no read.
+			 * No other writer is copying into the sectors zeroed.
+			 */
+			zero_unwritten(s, e);
+			e->partial = false;
+		}
 	}
 	e->fill += len;
 	s->dram_write_bytes += len;
@@ -1784,14 +1860,19 @@ static bool may_clean(struct tb_store *s, struct tb_entry *e, uint64_t now, uint
 	return true;
 }
 
-static bool all_zero(const void *p, size_t n)
+/*
+ * The bytes of a block to store: up to its last non-zero byte, in whole
+ * sectors, or 0 when it is all zeros (a hole). The block's zero end, a
+ * file's last block past the end of the file, is not written (io_len).
+ */
+static size_t stored_len(const void *p, size_t bs)
 {
 	const uint64_t *w = p;
+	size_t n = bs / sizeof(*w);
 
-	for (size_t i = 0; i < n / sizeof(*w); i++)
-		if (w[i])
-			return false;
-	return true;
+	while (n && !w[n - 1])
+		n--;
+	return (n * sizeof(*w) + SECTOR - 1) / SECTOR * SECTOR;
 }
 
 /*
@@ -2097,6 +2178,7 @@ static bool dedup_match(struct tb_store *s, struct tb_entry *e)
 {
 	XXH128_hash_t h = XXH3_128bits(slot_data(s, e), s->bs);
 	uint64_t id, loc;
+	size_t len;
 	char *bounce = NULL;
 	bool same;
 
@@ -2105,7 +2187,7 @@ static bool dedup_match(struct tb_store *s, struct tb_entry *e)
 	memcpy(e->hash, &h.low64, 8);
 	memcpy(e->hash + 8, &h.high64, 8);
 	e->hashed = true;
-	if (s->owner.dedup_find(s->owner.ctx, e->hash, &id, &loc) != 0)
+	if (s->owner.dedup_find(s->owner.ctx, e->hash, &id, &loc, &len) != 0)
 		return false;
 	if (s->cfg.dedup == TB_DEDUP_VERIFY) {
 		struct tb_entry *c;
@@ -2122,10 +2204,13 @@ static bool dedup_match(struct tb_store *s, struct tb_entry *e)
 			same = memcmp(slot_data(s, c), slot_data(s, e), s->bs) == 0;
 			unpin(s, c);
 		} else {
-			if (posix_memalign((void **)&bounce, IO_ALIGN, s->bs))
+			/* Its stored bytes, and zeros past them. */
+			if (!stored_ok(s, loc, len) ||
+			    posix_memalign((void **)&bounce, IO_ALIGN, io_len(len)))
 				return false;
-			same = read_sync(s, loc, bounce) == 0 &&
-			       memcmp(bounce, slot_data(s, e), s->bs) == 0;
+			same = read_sync(s, loc, len, bounce) == 0 &&
+			       memcmp(bounce, slot_data(s, e), io_len(len)) == 0 &&
+			       stored_len(slot_data(s, e), s->bs) <= len;
 			free(bounce);
 		}
 		if (!same) {
@@ -2154,19 +2239,20 @@ static void start_writes(struct tb_store *s, struct tb_entry **batch, size_t n,
 			int ret = merge_io(s, e);
 
 			pthread_mutex_lock(&s->lock);
-			if (ret) {
+			if (ret < 0) {
 				wb_failed(s, e, ret);
 				pthread_mutex_unlock(&s->lock);
 				continue;
 			}
 			e->partial = false;
-			s->partial_merged++;
+			s->partial_merged += (uint64_t)ret;
 			pthread_cond_broadcast(&s->state_cv);
 			pthread_mutex_unlock(&s->lock);
 		}
 		e->share_id = 0;
 		e->hashed = false;
-		if (all_zero(slot_data(s, e), s->bs)) {
+		e->new_len = stored_len(slot_data(s, e), s->bs);
+		if (!e->new_len) {
 			e->new_loc = TB_LOC_NONE;
 			holes[(*nholes)++] = e;
 			continue;
@@ -2183,12 +2269,14 @@ static void start_writes(struct tb_store *s, struct tb_entry **batch, size_t n,
 			continue;
 		}
 		pthread_mutex_unlock(&s->lock);
+		if (s->dev[tb_loc_dev(loc)]->eng->alloc)
+			e->new_len = s->bs; /* slots packed into objects (s3) are whole */
 		e->new_loc = loc;
 		e->req.op = IO_WRITE;
 		e->req.cls = IO_WB;
 		e->req.slot = tb_loc_slot(loc);
 		e->req.buf = slot_data(s, e);
-		e->req.len = s->bs;
+		e->req.len = io_len(e->new_len);
 		e->req.done = write_done;
 		dev_submit(s->dev[tb_loc_dev(loc)], &e->req);
 	}
@@ -2208,6 +2296,7 @@ static void commit_batch(struct tb_store *s, struct tb_entry **v, size_t n)
 		c[i].obj = v[i]->obj;
 		c[i].idx = v[i]->idx;
 		c[i].loc = v[i]->new_loc;
+		c[i].len = v[i]->new_len;
 		c[i].share_id = v[i]->share_id;
 		c[i].hashed = v[i]->hashed;
 		memcpy(c[i].hash, v[i]->hash, TB_HASH_LEN);
@@ -2245,7 +2334,7 @@ static void commit_batch(struct tb_store *s, struct tb_entry **v, size_t n)
 		if (e->new_loc == TB_LOC_NONE)
 			s->holes++;
 		else if (!e->share_id)
-			s->wb_bytes += s->bs;
+			s->wb_bytes += io_len(e->new_len);
 		e->share_id = 0;
 		e->loc = e->new_loc;
 		e->written_back = true;

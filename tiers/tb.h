@@ -13,7 +13,14 @@
  * fresh location and the old one is released by the owner once no block map
  * refers to it. Released locations are reused only after the next sync, so
  * a crash can never expose a location that the durable metadata still
- * names. All functions return 0 or -errno.
+ * names.
+ *
+ * A block whose bytes end in zeros, as a file's last block does past its
+ * end, is written to a local device (nvme, pfs) only up to its last
+ * non-zero KiB (in 4 KiB of I/O), and loaded as far: the owner keeps that
+ * length with the location. The store tracks, for each cached block, how far its bytes
+ * may be non-zero, so it never needs the file's size. All functions
+ * return 0 or -errno.
  */
 #ifndef TENSORFS_TB_H
 #define TENSORFS_TB_H
@@ -49,6 +56,7 @@ enum tb_dedup { TB_DEDUP_OFF, TB_DEDUP_TRUST, TB_DEDUP_VERIFY };
 enum tb_policy { TB_POLICY_AUTO, TB_POLICY_CLOCK, TB_POLICY_LRU, TB_POLICY_2Q };
 
 #define TB_HASH_LEN 16 /* XXH3-128 */
+#define TB_LEN_UNIT 1024 /* a stored block's length (tb_commit.len) is a multiple */
 
 /* An S3 bucket as a tier. Secrets live here and nowhere else. */
 struct tb_s3_config {
@@ -98,6 +106,7 @@ struct tb_commit {
 	uint64_t obj;
 	uint64_t idx;
 	uint64_t loc;	   /* new location, or TB_LOC_NONE for a hole */
+	uint64_t len;	   /* bytes written at loc: the rest of the block is zeros (resolve) */
 	uint64_t share_id; /* non-zero: point at this stored block instead */
 	bool hashed;	   /* hash is set */
 	uint8_t hash[TB_HASH_LEN];
@@ -113,15 +122,20 @@ struct tb_use {
 
 struct tb_owner {
 	void *ctx;
-	/* Location of persisted block (obj, idx): 0 and *loc, or -ENOENT for a hole. */
-	int (*resolve)(void *ctx, uint64_t obj, uint64_t idx, uint64_t *loc);
+	/*
+	 * Location of persisted block (obj, idx): 0 with *loc and in *len the
+	 * bytes stored there from the block's start (the block size, or less
+	 * for a block whose end is zeros: see tb_commit), or -ENOENT for a hole.
+	 */
+	int (*resolve)(void *ctx, uint64_t obj, uint64_t idx, uint64_t *loc, size_t *len);
 	/*
 	 * Make n write-back results part of the block maps, atomically;
 	 * -ESTALE when a block to share went away meanwhile (nothing changed).
 	 */
 	int (*commit)(void *ctx, const struct tb_commit *c, size_t n);
-	/* A stored block with these bytes' hash: 0 with its id and location. */
-	int (*dedup_find)(void *ctx, const uint8_t *hash, uint64_t *id, uint64_t *loc);
+	/* A stored block with these bytes' hash: 0 with its id, location and length. */
+	int (*dedup_find)(void *ctx, const uint8_t *hash, uint64_t *id, uint64_t *loc,
+			  size_t *len);
 	/* Make every commit so far durable. */
 	int (*sync)(void *ctx);
 	/*

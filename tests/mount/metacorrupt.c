@@ -30,7 +30,8 @@ static int usage(void)
 	fprintf(stderr, "usage: metacorrupt META_DIR del-block|bump-refs INO IDX\n"
 			"       metacorrupt META_DIR share-loc INO IDX INO2 IDX2\n"
 			"       metacorrupt META_DIR leak | del-name NAME\n"
-			"       metacorrupt META_DIR set-count INO N\n");
+			"       metacorrupt META_DIR set-count INO N\n"
+			"       metacorrupt META_DIR set-len INO IDX LEN\n");
 	return 2;
 }
 
@@ -108,6 +109,14 @@ static int run(struct fs_meta *m, MDB_txn *txn, int argc, char **argv)
 		ret = meta_rec_del(m, txn, META_TAB_DIRENT, &r);
 		if (!ret)
 			printf("deleted name /%s\n", argv[3]);
+	} else if (strcmp(what, "set-len") == 0 && argc == 6) {
+		ret = block_of(m, txn, argv[3], argv[4], &r);
+		r.block.len = strtoull(argv[5], NULL, 10);
+		if (!ret)
+			ret = meta_rec_put(m, txn, META_TAB_BLOCK, &r);
+		if (!ret)
+			printf("block %llu now stores %s bytes\n", (unsigned long long)r.id,
+			       argv[5]);
 	} else if (strcmp(what, "set-count") == 0 && argc == 5) {
 		memset(&r, 0, sizeof(r));
 		r.ino = strtoull(argv[3], NULL, 10);

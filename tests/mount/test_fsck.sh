@@ -141,6 +141,28 @@ cmp -s "$T/new.ref" "$MNT/new" || fail "new file after repair"
 tfs_umount || fail "unmount after repair"
 fsck_clean "after using the repaired store"
 
+# A stored length that is not whole KiB within the block: the daemon will
+# not read the block (EIO, never other bytes), fsck reports it, and repair
+# drops it, so that its range reads as zeros.
+"$METACORRUPT" "$META" set-len "$V_INO" 1 1000 >/dev/null || fail "metacorrupt set-len"
+tfs_mount
+dd if="$MNT/v" of=/dev/null bs=1M skip=1 count=1 iflag=direct status=none 2>"$T/dd.err" &&
+	fail "a block with a stored length of 1000 bytes was read"
+grep -q "Input/output error" "$T/dd.err" || fail "bad length: want EIO, got: $(cat "$T/dd.err")"
+tfs_umount || fail "unmount"
+rc=0
+fsck || rc=$?
+[ $rc -eq 1 ] || fail "fsck of a block with a bad length: exit $rc, want 1"
+has "^bad-length: block [0-9]+ stores 1000 bytes, not whole KiB within its 1048576$"
+rc=0
+fsck --repair || rc=$?
+[ $rc -eq 0 ] || fail "fsck --repair of a bad length: exit $rc: $(cat "$OUT")"
+fsck_clean "after repairing a bad length"
+tfs_mount
+dd if=/dev/zero of="$T/v.want" bs=1M seek=1 count=1 conv=notrunc status=none
+cmp "$T/v.want" "$MNT/v" || fail "v after repair: want its block 1 as zeros too"
+tfs_umount || fail "unmount"
+
 # Usage and operational errors.
 rc=0
 "$TFSCTL" fsck >"$OUT" 2>&1 || rc=$?

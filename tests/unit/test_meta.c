@@ -4,7 +4,8 @@
  * store's lock and its fixed block size, and persistence across reopen;
  * block-map walks over a 2^63-byte sparse file that cost what it stores;
  * each file's count of mapped blocks through every change of its map, and
- * the upgrade of a format 1 store, which had none.
+ * the upgrade of a format 1 store, which had none; blocks' stored
+ * lengths, and the upgrade of a format 2 store, which had none.
  */
 #include "meta.h"
 #include "tb.h"
@@ -88,12 +89,12 @@ static void check_sparse_maps(struct fs_meta *m)
 	CHECK_EQ(meta_begin(m, true, &txn), 0);
 	f3 = meta_new_ino(m);
 	f4 = meta_new_ino(m);
-	CHECK_EQ(meta_bmap_store(m, txn, f3, 0, tb_loc(0, 100), NULL, &freed), 0);
-	CHECK_EQ(meta_bmap_store(m, txn, f3, 7, tb_loc(0, 107), NULL, &freed), 0);
-	CHECK_EQ(meta_bmap_store(m, txn, f3, far, tb_loc(0, 199), NULL, &freed), 0);
+	CHECK_EQ(meta_bmap_store(m, txn, f3, 0, tb_loc(0, 100), 0, NULL, &freed), 0);
+	CHECK_EQ(meta_bmap_store(m, txn, f3, 7, tb_loc(0, 107), 0, NULL, &freed), 0);
+	CHECK_EQ(meta_bmap_store(m, txn, f3, far, tb_loc(0, 199), 0, NULL, &freed), 0);
 	/* f4 maps one block inside the range it will share into, one outside. */
-	CHECK_EQ(meta_bmap_store(m, txn, f4, 3, tb_loc(0, 203), NULL, &freed), 0);
-	CHECK_EQ(meta_bmap_store(m, txn, f4, dbase + 5, tb_loc(0, 205), NULL, &freed), 0);
+	CHECK_EQ(meta_bmap_store(m, txn, f4, 3, tb_loc(0, 203), 0, NULL, &freed), 0);
+	CHECK_EQ(meta_bmap_store(m, txn, f4, dbase + 5, tb_loc(0, 205), 0, NULL, &freed), 0);
 
 	CHECK_EQ(meta_bmap_next(m, txn, f3, 0, UINT64_MAX, &idx, &id), 0);
 	CHECK_EQ(idx, 0);
@@ -152,15 +153,19 @@ static uint64_t nblocks(struct fs_meta *m, MDB_txn *txn, uint64_t ino)
 	return n;
 }
 
-/* Make the closed store in dir what format 1 was: no block counts. */
-static void make_format1(const char *dir)
+/*
+ * Make the closed store in dir what an older format was: 1 kept no block
+ * counts, and 1 and 2 no stored length in block records.
+ */
+static void make_format(const char *dir, uint32_t version)
 {
 	MDB_env *env;
 	MDB_txn *txn;
-	MDB_dbi info, counts;
+	MDB_cursor *cur;
+	MDB_dbi info, counts, blocks;
 	MDB_val k = {6, "format"}, v;
 	unsigned char f[64];
-	uint32_t one = 1;
+	int rc;
 
 	CHECK_EQ(mdb_env_create(&env), 0);
 	CHECK_EQ(mdb_env_set_maxdbs(env, 16), 0);
@@ -171,13 +176,81 @@ static void make_format1(const char *dir)
 	CHECK_EQ(mdb_get(txn, info, &k, &v), 0);
 	CHECK(v.mv_size <= sizeof(f));
 	memcpy(f, v.mv_data, v.mv_size);
-	memcpy(f, &one, sizeof(one)); /* the version comes first */
+	memcpy(f, &version, sizeof(version)); /* the version comes first */
 	v.mv_data = f;
 	CHECK_EQ(mdb_put(txn, info, &k, &v, 0), 0);
-	CHECK_EQ(mdb_dbi_open(txn, "nblocks", 0, &counts), 0);
-	CHECK_EQ(mdb_drop(txn, counts, 1), 0);
+	if (version == 1) {
+		CHECK_EQ(mdb_dbi_open(txn, "nblocks", 0, &counts), 0);
+		CHECK_EQ(mdb_drop(txn, counts, 1), 0);
+	}
+	/* Block records end after the hash. */
+	CHECK_EQ(mdb_dbi_open(txn, "block", 0, &blocks), 0);
+	CHECK_EQ(mdb_cursor_open(txn, blocks, &cur), 0);
+	for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0;
+	     rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+		struct meta_block b;
+
+		CHECK_EQ(v.mv_size, sizeof(b));
+		memcpy(&b, v.mv_data, sizeof(b));
+		v.mv_size = offsetof(struct meta_block, len);
+		v.mv_data = &b;
+		CHECK_EQ(mdb_cursor_put(cur, &k, &v, MDB_CURRENT), 0);
+	}
+	CHECK_EQ(rc, MDB_NOTFOUND);
+	mdb_cursor_close(cur);
 	CHECK_EQ(mdb_txn_commit(txn), 0);
 	mdb_env_close(env);
+}
+
+/*
+ * A block's stored length goes with its record, to a file sharing it by
+ * dedup too; a record from format 2, which had none, stores the whole
+ * block (0), and the store opens as format 3.
+ */
+static void check_lengths(void)
+{
+	char dir[] = "/tmp/tfs-meta-lengths.XXXXXX", cmd[128];
+	struct meta_inode rec = {.mode = S_IFREG | 0644, .nlink = 1};
+	struct locvec freed = {0};
+	struct meta_block blk;
+	struct fs_meta *m;
+	MDB_txn *txn;
+	uint64_t a, id, found;
+	uint8_t hash[META_HASH_LEN] = {9};
+
+	CHECK(mkdtemp(dir));
+	m = open_store(dir, 1 << 20, true, 0);
+	CHECK_EQ(meta_begin(m, true, &txn), 0);
+	a = meta_new_ino(m);
+	CHECK_EQ(meta_inode_put(m, txn, a, &rec), 0);
+	CHECK_EQ(meta_bmap_store(m, txn, a, 0, tb_loc(0, 1), 65536, hash, &freed), 0);
+	CHECK_EQ(meta_bmap_store(m, txn, a, 1, tb_loc(0, 2), 1 << 20, NULL, &freed), 0);
+	CHECK_EQ(meta_bmap_get(m, txn, a, 0, &id), 0);
+	CHECK_EQ(meta_block_get(m, txn, id, &blk), 0);
+	CHECK_EQ(blk.len, 65536);
+	CHECK_EQ(meta_dedup_find(m, txn, hash, &found, &blk), 0);
+	CHECK_EQ(found, id);
+	CHECK_EQ(blk.loc, tb_loc(0, 1));
+	CHECK_EQ(blk.len, 65536);
+	CHECK_EQ(meta_commit(txn), 0);
+	meta_close(m);
+
+	make_format(dir, 2);
+	m = open_store(dir, 0, false, 0);
+	CHECK_EQ(meta_upgraded_from(m), 2);
+	CHECK_EQ(meta_begin(m, false, &txn), 0);
+	CHECK_EQ(meta_bmap_get(m, txn, a, 0, &id), 0);
+	CHECK_EQ(meta_block_get(m, txn, id, &blk), 0);
+	CHECK_EQ(blk.loc, tb_loc(0, 1));
+	CHECK_EQ(blk.len, 0); /* the whole block */
+	meta_abort(txn);
+	meta_close(m);
+	m = open_store(dir, 0, false, 0);
+	CHECK_EQ(meta_upgraded_from(m), 0);
+	meta_close(m);
+	locvec_free(&freed);
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+	CHECK_EQ(system(cmd), 0);
 }
 
 /*
@@ -207,14 +280,14 @@ static void check_counts(void)
 	CHECK_EQ(meta_inode_put(m, txn, b, &rec), 0);
 	CHECK_EQ(meta_inode_put(m, txn, c, &rec), 0);
 	CHECK_EQ(nblocks(m, txn, a), 0);
-	CHECK_EQ(meta_bmap_store(m, txn, a, 0, tb_loc(0, 1), hash, &freed), 0);
-	CHECK_EQ(meta_bmap_store(m, txn, a, 1, tb_loc(0, 2), NULL, &freed), 0);
-	CHECK_EQ(meta_bmap_store(m, txn, a, 1000000, tb_loc(0, 3), NULL, &freed), 0);
+	CHECK_EQ(meta_bmap_store(m, txn, a, 0, tb_loc(0, 1), 0, hash, &freed), 0);
+	CHECK_EQ(meta_bmap_store(m, txn, a, 1, tb_loc(0, 2), 0, NULL, &freed), 0);
+	CHECK_EQ(meta_bmap_store(m, txn, a, 1000000, tb_loc(0, 3), 0, NULL, &freed), 0);
 	CHECK_EQ(nblocks(m, txn, a), 3);
-	CHECK_EQ(meta_bmap_store(m, txn, a, 1, tb_loc(0, 4), NULL, &freed), 0); /* replaced */
+	CHECK_EQ(meta_bmap_store(m, txn, a, 1, tb_loc(0, 4), 0, NULL, &freed), 0); /* replaced */
 	CHECK_EQ(nblocks(m, txn, a), 3);
-	CHECK_EQ(meta_bmap_store(m, txn, a, 1, TB_LOC_NONE, NULL, &freed), 0); /* a hole */
-	CHECK_EQ(meta_bmap_store(m, txn, a, 7, TB_LOC_NONE, NULL, &freed), 0); /* a hole again */
+	CHECK_EQ(meta_bmap_store(m, txn, a, 1, TB_LOC_NONE, 0, NULL, &freed), 0); /* a hole */
+	CHECK_EQ(meta_bmap_store(m, txn, a, 7, TB_LOC_NONE, 0, NULL, &freed), 0); /* a hole again */
 	CHECK_EQ(nblocks(m, txn, a), 2);
 	/* b shares a's blocks 0..1000000: 2 blocks, whatever the range's length. */
 	CHECK_EQ(meta_bmap_share(m, txn, a, 0, b, 0, 1000001, &freed), 0);
@@ -223,7 +296,7 @@ static void check_counts(void)
 	CHECK_EQ(meta_bmap_share(m, txn, a, 0, b, 0, 1000001, &freed), 0); /* again: same */
 	CHECK_EQ(nblocks(m, txn, b), 2);
 	/* c shares a's block 0 by hash (dedup), over a block of its own and into a hole. */
-	CHECK_EQ(meta_bmap_store(m, txn, c, 5, tb_loc(0, 9), NULL, &freed), 0);
+	CHECK_EQ(meta_bmap_store(m, txn, c, 5, tb_loc(0, 9), 0, NULL, &freed), 0);
 	CHECK_EQ(meta_bmap_get(m, txn, a, 0, &id), 0);
 	CHECK_EQ(meta_bmap_share_block(m, txn, c, 5, id, hash, &freed), 0);
 	CHECK_EQ(meta_bmap_share_block(m, txn, c, 6, id, hash, &freed), 0);
@@ -238,7 +311,7 @@ static void check_counts(void)
 	meta_close(m);
 
 	/* Format 1 had no counts: the next open makes them from the maps. */
-	make_format1(dir);
+	make_format(dir, 1);
 	m = open_store(dir, 0, false, 0);
 	CHECK_EQ(meta_upgraded_from(m), 1);
 	CHECK_EQ(meta_begin(m, false, &txn), 0);
@@ -303,11 +376,11 @@ int main(void)
 	CHECK(strcmp(names.seen[0], "alpha") == 0);
 
 	/* Block maps: store, replace (old block freed), share, clear. */
-	CHECK_EQ(meta_bmap_store(m, txn, f1, 0, tb_loc(0, 10), NULL, &freed), 0);
-	CHECK_EQ(meta_bmap_store(m, txn, f1, 1, tb_loc(1, 11), NULL, &freed), 0);
-	CHECK_EQ(meta_bmap_store(m, txn, f1, 5, tb_loc(0, 15), NULL, &freed), 0);
+	CHECK_EQ(meta_bmap_store(m, txn, f1, 0, tb_loc(0, 10), 0, NULL, &freed), 0);
+	CHECK_EQ(meta_bmap_store(m, txn, f1, 1, tb_loc(1, 11), 0, NULL, &freed), 0);
+	CHECK_EQ(meta_bmap_store(m, txn, f1, 5, tb_loc(0, 15), 0, NULL, &freed), 0);
 	CHECK_EQ(freed.n, 0);
-	CHECK_EQ(meta_bmap_store(m, txn, f1, 0, tb_loc(0, 20), NULL, &freed), 0);
+	CHECK_EQ(meta_bmap_store(m, txn, f1, 0, tb_loc(0, 20), 0, NULL, &freed), 0);
 	CHECK_EQ(freed.n, 1);
 	CHECK(has_loc(&freed, tb_loc(0, 10)));
 	freed.n = 0;
@@ -330,7 +403,7 @@ int main(void)
 	CHECK_EQ(b.refs, 1);
 	freed.n = 0;
 	/* A hole stored over a block frees it. */
-	CHECK_EQ(meta_bmap_store(m, txn, f2, 1, TB_LOC_NONE, NULL, &freed), 0);
+	CHECK_EQ(meta_bmap_store(m, txn, f2, 1, TB_LOC_NONE, 0, NULL, &freed), 0);
 	CHECK(has_loc(&freed, tb_loc(1, 11)));
 	CHECK_EQ(meta_bmap_get(m, txn, f2, 1, &id), -ENOENT);
 	freed.n = 0;
@@ -356,7 +429,7 @@ int main(void)
 	CHECK(strcmp(buf, "../target") == 0);
 
 	/* f1 becomes an orphan: unlinked but still with blocks. */
-	CHECK_EQ(meta_bmap_store(m, txn, f1, 3, tb_loc(0, 33), NULL, &freed), 0);
+	CHECK_EQ(meta_bmap_store(m, txn, f1, 3, tb_loc(0, 33), 0, NULL, &freed), 0);
 	CHECK_EQ(meta_dirent_del(m, txn, META_ROOT_INO, "zeta"), 0);
 	rec.nlink = 0;
 	CHECK_EQ(meta_inode_put(m, txn, f1, &rec), 0);
@@ -384,6 +457,7 @@ int main(void)
 	meta_close(m);
 	locvec_free(&freed);
 	check_counts();
+	check_lengths();
 
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
 	CHECK_EQ(system(cmd), 0);
