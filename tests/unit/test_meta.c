@@ -202,6 +202,18 @@ static void make_format(const char *dir, uint32_t version)
 	mdb_env_close(env);
 }
 
+/* The upgraded store in dir opens again with nothing to upgrade; then it goes. */
+static void upgraded_once(const char *dir)
+{
+	struct fs_meta *m = open_store(dir, 0, false, 0);
+	char cmd[128];
+
+	CHECK_EQ(meta_upgraded_from(m), 0);
+	meta_close(m);
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+	CHECK_EQ(system(cmd), 0);
+}
+
 /*
  * A block's stored length goes with its record, to a file sharing it by
  * dedup too; a record from format 2, which had none, stores the whole
@@ -209,7 +221,7 @@ static void make_format(const char *dir, uint32_t version)
  */
 static void check_lengths(void)
 {
-	char dir[] = "/tmp/tfs-meta-lengths.XXXXXX", cmd[128];
+	char dir[] = "/tmp/tfs-meta-lengths.XXXXXX";
 	struct meta_inode rec = {.mode = S_IFREG | 0644, .nlink = 1};
 	struct locvec freed = {0};
 	struct meta_block blk;
@@ -245,12 +257,8 @@ static void check_lengths(void)
 	CHECK_EQ(blk.len, 0); /* the whole block */
 	meta_abort(txn);
 	meta_close(m);
-	m = open_store(dir, 0, false, 0);
-	CHECK_EQ(meta_upgraded_from(m), 0);
-	meta_close(m);
 	locvec_free(&freed);
-	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-	CHECK_EQ(system(cmd), 0);
+	upgraded_once(dir);
 }
 
 /*
@@ -261,7 +269,7 @@ static void check_lengths(void)
  */
 static void check_counts(void)
 {
-	char dir[] = "/tmp/tfs-meta-counts.XXXXXX", cmd[128];
+	char dir[] = "/tmp/tfs-meta-counts.XXXXXX";
 	struct meta_inode rec = {.mode = S_IFREG | 0644, .nlink = 1};
 	struct locvec freed = {0};
 	struct fs_meta *m;
@@ -319,12 +327,8 @@ static void check_counts(void)
 	CHECK_EQ(nblocks(m, txn, b), 0);
 	meta_abort(txn);
 	meta_close(m);
-	m = open_store(dir, 0, false, 0);
-	CHECK_EQ(meta_upgraded_from(m), 0);
-	meta_close(m);
 	locvec_free(&freed);
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-	CHECK_EQ(system(cmd), 0);
+	upgraded_once(dir);
 }
 
 int main(void)
