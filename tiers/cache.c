@@ -725,8 +725,8 @@ static void update_keep(struct tb_store *s)
 	s->keep_num = keep;
 	s->keep_den = blocks > keep ? blocks : 0;
 	/*
-	 * Last blocks that their objects fill in part stay only when every
-	 * other block does: the devices move such a block only up to the end
+	 * Last blocks that their objects fill in part do not stay (unless the
+	 * whole cycle does): the devices move such a block only up to the end
 	 * of its object (stored_len, covers_stored), so its slot saves little
 	 * I/O, where a whole block's saves a block each way. The share of the
 	 * others that stays, as a threshold on 64-bit fractions; all of them:
@@ -739,20 +739,23 @@ static void update_keep(struct tb_store *s)
 
 /*
  * Whether e's block stays resident under the cycle (update_keep). Apart
- * from partly filled last blocks, which do not, those whose index (offset by a hash of
- * the object) read with its bits reversed as a fraction, the van der
- * Corput sequence, is below the share kept: any run of blocks keeps about
- * that share, evenly spaced, and a smaller share keeps a subset of a
- * larger one, so the cycle growing or shrinking moves only the difference.
+ * from partly filled last blocks, which do not, those whose index (offset
+ * by a hash of the object) read with its bits reversed as a fraction, the
+ * van der Corput sequence, is below the share kept: any run of blocks
+ * keeps about that share, evenly spaced, and a smaller share keeps a
+ * subset of a larger one, so the cycle growing or shrinking moves only
+ * the difference.
  */
 static bool kept(const struct tb_store *s, const struct tb_entry *e)
 {
 	uint64_t x = e->idx + mix(e->obj, 0);
 
-	if (!s->keep_den || s->keep_below == UINT64_MAX)
+	if (!s->keep_den)
 		return true;
 	if (e->o && e->idx + 1 == e->o->tail)
 		return false;
+	if (s->keep_below == UINT64_MAX)
+		return true;
 	x = (x >> 1 & 0x5555555555555555ULL) | (x & 0x5555555555555555ULL) << 1;
 	x = (x >> 2 & 0x3333333333333333ULL) | (x & 0x3333333333333333ULL) << 2;
 	x = (x >> 4 & 0x0F0F0F0F0F0F0F0FULL) | (x & 0x0F0F0F0F0F0F0F0FULL) << 4;
