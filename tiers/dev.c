@@ -315,7 +315,17 @@ bool dev_finish(struct tb_dev *d, struct tb_io *r, long res)
 	pthread_mutex_lock(&d->lock);
 	dev_load_tick(d, now);
 	d->inflight[r->cls]--;
-	if (err) {
+	if (err == -ENOSPC) {
+		/*
+		 * Full, not failing: the cache stops placing blocks here for a
+		 * while (dev_set_full). Counted down, a full device would turn
+		 * its writers' ENOSPC into EIO (no_space_err).
+		 */
+		d->errors++;
+		if (log_ratelimit(&d->err_log_sec, 10))
+			log_err("%s: write of slot %llu failed: %s", d->name,
+				(unsigned long long)r->slot, strerror(-err));
+	} else if (err) {
 		d->errors++;
 		if (d->health == DEV_DOWN)
 			d->down_ns = dev_now_ns(); /* a retry failed: wait again */
