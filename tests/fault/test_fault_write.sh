@@ -13,8 +13,10 @@
 #      must write() once the device is down: an I/O error, not "no space"
 #      (regression: both said ENOSPC while the only device was down). Once
 #      the device heals, the blocks are written back.
-#   4. One folder answering ENOSPC to some writes: write or fsync succeeds
-#      or fails with ENOSPC; once the faults end, the device takes new
+#   4. One folder answering ENOSPC to its first 3 writes in a row, then
+#      to half of the next ones: write or fsync succeeds or fails with
+#      ENOSPC, never EIO (regression: 3 in a row put the device down, and
+#      its writers saw EIO); once the faults end, the device takes new
 #      blocks again within seconds. (Regression: it stayed full until one
 #      of its own blocks was freed, which may be never.)
 #   5. nvme (capped) plus a pfs folder (the thread pool engine) failing half its
@@ -98,13 +100,14 @@ fault_alive "part 3"
 # The device heals: the dirty blocks are still there and go out.
 remount_check d3 "$T/w3.log"
 
-echo "4. the only folder answers ENOSPC to half its writes"
+echo "4. the only folder answers ENOSPC to 3 writes in a row, then to half its writes"
 before=$(fault_count)
-fault_set "op=write,err=ENOSPC,rate=0.5,count=6,seed=$SEED"
+fault_set "op=write,err=ENOSPC,count=3" "op=write,err=ENOSPC,rate=0.5,count=3,seed=$SEED"
 out=$(python3 "$FAULTIO" write "$MNT/d4" "$T/w4.log" 8 "$SEED" --allow ENOSPC) ||
 	fail "part 4: $out"
 echo "   $out"
 [ "$(fault_count)" -gt "$before" ] || fail "part 4: no fault was injected"
+[ "$(tfs_stat_json tiers nvme0 state)" = up ] || fail "part 4: ENOSPC put nvme0 down"
 fault_alive "part 4"
 fault_off
 # A device that said ENOSPC must take new blocks again after a while (its

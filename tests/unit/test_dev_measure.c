@@ -21,10 +21,15 @@
  * weight of an unmeasured one however little a light load sent it: with
  * placement giving an s3 tier eight blocks in a row, weighing it by that
  * little sent it nothing at all (fsx on nvme + s3 read nothing from s3).
+ *
+ * Health: three failed requests in a row put a device down; three ENOSPC
+ * in a row do not, since a full device is not a broken one. Regression:
+ * they did, and the only device's writers saw EIO instead of ENOSPC.
  */
 #include "dev.h"
 #include "test.h"
 
+#include <errno.h>
 #include <stdlib.h>
 
 #define MiB (1ULL << 20)
@@ -123,6 +128,44 @@ static void capability(void)
 	free(d);
 }
 
+static void request_done(struct tb_io *r, int err)
+{
+	(void)r;
+	(void)err;
+}
+
+/* n write-backs that end with res, one after the other. */
+static void finish(struct tb_dev *d, int n, long res)
+{
+	for (int i = 0; i < n; i++) {
+		struct tb_io r = {.op = IO_WRITE, .cls = IO_WB, .len = MiB, .done = request_done};
+
+		d->inflight[IO_WB]++;
+		CHECK(!dev_finish(d, &r, res));
+	}
+}
+
+static void health(void)
+{
+	struct tb_dev *d = new_dev();
+
+	finish(d, 5, -ENOSPC);
+	CHECK_EQ(d->health, DEV_UP);
+	CHECK(!dev_out(d));
+	CHECK_EQ(d->errors, 5);
+	finish(d, 2, -EIO);
+	CHECK_EQ(d->health, DEV_UP);
+	finish(d, 1, (long)MiB); /* a success: the count starts again */
+	finish(d, 2, -EIO);
+	CHECK_EQ(d->health, DEV_UP);
+	finish(d, 1, -EIO);
+	CHECK_EQ(d->health, DEV_DOWN);
+	CHECK(dev_out(d));
+	finish(d, 1, (long)MiB);
+	CHECK_EQ(d->health, DEV_UP);
+	free(d);
+}
+
 int main(void)
 {
 	struct tb_dev *d = calloc(1, sizeof(*d));
@@ -145,5 +188,6 @@ int main(void)
 	free(d);
 
 	capability();
+	health();
 	return 0;
 }
