@@ -2213,7 +2213,7 @@ static bool dedup_match(struct tb_store *s, struct tb_entry *e)
 				return false;
 			same = read_sync(s, loc, len, bounce) == 0 &&
 			       memcmp(bounce, slot_data(s, e), io_len(len)) == 0 &&
-			       stored_len(slot_data(s, e), s->bs) <= len;
+			       e->new_len <= len; /* stored_len, set by start_writes */
 			free(bounce);
 		}
 		if (!same) {

@@ -315,21 +315,17 @@ bool dev_finish(struct tb_dev *d, struct tb_io *r, long res)
 	pthread_mutex_lock(&d->lock);
 	dev_load_tick(d, now);
 	d->inflight[r->cls]--;
-	if (err == -ENOSPC) {
+	if (err) {
+		d->errors++;
 		/*
-		 * Full, not failing: the cache stops placing blocks here for a
-		 * while (dev_set_full). Counted down, a full device would turn
-		 * its writers' ENOSPC into EIO (no_space_err).
+		 * ENOSPC: full, not failing. The cache stops placing blocks here
+		 * for a while (dev_set_full); counted towards down, a full device
+		 * would turn its writers' ENOSPC into EIO (no_space_err).
 		 */
-		d->errors++;
-		if (log_ratelimit(&d->err_log_sec, 10))
-			log_err("%s: write of slot %llu failed: %s", d->name,
-				(unsigned long long)r->slot, strerror(-err));
-	} else if (err) {
-		d->errors++;
-		if (d->health == DEV_DOWN)
+		if (err != -ENOSPC && d->health == DEV_DOWN)
 			d->down_ns = dev_now_ns(); /* a retry failed: wait again */
-		if (++d->consecutive_errors >= DOWN_AFTER_ERRORS && d->health == DEV_UP) {
+		if (err != -ENOSPC && ++d->consecutive_errors >= DOWN_AFTER_ERRORS &&
+		    d->health == DEV_UP) {
 			d->health = DEV_DOWN;
 			d->down_ns = dev_now_ns();
 			log_err("%s (%s): down after %u errors in a row; no new blocks go there",

@@ -176,9 +176,9 @@ PY
 # In the sanitizer's build, one file once held 0.11 and another 1.00; in
 # another run four of twelve held 0.16, 0.19, 0.89 and 1.00, the median
 # 0.57. Keeping whole files, the earlier policy, left most files at
-# 0.00-0.14 (the median among them) and the rest at 0.78-1.00. The learner counts every file's
-# size in the cycle's bytes (a file last written, not read, once counted
-# as its first write's end).
+# 0.00-0.14 (the median among them) and the rest at 0.78-1.00. The
+# learner counts every file's size in the cycle's bytes (a file last
+# written, not read, once counted as its first write's end).
 spread_check() {
 	python3 - "$T/spread" "$1" <<'PY' || fail "$1: the blocks that stay are not spread over the state files"
 import sys
