@@ -10,6 +10,8 @@
 #      one file is changed through the mount and --verify_only must fail,
 #      which proves that the verification can fail.
 #   3. DRAM (768M) larger than the data: write and verify 512M again.
+#   4. The libaio engine (nvme_engine=libaio), DRAM (128M) smaller than the
+#      data: pass 1's sequential file again, read back from nvme0.
 #
 # Each fio run must exit 0, report no error for any job and have read back
 # all the bytes it wrote.
@@ -99,6 +101,19 @@ run_fio seq "$T/seq3.json" --filename="$MNT/seq.dat" --size=$FIO_DATA --rw=write
 	fail "fio sequential write+verify with dram=768M exited non-zero"
 check_fio "$T/seq3.json" "write+verify, dram=768M" $FIO_DATA_BYTES
 check_errors "pass 3"
+tfs_umount || fail "tensorfs exited $? after unmount"
+
+echo "== pass 4: nvme_engine=libaio, dram=128M"
+TFS_DRAM=128M tfs_mount nvme_engine=libaio
+[ "$(tfs_stat_json tiers nvme0 engine)" = libaio ] || fail "nvme0 engine is not libaio"
+rb=$(tfs_stat_json tiers nvme0 read_bytes)
+run_fio seq "$T/seq4.json" --filename="$MNT/seq.dat" --size=$FIO_DATA --rw=write ||
+	fail "fio sequential write+verify on libaio exited non-zero"
+check_fio "$T/seq4.json" "write+verify, libaio, dram=128M" $FIO_DATA_BYTES
+rb=$(($(tfs_stat_json tiers nvme0 read_bytes) - rb))
+echo "   nvme0 read_bytes $rb"
+[ "$rb" -gt 0 ] || fail "512M through 128M of DRAM on libaio, yet nothing was read from nvme0"
+check_errors "pass 4"
 tfs_umount || fail "tensorfs exited $? after unmount"
 
 echo "PASS: fio verify"
