@@ -60,7 +60,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <xxhash.h>
-#if defined(__x86_64__) || defined(__i386__)
+#if defined(__x86_64__)
 /*
  * The same hash through the library's dispatcher, which picks the widest
  * vector unit the CPU has (AVX2, AVX-512) at run time: 2.3x the plain
