@@ -91,7 +91,10 @@ done
 echo "4. reads and writes stall"
 before=$(fault_count)
 fault_set "op=read,err=delay,ms=50,rate=0.5,seed=$SEED" "op=write,err=delay,ms=50,rate=0.5,seed=$SEED"
-fio_py write "$MNT/slow" "$T/s.log" 4 "$SEED" --allow "" >/dev/null
+# 12 files of at least a block each: at least 12 device writes, and 12
+# reads after the remount, each delayed with odds of one half. With 4 files
+# of random size, seed 843450867 made 4 blocks, none of which drew a delay.
+fio_py write "$MNT/slow" "$T/s.log" 12 "$SEED" --allow "" >/dev/null
 tfs_umount || fail "tensorfs exited $? at unmount"
 tfs_mount
 strict_read slow "$T/s.log" 1 "part 4"
