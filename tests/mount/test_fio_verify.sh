@@ -11,7 +11,8 @@
 #      which proves that the verification can fail.
 #   3. DRAM (768M) larger than the data: write and verify 512M again.
 #   4. The libaio engine (nvme_engine=libaio), DRAM (128M) smaller than the
-#      data: pass 1's sequential file again, read back from nvme0.
+#      data: pass 1's sequential file again, read back from nvme0, then
+#      verified again after a remount, every byte from nvme0.
 #
 # Each fio run must exit 0, report no error for any job and have read back
 # all the bytes it wrote.
@@ -114,6 +115,14 @@ rb=$(($(tfs_stat_json tiers nvme0 read_bytes) - rb))
 echo "   nvme0 read_bytes $rb"
 [ "$rb" -gt 0 ] || fail "512M through 128M of DRAM on libaio, yet nothing was read from nvme0"
 check_errors "pass 4"
+tfs_umount || fail "tensorfs exited $? after unmount"
+TFS_DRAM=128M tfs_mount nvme_engine=libaio
+run_fio seq "$T/seq5.json" --filename="$MNT/seq.dat" --size=$FIO_DATA --rw=write --verify_only ||
+	fail "fio --verify_only on libaio after remount exited non-zero: data lost or changed"
+check_fio "$T/seq5.json" "verify-only, libaio, after remount" $FIO_DATA_BYTES
+[ "$(tfs_stat_json tiers nvme0 read_bytes)" -ge $FIO_DATA_BYTES ] ||
+	fail "after remount, less than the file was read from nvme0"
+check_errors "pass 4, after remount"
 tfs_umount || fail "tensorfs exited $? after unmount"
 
 echo "PASS: fio verify"
