@@ -2185,18 +2185,29 @@ static size_t take_dirty(struct tb_store *s, struct tb_entry **out, size_t max, 
  * the same bytes as read back from its device), the entry is committed as
  * a reference to it. No lock held; the entry is in WB.
  */
+void tb_hash(const void *data, size_t len, uint8_t out[TB_HASH_LEN])
+{
+	XXH128_hash_t h = XXH3_128bits(data, len);
+
+	memcpy(out, &h.low64, 8);
+	memcpy(out + 8, &h.high64, 8);
+}
+
 static bool dedup_match(struct tb_store *s, struct tb_entry *e)
 {
-	XXH128_hash_t h = XXH3_128bits(slot_data(s, e), s->bs);
 	uint64_t id, loc;
 	size_t len;
 	char *bounce = NULL;
 	bool same;
 
-	if (s->cfg.test_collide)
-		h.low64 = h.high64 = 1; /* every block collides: verify must hold */
-	memcpy(e->hash, &h.low64, 8);
-	memcpy(e->hash + 8, &h.high64, 8);
+	if (s->cfg.test_collide) {
+		uint64_t one = 1; /* every block collides: verify must hold */
+
+		memcpy(e->hash, &one, 8);
+		memcpy(e->hash + 8, &one, 8);
+	} else {
+		tb_hash(slot_data(s, e), s->bs, e->hash);
+	}
 	e->hashed = true;
 	if (s->owner.dedup_find(s->owner.ctx, e->hash, &id, &loc, &len) != 0)
 		return false;

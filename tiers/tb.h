@@ -348,6 +348,12 @@ void tb_get_stats(struct tb_store *s, struct tb_stats *st);
 size_t tb_block_size(const struct tb_store *s);
 /* A block of zeros, block_size long, for replying with holes. */
 const void *tb_zero_block(const struct tb_store *s);
+/*
+ * Dedup's key for len bytes: XXH3-128, the low 64 bits then the high 64, each
+ * in the host's byte order. The dedup index on disk holds these, so their
+ * value never changes, whichever vector unit computes them.
+ */
+void tb_hash(const void *data, size_t len, uint8_t out[TB_HASH_LEN]);
 
 /* ---- the arena, shared with local clients (fs/gpu.c) ---- */
 
