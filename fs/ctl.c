@@ -242,6 +242,8 @@ static json_t *stats_json(struct fs *fs)
 	json_object_set_new(t, "huge_pages", json_boolean(st->huge_pages));
 	json_object_set_new(t, "thp_bytes", json_integer((json_int_t)st->thp_bytes));
 	json_object_set_new(t, "locked", json_boolean(st->locked));
+	json_object_set_new(t, "zero_copy_write_bytes",
+			    json_integer((json_int_t)st->swapped_write_bytes));
 	set_rates(fs, t, 0);
 	json_object_set_new(tiers, "dram", t);
 	for (unsigned i = 0; i < st->n_devs; i++) {

@@ -116,6 +116,25 @@ struct fs {
 
 #define FS_COUNT(fs, field, n) __atomic_fetch_add(&(fs)->cnt.field, (n), __ATOMIC_RELAXED)
 
+/* The largest write the kernel sends (max_write): one request's bytes. */
+#define FS_MAX_WRITE (1U << 20)
+
+/* loop.c */
+/*
+ * Where the request being served on this thread has its write bytes, when
+ * they are not behind its header (expect, what libfuse hands fs_write):
+ * size bytes at data, in the arena's spare slot *slot, which
+ * tb_swap_slot may trade for the block's own.
+ */
+struct fs_landing {
+	const char *expect;
+	char *data;
+	size_t size;
+	uint32_t *slot;
+};
+extern __thread struct fs_landing *fs_landing;
+int fs_loop(struct fs *fs, struct fuse_session *se, unsigned nthreads);
+
 /* inode.c */
 /* A growable list of inode numbers; free v when done. */
 struct fs_ino_list {

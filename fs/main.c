@@ -361,6 +361,9 @@ static int owner_sync(void *ctx)
 }
 
 /* Blocks that reads in flight may pin at once: the DRAM tier's floor. */
+/* Threads past this many receive writes into their own buffer and copy them (loop.c). */
+#define SPARES_MAX 64
+
 static unsigned max_pinned(const struct fs_config *c, size_t bs)
 {
 	return c->threads * READS_PINNED_PER_THREAD *
@@ -458,6 +461,8 @@ static int open_stores(struct fs *fs, char *err, size_t errlen)
 	tc.dirty_expire_ms = c->dirty_expire_ms;
 	tc.sync_interval_ms = c->sync_interval_ms;
 	tc.max_pinned = max_pinned(c, bs);
+	/* One per thread that serves requests, where one write fills a block (loop.c). */
+	tc.spare_slots = bs == FS_MAX_WRITE ? (c->threads < SPARES_MAX ? c->threads : SPARES_MAX) : 0;
 	tc.remote_readahead = c->remote_readahead;
 	tc.dedup = c->dedup;
 	tc.policy = c->policy;
@@ -612,17 +617,7 @@ static int run(struct fs *fs, struct fuse_session *se, struct fuse_cmdline_opts 
 	if (!fo->foreground)
 		detach(c);
 
-	if (fo->singlethread) {
-		ret = fuse_session_loop(se);
-	} else {
-		struct fuse_loop_config *lc = fuse_loop_cfg_create();
-
-		fuse_loop_cfg_set_clone_fd(lc, 1);
-		fuse_loop_cfg_set_max_threads(lc, c->threads);
-		fuse_loop_cfg_set_idle_threads(lc, c->threads);
-		ret = fuse_session_loop_mt(se, lc);
-		fuse_loop_cfg_destroy(lc);
-	}
+	ret = fs_loop(fs, se, fo->singlethread ? 1 : c->threads);
 	fuse_session_unmount(se);
 	fuse_remove_signal_handlers(se);
 	close_stores(fs, false);

@@ -236,6 +236,8 @@ struct tb_store {
 	uint64_t n_pinned_res, pin_limit; /* resident blocks of pinned objects */
 	uint64_t pf_issued, pf_used, pf_wasted, pf_late, pf_refused;
 	uint64_t dram_read_bytes, dram_write_bytes, dram_read_ops, dram_write_ops;
+	uint64_t swapped_write_bytes;
+	uint32_t *spares, nspares; /* spare slots not taken (tb_spare_take) */
 	uint64_t wb_bytes;
 	uint64_t expired; /* write-backs started by the age limit */
 	uint64_t wb_rewritten; /* written back, then written again while still cached */
@@ -1822,6 +1824,55 @@ void tb_put_dirty(struct tb_store *s, struct tb_ref *ref, size_t off, size_t len
 	ref->e = NULL;
 }
 
+int tb_spare_take(struct tb_store *s, uint32_t *slot)
+{
+	int ret = -ENOSPC;
+
+	pthread_mutex_lock(&s->lock);
+	if (s->nspares) {
+		*slot = s->spares[--s->nspares];
+		ret = 0;
+	}
+	pthread_mutex_unlock(&s->lock);
+	return ret;
+}
+
+void tb_spare_give(struct tb_store *s, uint32_t slot)
+{
+	pthread_mutex_lock(&s->lock);
+	s->spares[s->nspares++] = slot;
+	pthread_mutex_unlock(&s->lock);
+}
+
+void *tb_slot_data(const struct tb_store *s, uint32_t slot)
+{
+	return dram_slot(&s->arena, slot);
+}
+
+/*
+ * No I/O can be on the block's slot: tb_get_write returned it DIRTY, and
+ * neither write-back (may_clean) nor a merge starts under a write pin. With
+ * no other pin, no reader, writer or GPU client is at its bytes either.
+ */
+bool tb_swap_slot(struct tb_store *s, struct tb_ref *ref, uint32_t *slot)
+{
+	struct tb_entry *e = ref->e;
+	bool ok;
+
+	pthread_mutex_lock(&s->lock);
+	ok = e->state == ES_DIRTY && e->pins == 1 && e->wpins == 1 && !e->merging;
+	if (ok) {
+		uint32_t old = e->slot;
+
+		e->slot = *slot;
+		*slot = old;
+		ref->data = slot_data(s, e);
+		s->swapped_write_bytes += s->bs;
+	}
+	pthread_mutex_unlock(&s->lock);
+	return ok;
+}
+
 /* ---- flusher ---- */
 
 /*
@@ -2844,6 +2895,7 @@ void tb_get_stats(struct tb_store *s, struct tb_stats *st)
 	st->dram_used = (uint64_t)(s->nslots - s->free_list.n) * s->bs;
 	st->dram_read_bytes = s->dram_read_bytes;
 	st->dram_write_bytes = s->dram_write_bytes;
+	st->swapped_write_bytes = s->swapped_write_bytes;
 	st->dram_read_ops = s->dram_read_ops;
 	st->dram_write_ops = s->dram_write_ops;
 	st->hits = s->hits;
@@ -2974,16 +3026,20 @@ int tb_open(const struct tb_config *cfg, const struct tb_owner *owner, struct tb
 		ret = -EINVAL;
 		goto fail;
 	}
-	if (nslots > UINT32_MAX)
-		nslots = UINT32_MAX;
+	if (nslots > UINT32_MAX - cfg->spare_slots)
+		nslots = UINT32_MAX - cfg->spare_slots;
 	s->nslots = (uint32_t)nslots;
-	ret = dram_arena_init(&s->arena, s->bs, s->nslots, cfg->share_arena);
+	/* The spare slots follow the cache's, outside dram_bytes. */
+	ret = dram_arena_init(&s->arena, s->bs, s->nslots + cfg->spare_slots, cfg->share_arena);
 	if (ret < 0) {
 		snprintf(err, errlen, "cannot map a DRAM arena of %zuM: %s", cfg->dram_bytes >> 20,
 			 strerror(-ret));
 		goto fail;
 	}
 	s->zero = calloc(1, s->bs);
+	s->spares = calloc(cfg->spare_slots + 1, sizeof(*s->spares));
+	for (uint32_t i = 0; s->spares && i < cfg->spare_slots; i++)
+		s->spares[s->nspares++] = s->nslots + cfg->spare_slots - 1 - i;
 	s->entries = calloc(s->nslots, sizeof(*s->entries));
 	s->hash_mask = pow2_at_least(2ULL * s->nslots) - 1;
 	s->hash = calloc(s->hash_mask + 1, sizeof(*s->hash));
@@ -3005,7 +3061,7 @@ int tb_open(const struct tb_config *cfg, const struct tb_owner *owner, struct tb
 	s->pin_limit = s->nslots > cfg->max_pinned + 16 + s->nslots / 4
 			       ? s->nslots - cfg->max_pinned - 16 - s->nslots / 4
 			       : 0;
-	if (!s->zero || !s->entries || !s->hash || !s->lochash || !s->ohash || !s->ghost || !s->ghost_next ||
+	if (!s->zero || !s->spares || !s->entries || !s->hash || !s->lochash || !s->ohash || !s->ghost || !s->ghost_next ||
 	    !s->ghost_head || !s->rank || !s->scratch) {
 		snprintf(err, errlen, "out of memory for %u cache entries", s->nslots);
 		ret = -ENOMEM;
@@ -3143,6 +3199,7 @@ int tb_close(struct tb_store *s)
 	free(s->entries);
 	free(s->sector_bits);
 	free(s->zero);
+	free(s->spares);
 	free(s->pending);
 	pthread_mutex_destroy(&s->lock);
 	pthread_mutex_destroy(&s->sync_lock);

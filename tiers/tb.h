@@ -94,6 +94,7 @@ struct tb_config {
 	unsigned dirty_expire_ms;  /* written back once dirty this long; 0: only when evicted */
 	unsigned sync_interval_ms; /* periodic durability point */
 	unsigned max_pinned;	   /* worst case of blocks pinned by readers */
+	unsigned spare_slots;	   /* arena slots beyond dram_bytes, for tb_swap_slot */
 	uint64_t remote_readahead; /* deepest window ahead of a reader of remote blocks, bytes */
 	enum tb_dedup dedup;	   /* share blocks whose bytes are already stored */
 	enum tb_policy policy;	   /* eviction */
@@ -193,6 +194,7 @@ struct tb_stats {
 	size_t block_size;
 	uint64_t dram_capacity, dram_used, dram_read_bytes, dram_write_bytes;
 	uint64_t dram_read_ops, dram_write_ops;
+	uint64_t swapped_write_bytes; /* of dram_write_bytes, taken in by tb_swap_slot: no copy */
 	uint64_t hits, misses, evictions, dirty_bytes, writeback_bytes;
 	uint64_t dirty_limit_bytes;	 /* writers wait here (dirty=) */
 	uint64_t dirty_background_bytes; /* without a cycle, write-back starts here */
@@ -301,6 +303,23 @@ int tb_reserve(struct tb_store *s, uint64_t n);
 void tb_unreserve(struct tb_store *s, uint64_t n);
 /* Release a write pin; the block is now dirty. */
 void tb_put_dirty(struct tb_store *s, struct tb_ref *ref, size_t off, size_t len);
+/*
+ * Spare slots: spare_slots slots of the arena outside the cache, for
+ * receiving a write's bytes where the DRAM tier can take them without a
+ * copy. A holder owns its spare until it gives it back; tb_swap_slot
+ * trades it for another. tb_spare_take returns -ENOSPC when none is left.
+ */
+int tb_spare_take(struct tb_store *s, uint32_t *slot);
+void tb_spare_give(struct tb_store *s, uint32_t slot);
+void *tb_slot_data(const struct tb_store *s, uint32_t slot);
+/*
+ * Between tb_get_write of a whole block and its tb_put_dirty: when no one
+ * else holds the block (no other pin), the spare *slot, which holds the
+ * block's new bytes, becomes the block's slot and its old slot is handed
+ * back in *slot, with no copy; ref->data follows. False: nothing changed,
+ * and the caller copies as usual.
+ */
+bool tb_swap_slot(struct tb_store *s, struct tb_ref *ref, uint32_t *slot);
 
 /* Write back every dirty block of obj and wait; returns a write-back error. */
 int tb_flush_obj(struct tb_store *s, uint64_t obj);
