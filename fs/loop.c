@@ -16,10 +16,13 @@
  * fs_landing.
  *
  * The threads read the session's descriptor, as a reply goes back on the
- * descriptor its request came from. They run as libfuse's do: signals go
- * to the thread that waits in fs_loop, which on the session's exit (a
- * signal, or the kernel's ENODEV at unmount) cancels the threads where they
- * wait for a request and never while they serve one.
+ * descriptor its request came from. As in libfuse's loop, the signals its
+ * handlers take go to the thread that waits in fs_loop. On the session's
+ * exit (such a signal, or the kernel's ENODEV at unmount) that thread
+ * wakes the others out of readv with SIGWAKE, whose handler does nothing,
+ * until each has seen the exit and ended: never in the middle of a
+ * request. (libfuse cancels its threads instead; cancelled, ours would
+ * unwind frames that the address sanitizer's build has poisoned.)
  */
 #include "fs.h"
 #include "log.h"
@@ -31,11 +34,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/uio.h>
+#include <time.h>
 
 /* What precedes a write's bytes: the request header and its arguments. */
 #define WRITE_HDR (sizeof(struct fuse_in_header) + sizeof(struct fuse_write_in))
 /* The largest request: a whole write, or setxattr's 64 KiB value, and headers. */
 #define REQ_BUF (FS_MAX_WRITE + 0x10000)
+#define SIGWAKE SIGUSR2
+#define WAKE_NS 5000000L /* between wake-ups of a thread that has not ended */
 
 __thread struct fs_landing *fs_landing;
 
@@ -45,6 +51,7 @@ struct worker {
 	struct loop *l;
 	pthread_t tid;
 	bool started;
+	bool ended; /* atomic */
 	char *buf;	    /* REQ_BUF bytes */
 	uint32_t spare;	    /* its slot of the arena, when has_spare */
 	bool has_spare;
@@ -75,10 +82,8 @@ static ssize_t receive(struct worker *w)
 	} else {
 		iov[n++] = (struct iovec){w->buf, REQ_BUF};
 	}
-	pthread_setcancelstate(PTHREAD_CANCEL_ENABLE, NULL);
 	res = readv(w->l->fd, iov, n);
 	err = errno;
-	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, NULL);
 	return res < 0 ? -err : res;
 }
 
@@ -113,7 +118,6 @@ static void *worker_main(void *arg)
 	struct worker *w = arg;
 	struct loop *l = w->l;
 
-	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, NULL);
 	pthread_setname_np(pthread_self(), "tfs-fuse");
 	while (!fuse_session_exited(l->se)) {
 		ssize_t res = receive(w);
@@ -138,8 +142,14 @@ static void *worker_main(void *arg)
 		fuse_session_process_buf(l->se, &fbuf);
 		fs_landing = NULL;
 	}
+	__atomic_store_n(&w->ended, true, __ATOMIC_RELEASE);
 	sem_post(&l->finish);
 	return NULL;
+}
+
+static void wake(int sig)
+{
+	(void)sig; /* only to end a readv with EINTR */
 }
 
 /*
@@ -150,12 +160,19 @@ int fs_loop(struct fs *fs, struct fuse_session *se, unsigned nthreads)
 {
 	struct loop l = {.fs = fs, .se = se, .fd = fuse_session_fd(se)};
 	struct worker *w = calloc(nthreads, sizeof(*w));
+	struct sigaction sa = {.sa_handler = wake}; /* no SA_RESTART: readv ends */
 	sigset_t block, old;
 	unsigned started = 0;
 
 	if (!w || sem_init(&l.finish, 0, 0) != 0) {
 		free(w);
 		return -ENOMEM;
+	}
+	sigemptyset(&sa.sa_mask);
+	if (sigaction(SIGWAKE, &sa, NULL) != 0) {
+		sem_destroy(&l.finish);
+		free(w);
+		return -errno;
 	}
 	/* The signals libfuse's handlers take go to this thread, not the workers. */
 	sigemptyset(&block);
@@ -184,9 +201,15 @@ int fs_loop(struct fs *fs, struct fuse_session *se, unsigned nthreads)
 		while (!fuse_session_exited(se))
 			sem_wait(&l.finish);
 	}
-	for (unsigned i = 0; i < nthreads; i++)
-		if (w[i].started)
-			pthread_cancel(w[i].tid);
+	for (unsigned i = 0; i < nthreads; i++) {
+		/* Woken again until it ends: the first may come before its readv. */
+		while (w[i].started && !__atomic_load_n(&w[i].ended, __ATOMIC_ACQUIRE)) {
+			struct timespec ts = {0, WAKE_NS};
+
+			pthread_kill(w[i].tid, SIGWAKE);
+			nanosleep(&ts, NULL);
+		}
+	}
 	for (unsigned i = 0; i < nthreads; i++) {
 		if (w[i].started)
 			pthread_join(w[i].tid, NULL);
