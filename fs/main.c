@@ -419,7 +419,7 @@ static int check_unclaimed(const struct fs_config *c, char *err, size_t errlen)
 	return 0;
 }
 
-static int open_stores(struct fs *fs, char *err, size_t errlen)
+static int open_stores(struct fs *fs, unsigned nthreads, char *err, size_t errlen)
 {
 	struct fs_config *c = fs->cfg;
 	struct tb_config tc = {0};
@@ -462,7 +462,7 @@ static int open_stores(struct fs *fs, char *err, size_t errlen)
 	tc.sync_interval_ms = c->sync_interval_ms;
 	tc.max_pinned = max_pinned(c, bs);
 	/* One per thread that serves requests, where one write fills a block (loop.c). */
-	tc.spare_slots = bs == FS_MAX_WRITE ? (c->threads < SPARES_MAX ? c->threads : SPARES_MAX) : 0;
+	tc.spare_slots = bs == FS_MAX_WRITE ? (nthreads < SPARES_MAX ? nthreads : SPARES_MAX) : 0;
 	tc.remote_readahead = c->remote_readahead;
 	tc.dedup = c->dedup;
 	tc.policy = c->policy;
@@ -584,7 +584,7 @@ static int run(struct fs *fs, struct fuse_session *se, struct fuse_cmdline_opts 
 	char err[1024] = "";
 	int ret;
 
-	ret = open_stores(fs, err, sizeof(err));
+	ret = open_stores(fs, fo->singlethread ? 1 : c->threads, err, sizeof(err));
 	if (ret)
 		goto fail;
 	hide_secrets(c);
