@@ -14,7 +14,11 @@
 #      not swapped): the readers see only the right block's bytes, of
 #      either generation (a page may mix them, as a copy under way tears
 #      it on any O_DIRECT file), and the file ends as the last generation.
-#   5. Remount: every file is what was written; fsck finds no error.
+#   5. Remount: every file is what was written.
+#   6. SIGTERM, then SIGHUP, to the daemon (a background job ignores
+#      SIGINT): it ends with status 0 and leaves nothing mounted (its
+#      threads are woken out of their reads), and the data is there at the
+#      next mount; fsck finds no error.
 . "$(dirname "$0")/lib.sh"
 : "${TFSCTL:?TFSCTL must name the tfsctl binary}"
 
@@ -145,6 +149,18 @@ tfs_umount || fail "tensorfs exited $? at unmount"
 tfs_mount
 cmp "$T/a.want" "$MNT/a" || fail "part 5: a reads back wrong after a remount"
 [ "$(tfs_stat_json tiers nvme0 read_bytes)" -gt 0 ] || fail "part 5: nothing read from nvme0"
+
+echo "6. SIGTERM and SIGHUP end the daemon: exit 0, unmounted, data kept"
+for sig in TERM HUP; do
+	kill -"$sig" "$TFS_PID"
+	rc=0
+	waitfor "$TFS_PID" 20 || rc=$?
+	[ "$rc" -eq 0 ] || fail "part 6: tensorfs exited $rc on SIG$sig, want 0"
+	TFS_PID=""
+	! is_mounted "$MNT" || fail "part 6: still mounted after SIG$sig"
+	tfs_mount
+	cmp "$T/a.want" "$MNT/a" || fail "part 6: a reads back wrong after SIG$sig"
+done
 tfs_umount || fail "tensorfs exited $? at unmount"
 "$TFSCTL" fsck "$META" >"$T/fsck.out" 2>&1 || fail "fsck: $(cat "$T/fsck.out")"
 grep -q '^fsck: clean$' "$T/fsck.out" || fail "fsck: $(cat "$T/fsck.out")"
