@@ -10,6 +10,7 @@
  * parent stops the others and exits with the worst status.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <semaphore.h>
 #include <signal.h>
@@ -104,6 +105,7 @@ enum {
 	OPT_NO_VERIFY,
 	OPT_VERIFY_FULL,
 	OPT_BETWEEN,
+	OPT_TRACE,
 	OPT_JSON,
 };
 
@@ -134,6 +136,7 @@ static const struct option sb_options[] = {
     {"no-verify", no_argument, NULL, OPT_NO_VERIFY},
     {"verify-full", no_argument, NULL, OPT_VERIFY_FULL},
     {"between", required_argument, NULL, OPT_BETWEEN},
+    {"trace", required_argument, NULL, OPT_TRACE},
     {"json", no_argument, NULL, OPT_JSON},
     {"help", no_argument, NULL, 'h'},
     {"version", no_argument, NULL, 'V'},
@@ -157,6 +160,9 @@ static void usage(FILE *out)
 	    "      --ranks N              processes at once, one per GPU (default %d)\n"
 	    "      --between CMD          run sh -c CMD between iterations, with\n"
 	    "                             SWAPBENCH_ITER and SWAPBENCH_DIR set (default none)\n"
+	    "      --trace FILE           log when each phase of --workload zero starts: one\n"
+	    "                             line of CLOCK_MONOTONIC seconds, rank, iteration,\n"
+	    "                             phase, subgroup (default none)\n"
 	    "      --no-verify            do not stamp or check data (sizes are still checked)\n"
 	    "      --verify-full          stamp and check every byte (default: a header and\n"
 	    "                             4 words per 4 KiB)\n"
@@ -373,6 +379,9 @@ static int parse_option(struct sb_config *c, int opt, const char *arg, const cha
 		return 0;
 	case OPT_BETWEEN:
 		c->between = arg;
+		return 0;
+	case OPT_TRACE:
+		c->trace = arg;
 		return 0;
 	case OPT_JSON:
 		c->json = true;
@@ -672,6 +681,16 @@ int main(int argc, char **argv)
 	ret = cfg.workload == SB_WORKLOAD_ZERO ? zero_plan(&cfg, &plan) : act_plan(&cfg, &plan);
 	if (ret || check_memory(&cfg, &plan))
 		return SB_EXIT_SETUP;
+	if (cfg.trace) {
+		/* Emptied once here; each rank appends its own lines. */
+		int fd = open(cfg.trace, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+
+		if (fd < 0) {
+			sb_err("--trace %s: %s", cfg.trace, strerror(errno));
+			return SB_EXIT_SETUP;
+		}
+		close(fd);
+	}
 	run.pids = calloc((size_t)cfg.ranks, sizeof(*run.pids));
 	if (!run.pids || map_shared(&run))
 		return SB_EXIT_SETUP;

@@ -68,6 +68,7 @@ struct sb_config {
 	bool verify_full; /* stamp and check every word, not a few per 4 KiB */
 	bool json;
 	const char *between; /* shell command run between iterations */
+	const char *trace;   /* file that --workload zero's phases are logged to */
 
 	/* libaio handle, as DeepSpeed's "aio" section */
 	int threads; /* intra_op_parallelism */

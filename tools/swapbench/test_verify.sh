@@ -5,7 +5,8 @@
 # hidden size 800 and 4 threads, thread slices start on 1 KiB boundaries),
 # parameters on NVMe, 2 ranks, and the activations workload.  Each run must
 # exit 0, report verify.errors == 0 and checked_bytes > 0, and leave the
-# files DeepSpeed leaves, with the sizes DeepSpeed gives them.
+# files DeepSpeed leaves, with the sizes DeepSpeed gives them; with --trace,
+# the log of the phases follows the swapper's order.
 #
 # SWAPBENCH: the binary.  SWAPBENCH_TARGET: the folder to test (default: a
 # new one under ${TMPDIR:-/var/tmp}); a fresh subfolder is made in it.
@@ -87,6 +88,37 @@ else:
 EOF
 }
 
+# check_trace SWAPPER RANKS: --trace's lines, against the report's config:
+# per rank and iteration, forward and backward, each subgroup's phases in
+# order, then end; times that never go back.
+check_trace() {
+	python3 - "$@" "$work/trace" "$work/out.json" <<'EOF'
+import json, sys
+
+swapper, ranks, trace, report = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+c = json.load(open(report))["config"]
+groups, iters = c["subgroups"], c["iters"]
+assert c["swapped_subgroups"] == groups, c
+per = {}
+for line in open(trace):
+    t, rank, it, what, g = line.split()
+    per.setdefault((int(rank), int(it)), []).append((float(t), what, int(g)))
+assert sorted(per) == [(r, i) for r in range(ranks) for i in range(iters + 1)], sorted(per)
+if swapper == "partitioned":
+    steps = [(w, g) for g in range(groups)
+             for w in ("read_state", "read_grads", "compute", "write_state")]
+else:
+    steps = [(w, g) for g in range(groups) for w in ("wait_read", "compute", "wait_write")]
+    steps.append(("wait_write", groups))
+for (rank, it), lines in per.items():
+    assert [t for t, _, _ in lines] == sorted(t for t, _, _ in lines), (rank, it)
+    got = [(w, g) for _, w, g in lines]
+    want = [("init", 0)] if it == 0 else \
+        [("forward", 0), ("backward", 0)] + steps + [("end", groups)]
+    assert got == want, (rank, it, got, want)
+EOF
+}
+
 # run NAME KIND THREADS RANKS EXTRA ARGS...
 run() {
 	name=$1 kind=$2 threads=$3 ranks=$4 extra=$5
@@ -106,18 +138,29 @@ run() {
 		fail=1
 		return
 	fi
+	case " $* " in
+	*" --trace "*)
+		swapper=partitioned
+		case " $* " in *" pipelined "*) swapper=pipelined ;; esac
+		if ! check_trace "$swapper" "$ranks"; then
+			echo "FAIL $name: bad --trace lines"
+			fail=1
+			return
+		fi
+		;;
+	esac
 	echo "ok   $name"
 	rm -rf "$dir"
 }
 
 # shellcheck disable=SC2086 # $small is a list of options
 {
-	run partitioned-t1 zero 1 1 - $small
-	run pipelined-t1 zero 1 1 - $small --swapper pipelined
+	run partitioned-t1 zero 1 1 - $small --trace "$work/trace"
+	run pipelined-t1 zero 1 1 - $small --swapper pipelined --trace "$work/trace"
 	run partitioned-t4-params zero 4 1 params $small --threads 4 --hidden 800 --offload-params
 	run pipelined-t4-nooverlap zero 4 1 - $small --threads 4 --hidden 800 \
 		--swapper pipelined --no-overlap-events --single-submit --queue-depth 4
-	run ranks2 zero 1 2 - $small --ranks 2
+	run ranks2 zero 1 2 - $small --ranks 2 --trace "$work/trace"
 	run act-delete act 1 1 delete --workload activations --iters 3 --layers 4 \
 		--micro-batches 3 --act-size 8M
 	run act-overwrite act 4 1 overwrite --workload activations --iters 3 --layers 4 \

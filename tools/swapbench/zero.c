@@ -10,8 +10,11 @@
  */
 #include <assert.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "aio_handle.h"
 #include "layout.h"
@@ -43,7 +46,25 @@ struct zr {
 	struct sb_phase *ph; /* phase being measured */
 	int iter;	     /* 0: init */
 	bool in_compute;     /* a compute phase is timing itself */
+	int trace_fd;	     /* --trace, or -1 */
 };
+
+/* --trace: one line, in one write, as phase @what of subgroup @group starts. */
+static void trace(struct zr *z, const char *what, int group)
+{
+	char line[128];
+	int n;
+
+	if (z->trace_fd < 0)
+		return;
+	n = snprintf(line, sizeof(line), "%.6f %d %d %s %d\n", sb_now(), z->r->rank, z->iter,
+		     what, group);
+	if (write(z->trace_fd, line, (size_t)n) != n) {
+		sb_err("--trace: %s; no more lines", strerror(errno));
+		close(z->trace_fd); /* the log is best effort; the run goes on */
+		z->trace_fd = -1;
+	}
+}
 
 /* Copy of AsyncTensorSwapper: gradients packed into buffers, written async. */
 struct grad_swapper {
@@ -418,23 +439,28 @@ static int step_partitioned(struct zr *z)
 		const struct zl_group *g = &z->l.groups[i];
 
 		if (g->swapped) {
+			trace(z, "read_state", i);
 			ret = read_state(z, z->rd, g, b);
 			if (!ret)
 				ret = finish(z, z->rd, true);
+			trace(z, "read_grads", i);
 			if (!ret)
 				ret = read_grads(z, z->rd, g, b.g);
 			if (!ret)
 				ret = finish(z, z->rd, true);
 		}
+		trace(z, "compute", i);
 		if (!ret)
 			ret = compute(z, g, b);
 		if (!ret && z->cfg->offload_params)
 			ret = write_params(z, z->pwr, g->first_param, g->last_param);
+		trace(z, "write_state", i);
 		if (!ret && g->swapped)
 			ret = write_state(z, z->wr, g, b);
 		if (!ret)
 			ret = finish(z, z->wr, false);
 	}
+	trace(z, "end", z->l.ngroups);
 	return ret;
 }
 
@@ -465,20 +491,25 @@ static int step_pipelined(struct zr *z)
 		const struct zl_group *g = &z->l.groups[i];
 		struct group_bufs b = group_bufs(z, i % ZR_PIPELINE_SLOTS);
 
+		trace(z, "wait_read", i);
 		ret = finish(z, z->rd, true);
 		if (!ret && i + 1 < n)
 			ret = pipelined_read(z, i + 1);
+		trace(z, "compute", i);
 		if (!ret)
 			ret = compute(z, g, b);
 		if (!ret && z->cfg->offload_params)
 			ret = write_params(z, z->pwr, g->first_param, g->last_param);
+		trace(z, "wait_write", i);
 		if (!ret)
 			ret = finish(z, z->wr, false);
 		if (!ret && g->swapped)
 			ret = write_state(z, z->wr, g, b);
 	}
+	trace(z, "wait_write", n);
 	if (!ret)
 		ret = finish(z, z->wr, false);
+	trace(z, "end", n);
 	return ret;
 }
 
@@ -531,7 +562,9 @@ static int iteration(struct zr *z, int k)
 	z->iter = k;
 	z->ph = &z->r->iters[k - 1];
 	memset(z->ph, 0, sizeof(*z->ph));
+	trace(z, "forward", 0);
 	ret = forward(z);
+	trace(z, "backward", 0);
 	if (!ret)
 		ret = backward(z);
 	if (!ret)
@@ -628,13 +661,22 @@ static void teardown(struct zr *z)
 
 int zero_run(const struct sb_config *cfg, struct sb_rank *r)
 {
-	struct zr z = {.cfg = cfg, .r = r};
+	struct zr z = {.cfg = cfg, .r = r, .trace_fd = -1};
 	int ret;
 
+	if (cfg->trace) {
+		z.trace_fd = open(cfg->trace, O_WRONLY | O_APPEND | O_CLOEXEC);
+		if (z.trace_fd < 0) {
+			ret = -errno;
+			sb_err("--trace %s: %s", cfg->trace, strerror(errno));
+			return ret;
+		}
+	}
 	ret = setup(&z);
 	if (ret)
 		goto cleanup;
 	r->running = true;
+	trace(&z, "init", 0);
 	ret = init_phase(&z);
 	if (!ret)
 		ret = sb_rank_sync(r, 0);
@@ -645,6 +687,8 @@ int zero_run(const struct sb_config *cfg, struct sb_rank *r)
 	}
 cleanup:
 	teardown(&z);
+	if (z.trace_fd >= 0)
+		close(z.trace_fd);
 	return ret;
 }
 
