@@ -133,6 +133,12 @@ struct fs_landing {
 	uint32_t *slot;
 };
 extern __thread struct fs_landing *fs_landing;
+/*
+ * Wakes a serving thread out of its read at exit. Blocked in every other
+ * thread (main blocks it before any starts), so that one sent to the
+ * process ends a read at most, and never another thread's system call.
+ */
+#define FS_SIGWAKE SIGUSR2
 int fs_loop(struct fs *fs, struct fuse_session *se, unsigned nthreads);
 
 /* inode.c */

@@ -19,10 +19,10 @@
  * descriptor its request came from. As in libfuse's loop, the signals its
  * handlers take go to the thread that waits in fs_loop. On the session's
  * exit (such a signal, or the kernel's ENODEV at unmount) that thread
- * wakes the others out of readv with SIGWAKE, whose handler does nothing,
- * until each has seen the exit and ended: never in the middle of a
- * request. (libfuse cancels its threads instead; cancelled, ours would
- * unwind frames that the address sanitizer's build has poisoned.)
+ * wakes the others out of readv with FS_SIGWAKE (fs.h), whose handler
+ * does nothing, until each has seen the exit and ended: never in the
+ * middle of a request. (libfuse cancels its threads instead; cancelled,
+ * ours would unwind frames that the address sanitizer's build poisons.)
  */
 #include "fs.h"
 #include "log.h"
@@ -40,7 +40,6 @@
 #define WRITE_HDR (sizeof(struct fuse_in_header) + sizeof(struct fuse_write_in))
 /* The largest request: a whole write, or setxattr's 64 KiB value, and headers. */
 #define REQ_BUF (FS_MAX_WRITE + 0x10000)
-#define SIGWAKE SIGUSR2
 #define WAKE_NS 5000000L /* between wake-ups of a thread that has not ended */
 
 __thread struct fs_landing *fs_landing;
@@ -117,8 +116,12 @@ static void *worker_main(void *arg)
 {
 	struct worker *w = arg;
 	struct loop *l = w->l;
+	sigset_t wake;
 
 	pthread_setname_np(pthread_self(), "tfs-fuse");
+	sigemptyset(&wake);
+	sigaddset(&wake, FS_SIGWAKE);
+	pthread_sigmask(SIG_UNBLOCK, &wake, NULL);
 	while (!fuse_session_exited(l->se)) {
 		ssize_t res = receive(w);
 		struct fuse_buf fbuf = {0};
@@ -132,7 +135,7 @@ static void *worker_main(void *arg)
 		if (res < 0 || (size_t)res < sizeof(struct fuse_in_header)) {
 			log_err("reading /dev/fuse: %s",
 				res < 0 ? strerror((int)-res) : "short read");
-			l->error = res < 0 ? (int)res : -EIO;
+			__atomic_store_n(&l->error, res < 0 ? (int)res : -EIO, __ATOMIC_RELAXED);
 			fuse_session_exit(l->se);
 			break;
 		}
@@ -169,7 +172,7 @@ int fs_loop(struct fs *fs, struct fuse_session *se, unsigned nthreads)
 		return -ENOMEM;
 	}
 	sigemptyset(&sa.sa_mask);
-	if (sigaction(SIGWAKE, &sa, NULL) != 0) {
+	if (sigaction(FS_SIGWAKE, &sa, NULL) != 0) {
 		sem_destroy(&l.finish);
 		free(w);
 		return -errno;
@@ -206,7 +209,7 @@ int fs_loop(struct fs *fs, struct fuse_session *se, unsigned nthreads)
 		while (w[i].started && !__atomic_load_n(&w[i].ended, __ATOMIC_ACQUIRE)) {
 			struct timespec ts = {0, WAKE_NS};
 
-			pthread_kill(w[i].tid, SIGWAKE);
+			pthread_kill(w[i].tid, FS_SIGWAKE);
 			nanosleep(&ts, NULL);
 		}
 	}

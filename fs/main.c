@@ -668,6 +668,14 @@ int main(int argc, char *argv[])
 	int report_fd = -1, ret = 1;
 
 	signal(SIGPIPE, SIG_IGN);
+	{
+		/* Only the threads that serve requests take FS_SIGWAKE (loop.c). */
+		sigset_t wake;
+
+		sigemptyset(&wake);
+		sigaddset(&wake, FS_SIGWAKE);
+		pthread_sigmask(SIG_BLOCK, &wake, NULL);
+	}
 	/*
 	 * Block-size buffers (bounces, copies, s3 bodies) are allocated and
 	 * freed on many threads. glibc raises its mmap threshold each time such
