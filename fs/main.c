@@ -363,10 +363,10 @@ static int owner_sync(void *ctx)
 	return meta_sync(fs->meta);
 }
 
-/* Blocks that reads in flight may pin at once: the DRAM tier's floor. */
 /* Threads past this many receive writes into their own buffer and copy them (loop.c). */
 #define SPARES_MAX 64
 
+/* Blocks that reads in flight may pin at once: the DRAM tier's floor. */
 static unsigned max_pinned(const struct fs_config *c, size_t bs)
 {
 	return c->threads * READS_PINNED_PER_THREAD *
