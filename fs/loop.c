@@ -167,9 +167,11 @@ int fs_loop(struct fs *fs, struct fuse_session *se, unsigned nthreads)
 	sigset_t block, old;
 	unsigned started = 0;
 
-	if (!w || sem_init(&l.finish, 0, 0) != 0) {
-		free(w);
+	if (!w)
 		return -ENOMEM;
+	if (sem_init(&l.finish, 0, 0) != 0) {
+		free(w);
+		return -errno;
 	}
 	sigemptyset(&sa.sa_mask);
 	if (sigaction(FS_SIGWAKE, &sa, NULL) != 0) {

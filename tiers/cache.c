@@ -2231,11 +2231,6 @@ static size_t take_dirty(struct tb_store *s, struct tb_entry **out, size_t max, 
 	return n + take_victims_lru(s, out + n, max - n, now, next_ms);
 }
 
-/*
- * Hash the block; if a stored block has the same hash (and, in verify mode,
- * the same bytes as read back from its device), the entry is committed as
- * a reference to it. No lock held; the entry is in WB.
- */
 void tb_hash(const void *data, size_t len, uint8_t out[TB_HASH_LEN])
 {
 	XXH128_hash_t h = XXH3_128bits(data, len);
@@ -2244,6 +2239,11 @@ void tb_hash(const void *data, size_t len, uint8_t out[TB_HASH_LEN])
 	memcpy(out + 8, &h.high64, 8);
 }
 
+/*
+ * Hash the block; if a stored block has the same hash (and, in verify mode,
+ * the same bytes as read back from its device), the entry is committed as
+ * a reference to it. No lock held; the entry is in WB.
+ */
 static bool dedup_match(struct tb_store *s, struct tb_entry *e)
 {
 	uint64_t id, loc;

@@ -96,9 +96,7 @@ def writer():
 
 def reader(n):
     buf = mmap.mmap(-1, MB)
-    while not os.path.exists(path):
-        pass
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECT)  # made before the threads start
     try:
         while not done.is_set():
             for idx in range(NB):
