@@ -49,6 +49,7 @@ struct fs_inode {
 	pthread_mutex_t lock; /* guards rec and attr_dirty */
 	struct meta_inode rec;
 	bool attr_dirty;
+	uint8_t caps; /* FS_CAPS_*: whether it has file capabilities, as last looked up; lock */
 	uint64_t ra_next; /* where a sequential reader reads next; lock */
 	uint64_t unread;  /* bytes written since the file was last read; lock */
 	/* The deep window of a reader of remote blocks (fs_readahead_deep); lock. */
@@ -60,6 +61,10 @@ struct fs_inode {
 	uint64_t gpu_wpin_ms; /* since when some have (fs_monotonic_ms); lock */
 	struct fs_inode *next;
 };
+
+/* fs_inode.caps: a write drops the file's capabilities (ops.c, drop_privs). */
+enum { FS_CAPS_UNKNOWN, FS_CAPS_NONE, FS_CAPS_SET };
+#define FS_XATTR_CAPS "security.capability"
 
 /* prefetch.c: a file being loaded ahead of use, a few blocks per turn. */
 struct fs_pf_file {
@@ -80,6 +85,7 @@ struct fs_counters {
 
 struct fs {
 	struct fs_config *cfg;
+	struct fuse_session *se; /* for notices to the kernel */
 	struct fs_meta *meta;
 	struct tb_store *tb;
 	size_t bs;
@@ -133,6 +139,8 @@ struct fs_landing {
 	uint32_t *slot;
 };
 extern __thread struct fs_landing *fs_landing;
+/* The write_flags of the FUSE_WRITE being served on this thread, else 0. */
+extern __thread uint32_t fs_write_flags;
 /*
  * Wakes a serving thread out of its read at exit. Blocked in every other
  * thread (main blocks it before any starts), so that one sent to the

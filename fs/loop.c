@@ -43,6 +43,7 @@
 #define WAKE_NS 5000000L /* between wake-ups of a thread that has not ended */
 
 __thread struct fs_landing *fs_landing;
+__thread uint32_t fs_write_flags;
 
 struct loop;
 
@@ -112,6 +113,15 @@ static struct fs_landing *place(struct worker *w, size_t len)
 	return NULL;
 }
 
+/* A write's flags: FUSE_WRITE_KILL_SUIDGID, which libfuse does not pass on. */
+static uint32_t write_flags(const struct worker *w, size_t len)
+{
+	const struct fuse_in_header *in = (const struct fuse_in_header *)w->buf;
+	const struct fuse_write_in *arg = (const struct fuse_write_in *)(in + 1);
+
+	return in->opcode == FUSE_WRITE && len >= WRITE_HDR ? arg->write_flags : 0;
+}
+
 static void *worker_main(void *arg)
 {
 	struct worker *w = arg;
@@ -142,8 +152,10 @@ static void *worker_main(void *arg)
 		fbuf.mem = w->buf;
 		fbuf.size = (size_t)res;
 		fs_landing = place(w, (size_t)res);
+		fs_write_flags = write_flags(w, (size_t)res);
 		fuse_session_process_buf(l->se, &fbuf);
 		fs_landing = NULL;
+		fs_write_flags = 0;
 	}
 	__atomic_store_n(&w->ended, true, __ATOMIC_RELEASE);
 	sem_post(&l->finish);

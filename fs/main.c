@@ -730,6 +730,7 @@ int main(int argc, char *argv[])
 		fprintf(stderr, "tensorfs: bad FUSE options (see the message above)\n");
 		goto out;
 	}
+	fs.se = se;
 	if (!fo.foreground && daemonize(&report_fd) < 0) {
 		snprintf(err, sizeof(err), "cannot fork: %s", strerror(errno));
 		goto fail;

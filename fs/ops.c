@@ -16,6 +16,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/fs.h>
+#include <linux/fuse.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -335,6 +336,23 @@ static void fs_readlink(fuse_req_t req, fuse_ino_t ino)
 		fuse_reply_readlink(req, buf);
 }
 
+/*
+ * How an open's I/O goes. O_DIRECT goes straight to us (FOPEN_DIRECT_IO).
+ * Through the page cache's code, each write would first ask us, in a round
+ * trip under the file's exclusive lock, whether the file has capabilities
+ * to drop (the kernel's file_remove_privs): writes to one file took turns,
+ * and the swap folder's write phase ran at half its read phase's rate.
+ * Such writes drop those privileges here instead (drop_privs). One thing
+ * changes for the writer: a MAP_SHARED mmap of an O_DIRECT descriptor
+ * fails with ENODEV. Anything else keeps its page cache across opens.
+ */
+static void open_io(struct fuse_file_info *fi)
+{
+	fi->direct_io = (fi->flags & O_DIRECT) != 0;
+	fi->keep_cache = 1;
+	fi->fh = 0;
+}
+
 static void fs_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
 		      struct fuse_file_info *fi)
 {
@@ -349,8 +367,7 @@ static void fs_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 		reply_err(fs, req, ret);
 		return;
 	}
-	fi->keep_cache = 1;
-	fi->fh = 0;
+	open_io(fi);
 	fill_entry(fs, in, &e);
 	fs_ilookup_add(fs, in, 1);
 	/* The open's reference on in is dropped at release. */
@@ -1030,8 +1047,7 @@ static void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 			return;
 		}
 	}
-	fi->keep_cache = 1;
-	fi->fh = 0;
+	open_io(fi);
 	/* The reference is the open's; release drops it. */
 	if (fuse_reply_open(req, fi) != 0)
 		fs_iput(fs, in);
@@ -1285,6 +1301,75 @@ static void fs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 
 /* ---- write ---- */
 
+/*
+ * What a write takes from its file, as the kernel's page-cache path does
+ * before it (file_remove_privs) and its direct path leaves to us: the
+ * file's capabilities, always, and set-user-ID, and set-group-ID where
+ * group execute is on, when the writer lacks CAP_FSETID (write_flags has
+ * FUSE_WRITE_KILL_SUIDGID). The capabilities' presence is looked up once
+ * per inode loaded; setxattr and removexattr of them clear what is known.
+ */
+static int drop_privs(struct fs *fs, struct fs_inode *in, uint32_t write_flags)
+{
+	struct meta_inode rec;
+	mode_t kill = 0;
+	MDB_txn *txn;
+	size_t len;
+	bool caps;
+	int ret = 0;
+
+	pthread_mutex_lock(&in->lock);
+	if (in->caps == FS_CAPS_UNKNOWN) {
+		/* Under the lock, so that a setxattr's forgetting comes after, not before. */
+		ret = meta_begin(fs->meta, false, &txn);
+		if (ret == 0) {
+			ret = meta_xattr_get(fs->meta, txn, in->ino, FS_XATTR_CAPS, NULL, 0, &len);
+			meta_abort(txn);
+		}
+		if (ret == 0 || ret == -ENODATA)
+			in->caps = ret == 0 ? FS_CAPS_SET : FS_CAPS_NONE;
+	}
+	if (write_flags & FUSE_WRITE_KILL_SUIDGID)
+		kill = in->rec.mode & (S_ISUID | (in->rec.mode & S_IXGRP ? S_ISGID : 0));
+	caps = in->caps == FS_CAPS_SET;
+	pthread_mutex_unlock(&in->lock);
+	if (ret && ret != -ENODATA)
+		return ret;
+	if (!kill && !caps)
+		return 0;
+
+	/* The rare path. A write transaction first, then the inode: fs_iflush_attr's order. */
+	ret = meta_begin(fs->meta, true, &txn);
+	if (ret)
+		return ret;
+	pthread_mutex_lock(&in->lock);
+	kill = write_flags & FUSE_WRITE_KILL_SUIDGID
+		       ? in->rec.mode & (S_ISUID | (in->rec.mode & S_IXGRP ? S_ISGID : 0))
+		       : 0;
+	caps = in->caps == FS_CAPS_SET;
+	in->caps = FS_CAPS_NONE; /* before the commit: a setxattr's forgetting comes after */
+	in->rec.mode &= ~kill;
+	touch(&in->rec, false);
+	in->attr_dirty = false;
+	rec = in->rec;
+	pthread_mutex_unlock(&in->lock);
+	ret = caps ? meta_xattr_del(fs->meta, txn, in->ino, FS_XATTR_CAPS) : 0;
+	if (ret == 0 || ret == -ENODATA)
+		ret = meta_inode_put(fs->meta, txn, in->ino, &rec);
+	ret = ret ? (meta_abort(txn), ret) : meta_commit(txn);
+	if (ret) {
+		pthread_mutex_lock(&in->lock);
+		in->caps = FS_CAPS_UNKNOWN;
+		in->attr_dirty = true; /* the mode goes with the next change, or at release */
+		pthread_mutex_unlock(&in->lock);
+		return ret;
+	}
+	/* The kernel's copy of the mode goes: the next stat asks us. */
+	if (kill && fs->se)
+		fuse_lowlevel_notify_inval_inode(fs->se, in->ino, -1, 0);
+	return 0;
+}
+
 static void fs_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
 		     struct fuse_file_info *fi)
 {
@@ -1320,9 +1405,12 @@ static void fs_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 	/* The file's size, not the end of this write: a rewrite from the start is of all of it. */
 	if (fs_touch(fs, ino, fsize, size, true))
 		fs_prefetch_kick(fs);
-	pthread_rwlock_rdlock(&in->io);
-	ret = write_data(fs, in, buf, size, off, land);
-	pthread_rwlock_unlock(&in->io);
+	ret = drop_privs(fs, in, fs_write_flags);
+	if (ret == 0) {
+		pthread_rwlock_rdlock(&in->io);
+		ret = write_data(fs, in, buf, size, off, land);
+		pthread_rwlock_unlock(&in->io);
+	}
 	fs_iput(fs, in);
 	if (ret) {
 		/* Never a short count: the writer learns the whole request failed. */
@@ -1734,6 +1822,19 @@ static bool xattr_refused(const char *name)
 	return strncmp(name, "system.", 7) == 0;
 }
 
+/* After a change of the file's capabilities: the next write looks them up again. */
+static void caps_changed(struct fs *fs, fuse_ino_t ino, const char *name)
+{
+	struct fs_inode *in;
+
+	if (strcmp(name, FS_XATTR_CAPS) != 0 || fs_iget(fs, ino, &in) != 0)
+		return;
+	pthread_mutex_lock(&in->lock);
+	in->caps = FS_CAPS_UNKNOWN;
+	pthread_mutex_unlock(&in->lock);
+	fs_iput(fs, in);
+}
+
 static void fs_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *value,
 			size_t size, int flags)
 {
@@ -1763,6 +1864,8 @@ static void fs_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const 
 		goto out;
 	ret = meta_xattr_set(fs->meta, txn, ino, name, value, size, flags);
 	ret = ret ? (meta_abort(txn), ret) : meta_commit(txn);
+	if (ret == 0)
+		caps_changed(fs, ino, name);
 out:
 	reply_err(fs, req, ret);
 }
@@ -1856,6 +1959,8 @@ static void fs_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 		goto out;
 	ret = meta_xattr_del(fs->meta, txn, ino, name);
 	ret = ret ? (meta_abort(txn), ret) : meta_commit(txn);
+	if (ret == 0)
+		caps_changed(fs, ino, name);
 out:
 	reply_err(fs, req, ret);
 }

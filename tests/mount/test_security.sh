@@ -28,6 +28,14 @@
 #      tensorfs.dev does not hang the start. The files a mount makes are
 #      mode 600. (Regression: a 666 slab made by another user was used, so
 #      that user could read root's data; a FIFO hung the mount.)
+#   7. A write takes a file's privileges, as the kernel does on a disk:
+#      set-user-ID and group-executable set-group-ID go when the writer is
+#      not root (nobody), and stay for root; file capabilities go on any
+#      write. Both through O_DIRECT, which the kernel hands to the daemon
+#      whole, and through the page cache. An O_DIRECT descriptor refuses a
+#      MAP_SHARED mmap (ENODEV), and a plain one maps. (Regression: O_DIRECT
+#      writes went through the page cache's code, which asked the daemon for
+#      security.capability before every write, under the file's lock.)
 
 . "$(dirname "$0")/lib.sh"
 
@@ -250,6 +258,69 @@ for f in tensorfs.slab tensorfs.dev; do
 		fail "$T/n6/$f is $(stat -c '%a %u' "$T/n6/$f") (mode, owner), not 600 0"
 done
 mounts "the same folder again" "nvme=$T/n6,meta=$T/m6"
+
+echo "7. a write drops set-user-ID, set-group-ID and capabilities"
+if command -v setpriv >/dev/null; then
+	tfs_mount allow_other
+	chmod 755 "$T" "$MNT"
+	cat >"$T/wr.py" <<'PY'
+import errno, mmap, os, sys
+mode, path = sys.argv[1], sys.argv[2]
+flags = os.O_WRONLY | (os.O_DIRECT if mode == "direct" else 0)
+fd = os.open(path, flags)
+buf = mmap.mmap(-1, 4096)  # aligned, for O_DIRECT
+buf.write(b"w" * 4096)
+if os.write(fd, buf) != 4096:
+    sys.exit("short write")
+os.close(fd)
+PY
+	# Caps NAME: a valid version-2 capability set (cap_net_raw, effective).
+	caps() { python3 -c "import os, struct, sys
+os.setxattr(sys.argv[1], 'security.capability', struct.pack('<5I', 0x02000001, 1 << 13, 0, 0, 0))" "$1"; }
+	has_caps() { python3 -c "import os, sys
+try:
+    os.getxattr(sys.argv[1], 'security.capability')
+except OSError:
+    sys.exit(1)" "$1"; }
+	for how in direct buffered; do
+		f="$MNT/suid-$how"
+		head -c 8192 /dev/urandom >"$f"
+		chmod 6777 "$f"
+		setpriv --reuid=65534 --regid=65534 --clear-groups /usr/bin/python3 "$T/wr.py" $how "$f" ||
+			fail "nobody could not write a 6777 file ($how)"
+		m=$(stat -c %a "$f")
+		[ "$m" = 777 ] || fail "after nobody's $how write the mode is $m, not 777"
+		chmod 6777 "$f"
+		python3 "$T/wr.py" $how "$f" || fail "root could not write ($how)"
+		m=$(stat -c %a "$f")
+		[ "$m" = 6777 ] || fail "root's $how write changed the mode to $m"
+		caps "$f" || fail "cannot set security.capability on $f"
+		has_caps "$f" || fail "security.capability did not stick on $f"
+		python3 "$T/wr.py" $how "$f" || fail "root could not write ($how)"
+		has_caps "$f" && fail "security.capability survived root's $how write"
+		# Set once more after a write: the first lookup's answer must not stay.
+		caps "$f" || fail "cannot set security.capability again on $f"
+		python3 "$T/wr.py" $how "$f" || fail "root could not write ($how)"
+		has_caps "$f" && fail "security.capability set after a write survived the next ($how)"
+		echo "   $how: nobody's write drops 6000, root's keeps it; any write drops capabilities"
+	done
+	python3 - "$MNT/suid-direct" <<'PY' || fail "mmap of O_DIRECT and plain descriptors"
+import errno, mmap, os, sys
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_DIRECT)
+try:
+    mmap.mmap(fd, 4096, mmap.MAP_SHARED)
+    sys.exit("a MAP_SHARED mmap of an O_DIRECT descriptor went through")
+except OSError as e:
+    if e.errno != errno.ENODEV:
+        raise
+os.close(fd)
+fd = os.open(sys.argv[1], os.O_RDWR)
+m = mmap.mmap(fd, 4096, mmap.MAP_SHARED)
+assert m[:4] == b"wwww", m[:4]
+PY
+	echo "   an O_DIRECT descriptor refuses MAP_SHARED (ENODEV); a plain one maps"
+	tfs_umount || fail "tensorfs exited $? at unmount"
+fi
 
 echo "PASS: security checks"
 exit 0
