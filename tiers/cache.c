@@ -2488,6 +2488,7 @@ static void *flusher_main(void *arg)
 	uint64_t last_sync = now_ms();
 
 	pthread_setname_np(pthread_self(), "tfs-flusher");
+	dev_io_priority();
 	if (!batch || !ready) {
 		log_err("flusher: out of memory");
 		abort();

@@ -193,6 +193,8 @@ void dev_requeue(struct tb_dev *d, struct tb_io *r);
 uint64_t dev_throttle_ns(struct tb_dev *d);
 void dev_drain_efd(int efd);
 void dev_name_thread(struct tb_dev *d);
+/* Raise the calling I/O thread's CPU priority (nice -10), where allowed. */
+void dev_io_priority(void);
 uint64_t dev_now_ns(void);
 /* Allocator and identity of a new device: shared by every kind. */
 int dev_init_common(struct tb_dev *d, const char *kind, unsigned index, size_t block_size,

@@ -12,6 +12,9 @@
 #    MemAvailable, in transparent huge pages where the kernel has them,
 #    and blocks are 1 MiB.
 # 4. config=FILE sets dram, block, nvme and meta; -o wins over the file.
+# 5. The daemon's I/O threads (each device's, and the flusher) run at nice
+#    -10 when it runs as root, its FUSE threads at the default: a drive
+#    must not wait for a CPU behind the FUSE threads' copies.
 
 . "$(dirname "$0")/lib.sh"
 
@@ -111,6 +114,16 @@ is_mounted "$MNT" || fail "daemon mode: parent exited 0 before the mount was liv
 pid=$(lock_pid "$META") || exit 1
 cp "$T/data" "$MNT/data" && sync "$MNT/data" || fail "daemon mode: cannot write"
 cmp -s "$T/data" "$MNT/data" || fail "daemon mode: file reads back wrong"
+# 5. Thread priorities, by name: field 19 of /proc/PID/task/TID/stat.
+prio=$(for t in /proc/"$pid"/task/*; do
+	echo "$(cat "$t/comm") $(awk '{print $19}' "$t/stat")"
+done | sort -u | tr '\n' ';')
+if [ "$(id -u)" -eq 0 ]; then
+	for want in "tfs-nvme0 -10" "tfs-flusher -10" "tfs-fuse 0"; do
+		[[ ";$prio" == *";$want;"* ]] || fail "thread priorities: want '$want' in: $prio"
+	done
+	echo "   I/O threads at nice -10, FUSE threads at 0"
+fi
 fusermount3 -u "$MNT" || fail "daemon mode: fusermount3 -u failed"
 wait_gone "$pid" || fail "daemon $pid still running 30 s after fusermount3 -u"
 
