@@ -1301,18 +1301,26 @@ static void fs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 
 /* ---- write ---- */
 
+/* The mode bits a write takes: set-user-ID, and set-group-ID where group execute is on. */
+static mode_t privs_killed(mode_t mode, uint32_t write_flags)
+{
+	if (!(write_flags & FUSE_WRITE_KILL_SUIDGID))
+		return 0;
+	return mode & (S_ISUID | (mode & S_IXGRP ? S_ISGID : 0));
+}
+
 /*
  * What a write takes from its file, as the kernel's page-cache path does
  * before it (file_remove_privs) and its direct path leaves to us: the
- * file's capabilities, always, and set-user-ID, and set-group-ID where
- * group execute is on, when the writer lacks CAP_FSETID (write_flags has
- * FUSE_WRITE_KILL_SUIDGID). The capabilities' presence is looked up once
- * per inode loaded; setxattr and removexattr of them clear what is known.
+ * file's capabilities, always, and the mode bits above when the writer
+ * lacks CAP_FSETID (the kernel then sets FUSE_WRITE_KILL_SUIDGID). The
+ * capabilities' presence is looked up once per inode loaded; setxattr and
+ * removexattr of them clear what is known.
  */
 static int drop_privs(struct fs *fs, struct fs_inode *in, uint32_t write_flags)
 {
 	struct meta_inode rec;
-	mode_t kill = 0;
+	mode_t kill;
 	MDB_txn *txn;
 	size_t len;
 	bool caps;
@@ -1329,8 +1337,7 @@ static int drop_privs(struct fs *fs, struct fs_inode *in, uint32_t write_flags)
 		if (ret == 0 || ret == -ENODATA)
 			in->caps = ret == 0 ? FS_CAPS_SET : FS_CAPS_NONE;
 	}
-	if (write_flags & FUSE_WRITE_KILL_SUIDGID)
-		kill = in->rec.mode & (S_ISUID | (in->rec.mode & S_IXGRP ? S_ISGID : 0));
+	kill = privs_killed(in->rec.mode, write_flags);
 	caps = in->caps == FS_CAPS_SET;
 	pthread_mutex_unlock(&in->lock);
 	if (ret && ret != -ENODATA)
@@ -1343,10 +1350,8 @@ static int drop_privs(struct fs *fs, struct fs_inode *in, uint32_t write_flags)
 	if (ret)
 		return ret;
 	pthread_mutex_lock(&in->lock);
-	kill = write_flags & FUSE_WRITE_KILL_SUIDGID
-		       ? in->rec.mode & (S_ISUID | (in->rec.mode & S_IXGRP ? S_ISGID : 0))
-		       : 0;
-	caps = in->caps == FS_CAPS_SET;
+	kill = privs_killed(in->rec.mode, write_flags);
+	caps = in->caps != FS_CAPS_NONE; /* unknown again if a setxattr came meanwhile */
 	in->caps = FS_CAPS_NONE; /* before the commit: a setxattr's forgetting comes after */
 	in->rec.mode &= ~kill;
 	touch(&in->rec, false);
