@@ -350,6 +350,7 @@ static void open_io(struct fuse_file_info *fi)
 {
 	fi->direct_io = (fi->flags & O_DIRECT) != 0;
 	fi->keep_cache = 1;
+	fi->noflush = 1; /* fs_flush has nothing to do: no round trip at each close */
 	fi->fh = 0;
 }
 
