@@ -1383,6 +1383,7 @@ static void fs_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 	struct fs_landing *land = fs_landing;
 	struct fs_inode *in;
 	uint64_t fsize;
+	bool privs;
 	int ret;
 
 	(void)fi;
@@ -1407,11 +1408,13 @@ static void fs_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 	}
 	pthread_mutex_lock(&in->lock);
 	fsize = in->rec.size > (uint64_t)off + size ? in->rec.size : (uint64_t)off + size;
+	/* Anything for drop_privs to drop, or to look up: rarely after a file's first write. */
+	privs = in->caps != FS_CAPS_NONE || privs_killed(in->rec.mode, fs_write_flags);
 	pthread_mutex_unlock(&in->lock);
 	/* The file's size, not the end of this write: a rewrite from the start is of all of it. */
 	if (fs_touch(fs, ino, fsize, size, true))
 		fs_prefetch_kick(fs);
-	ret = drop_privs(fs, in, fs_write_flags);
+	ret = privs ? drop_privs(fs, in, fs_write_flags) : 0;
 	if (ret == 0) {
 		pthread_rwlock_rdlock(&in->io);
 		ret = write_data(fs, in, buf, size, off, land);
