@@ -98,8 +98,9 @@ struct fs {
 	struct fs_learner learn;
 	/* prefetch.c */
 	pthread_t pf_thread;
-	pthread_mutex_t pf_lock; /* guards the hints, pf_last_uid and pf_stop */
+	pthread_mutex_t pf_lock; /* guards the hints, pf_last_uid, pf_stop and pf_kicks */
 	pthread_cond_t pf_cv;
+	uint64_t pf_kicks; /* wake-ups asked for: one that comes mid-turn is not lost */
 	struct fs_pf_file pf_hints[FS_PF_HINTS]; /* in the order they came */
 	unsigned pf_nhints;
 	uint32_t pf_last_uid; /* the user whose hint had the last turn */

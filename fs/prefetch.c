@@ -49,6 +49,16 @@ static uint64_t dram_blocks(const struct fs *fs)
 	return fs->cfg->dram / fs->bs;
 }
 
+static int prefetch_block(struct fs *fs, struct fs_inode *in, uint64_t idx, bool hint)
+{
+	int ret;
+
+	pthread_rwlock_rdlock(&in->io);
+	ret = tb_prefetch(fs->tb, in->ino, idx, hint);
+	pthread_rwlock_unlock(&in->io);
+	return ret;
+}
+
 /*
  * One turn of a file: issue its next stored blocks from h->next, at most
  * PF_TURN_BLOCKS and h->left, and advance h. False when it has no more to
@@ -73,14 +83,18 @@ static bool prefetch_turn(struct fs *fs, struct fs_pf_file *h, bool hint, bool *
 	/* A turn's blocks reach the devices together: an s3 tier reads neighbours in one GET. */
 	tb_plug();
 	for (unsigned i = 0; i < n && !fs->pf_stop; i++) {
-		int ret;
+		int ret = prefetch_block(fs, in, idx[i], hint);
 
-		pthread_rwlock_rdlock(&in->io);
-		ret = tb_prefetch(fs->tb, h->ino, idx[i], hint);
-		pthread_rwlock_unlock(&in->io);
 		if (ret == -ENOBUFS) {
-			/* Far enough ahead: the next read kicks the thread (fs_read). */
+			/*
+			 * Far enough ahead: the next read kicks the thread (fs_read).
+			 * Once more after raising the flag: a read that took a block
+			 * before it saw no flag, and its room shows now.
+			 */
 			__atomic_store_n(&fs->pf_room_wait, true, __ATOMIC_RELAXED);
+			ret = prefetch_block(fs, in, idx[i], hint);
+		}
+		if (ret == -ENOBUFS) {
 			*stop = true;
 			more = true;
 			break;
@@ -202,13 +216,15 @@ static void *prefetch_main(void *arg)
 	pthread_setname_np(pthread_self(), "tfs-prefetch");
 	pthread_mutex_lock(&fs->pf_lock);
 	while (!fs->pf_stop) {
+		uint64_t kicks = fs->pf_kicks;
 		bool worked;
 
 		pthread_mutex_unlock(&fs->pf_lock);
 		worked = hint_turn(fs);
 		worked |= cycle_turn(fs, &cycle);
 		pthread_mutex_lock(&fs->pf_lock);
-		if (!worked && !fs->pf_nhints && !fs->pf_stop &&
+		/* A kick during the turn (a read took a block the turn found no room for) counts. */
+		if (!worked && !fs->pf_nhints && !fs->pf_stop && fs->pf_kicks == kicks &&
 		    (!fs->cfg->prefetch || learn_gen(fs) == cycle.gen)) {
 			struct timespec ts;
 
@@ -230,6 +246,7 @@ int fs_prefetch_start(struct fs *fs)
 	fs->pf_stop = false;
 	fs->pf_nhints = 0;
 	fs->pf_last_uid = 0;
+	fs->pf_kicks = 0;
 	if (pthread_create(&fs->pf_thread, NULL, prefetch_main, fs) != 0)
 		return -EAGAIN;
 	fs->pf_running = true;
@@ -253,6 +270,7 @@ void fs_prefetch_kick(struct fs *fs)
 	if (!fs->pf_running)
 		return;
 	pthread_mutex_lock(&fs->pf_lock);
+	fs->pf_kicks++;
 	pthread_cond_signal(&fs->pf_cv);
 	pthread_mutex_unlock(&fs->pf_lock);
 }

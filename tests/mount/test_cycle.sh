@@ -76,14 +76,23 @@ ahead() {
 	python3 -c 'import json,sys; p=json.load(open(sys.argv[1]))["prefetch"]; print(p["issued"]-p["used"]-p["wasted"])' \
 		"$MNT/.tensorfs/stats"
 }
-for i in $(seq 1 100); do
-	[ "$(ahead)" -ge $DEPTH ] &&
-		[ "$(tfs_stat_json tiers nvme0 inflight_prefetch)" -eq 0 ] && break
-	sleep 0.05
-done
+settled() {
+	local i
+	for i in $(seq 1 100); do
+		[ "$(ahead)" -ge $DEPTH ] &&
+			[ "$(tfs_stat_json tiers nvme0 inflight_prefetch)" -eq 0 ] && return
+		sleep 0.05
+	done
+}
+settled
 h0=$(tfs_stat_json cache hits) && m0=$(tfs_stat_json cache misses) || fail "stats"
 dd if="$MNT/f2" of=/dev/null bs=1M count=$DEPTH iflag=direct status=none || fail "reading f2"
 h1=$(tfs_stat_json cache hits) && m1=$(tfs_stat_json cache misses) || fail "stats"
+# Those reads made room: DEPTH more blocks are loaded, in the cycle's order,
+# so f2's rest is resident or loaded. A wait, not a race with the reader:
+# how soon the loads come is a benchmark's question (swapbench: late
+# prefetches), and a loaded machine can delay them past a reader of hits.
+settled
 dd if="$MNT/f2" of=/dev/null bs=1M skip=$DEPTH iflag=direct status=none || fail "reading f2"
 m2=$(tfs_stat_json cache misses)
 used=$(tfs_stat_json prefetch used)
