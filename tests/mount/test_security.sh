@@ -32,8 +32,9 @@
 #      set-user-ID and group-executable set-group-ID go when the writer is
 #      not root (nobody), and stay for root; file capabilities go on any
 #      write. Both through O_DIRECT, which the kernel hands to the daemon
-#      whole, and through the page cache. An O_DIRECT descriptor refuses a
-#      MAP_SHARED mmap (ENODEV), and a plain one maps. (Regression: O_DIRECT
+#      whole, and through the page cache. An O_DIRECT descriptor open for
+#      writing refuses a MAP_SHARED mmap (ENODEV); a read-only O_DIRECT one
+#      and a plain one map. (Regression: O_DIRECT
 #      writes went through the page cache's code, which asked the daemon for
 #      security.capability before every write, under the file's lock.)
 
@@ -314,11 +315,17 @@ except OSError as e:
     if e.errno != errno.ENODEV:
         raise
 os.close(fd)
+# A read-only O_DIRECT open keeps the page cache's path: it maps.
+fd = os.open(sys.argv[1], os.O_RDONLY | os.O_DIRECT)
+m = mmap.mmap(fd, 4096, mmap.MAP_SHARED, mmap.PROT_READ)
+assert m[:4] == b"wwww", m[:4]
+m.close()
+os.close(fd)
 fd = os.open(sys.argv[1], os.O_RDWR)
 m = mmap.mmap(fd, 4096, mmap.MAP_SHARED)
 assert m[:4] == b"wwww", m[:4]
 PY
-	echo "   an O_DIRECT descriptor refuses MAP_SHARED (ENODEV); a plain one maps"
+	echo "   O_DIRECT for writing refuses MAP_SHARED (ENODEV); read-only O_DIRECT and plain map"
 	tfs_umount || fail "tensorfs exited $? at unmount"
 fi
 
