@@ -435,6 +435,34 @@ def create_open():
     os.close(fd)
     same_content(q, bytes(want), "O_DIRECT 1 MiB writes at 1 KiB offsets")
 
+    # A reader's O_DIRECT descriptor, opened before a writer's grows the
+    # file, reads all of it after each write: the writer's goes straight to
+    # the daemon (direct_io), the read-only one through the page cache's
+    # code, which stops at the size the kernel holds. Phase 2 reads it again.
+    q = P("direct_grow")
+    w = os.open(q, os.O_CREAT | os.O_WRONLY | os.O_TRUNC | os.O_DIRECT, 0o644)
+    r = os.open(q, os.O_RDONLY | os.O_DIRECT)
+    wbuf, rbuf = mmap.mmap(-1, 2 * MiB), mmap.mmap(-1, 2 * MiB)
+    want = bytearray()
+    for i in range(3):
+        wbuf[:] = rand(2 * MiB, 30 + i)
+        n = os.pwrite(w, wbuf, len(want))
+        check(n == 2 * MiB, f"O_DIRECT pwrite growing direct_grow returned {n}")
+        want += wbuf[:]
+        got = bytearray()
+        while True:
+            n = os.preadv(r, [rbuf], len(got))
+            if n == 0:
+                break
+            got += rbuf[:n]
+        check(got == want, f"read-only O_DIRECT fd after write {i}: {len(got)} bytes, "
+              f"want {len(want)}, first difference at {first_diff(got, want)}")
+    for fd in (w, r):
+        os.close(fd)
+    wbuf.close()
+    rbuf.close()
+    same_content(q, bytes(want), "O_DIRECT writes read through a descriptor opened before")
+
     # A sparse file of 1 TiB: block indexes far from zero.
     q = P("sparse_tib")
     fd = os.open(q, os.O_CREAT | os.O_RDWR | os.O_TRUNC, 0o644)
