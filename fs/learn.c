@@ -8,10 +8,13 @@
  * threads that take turns on several files are so one use of each, and a
  * file read and later written back in one optimizer step is two uses. The
  * sequence of uses is kept in a ring. When a file comes back, the distance
- * to its last record is a candidate period; it is accepted when the records
- * before it match the records one period earlier, each within a few
- * records (JITTER, or an eighth of the period) of where the period puts it, since concurrent streams reach their
- * files in a slightly different order each time. Each record also checks
+ * to each of its last records is a candidate period; it fits when the
+ * records before it match the records one period earlier, each within a
+ * few records (JITTER, or an eighth of the period) of where the period
+ * puts it, since concurrent streams reach their files in a slightly
+ * different order each time. The candidate that fits most closely is
+ * taken, and a period that still fits is replaced only by one of about
+ * its length that fits more closely (find_period). Each record also checks
  * the previous prediction, and the hit rate (a moving average) is the
  * confidence: a skipped or an extra file lowers it a little, a different
  * workload lowers it until the cycle is dropped.
@@ -111,30 +114,48 @@ static uint64_t jitter(uint64_t p)
 	return p / JITTER_SHARE < JITTER ? p / JITTER_SHARE : JITTER;
 }
 
-/* Whether ino was recorded within j records of position pos. */
-static bool recorded_near(const struct fs_learner *l, uint64_t ino, uint64_t pos, uint64_t j)
+/*
+ * How far from position pos, within j records, ino was recorded: 0 at pos,
+ * or j + 1 when it was not.
+ */
+static uint64_t recorded_off(const struct fs_learner *l, uint64_t ino, uint64_t pos, uint64_t j)
 {
-	uint64_t lo = pos > j ? pos - j : 0, hi = pos + j;
+	uint64_t lo = pos > j ? pos - j : 0, hi = pos + j, best = j + 1;
 
 	if (hi >= l->n)
 		hi = l->n - 1;
 	if (l->n - lo > RING)
 		lo = l->n - RING;
 	for (uint64_t i = lo; i <= hi; i++)
-		if (at(l, i) == ino)
-			return true;
-	return false;
+		if (at(l, i) == ino && (i > pos ? i - pos : pos - i) < best)
+			best = i > pos ? i - pos : pos - i;
+	return best;
 }
 
-/* Does the period p explain the records before the newest one? */
-static bool period_fits(const struct fs_learner *l, uint64_t p)
+/* Whether ino was recorded within j records of position pos. */
+static bool recorded_near(const struct fs_learner *l, uint64_t ino, uint64_t pos, uint64_t j)
 {
-	uint64_t window = p < MATCH_WINDOW ? p : MATCH_WINDOW, match = 0;
+	return recorded_off(l, ino, pos, j) <= j;
+}
+
+/*
+ * Does the period p explain the records before the newest one? *cost: how
+ * far they lie from where p puts them, in thousandths of a record on
+ * average (a record not found counts as a jitter and one).
+ */
+static bool period_fits(const struct fs_learner *l, uint64_t p, uint64_t *cost)
+{
+	uint64_t window = p < MATCH_WINDOW ? p : MATCH_WINDOW, match = 0, off = 0;
 
 	if (p == 0 || p >= RING / 2 || l->n < p + window + jitter(p))
 		return false;
-	for (uint64_t j = 1; j <= window; j++)
-		match += recorded_near(l, at(l, l->n - j), l->n - j - p, jitter(p));
+	for (uint64_t j = 1; j <= window; j++) {
+		uint64_t d = recorded_off(l, at(l, l->n - j), l->n - j - p, jitter(p));
+
+		match += d <= jitter(p);
+		off += d;
+	}
+	*cost = off * 1000 / window;
 	return match >= MATCH_SHARE * (double)window;
 }
 
@@ -162,20 +183,37 @@ static void cycle_size(struct fs_learner *l)
 
 /*
  * A file used k times per cycle comes back k records of its own later: each
- * of its remembered records gives a candidate period, nearest first.
+ * of its remembered records gives a candidate period. Without a period, the
+ * candidate whose records lie closest to where it puts them is taken (the
+ * nearest at a tie). A period that still explains the records is kept
+ * unless a candidate of about its length (within a factor of two) explains
+ * them more closely: a part of the cycle that repeats within it (the
+ * optimizer's read and write of one subgroup) fits the last records too,
+ * and taking it made the cache evict on the wrong period for part of every
+ * iteration; a period a few records off the true one also fits, within the
+ * jitter, and drifts.
  */
 static void find_period(struct fs_learner *l, struct learn_file *f)
 {
+	uint64_t cur, best = 0, best_cost = UINT64_MAX, cost;
+	bool held = l->period && period_fits(l, l->period, &cur);
+
+	if (!held)
+		cur = UINT64_MAX;
+
 	for (int i = 1; i < POSITIONS && f->pos[i] != UINT64_MAX; i++) {
 		uint64_t p = l->n - 1 - f->pos[i];
 
-		if (p == l->period)
-			return;
-		if (period_fits(l, p)) {
-			l->period = p;
-			l->confidence = MATCH_SHARE;
-			return;
+		if (p == l->period || (held && (p < l->period / 2 || p > 2 * l->period)))
+			continue;
+		if (period_fits(l, p, &cost) && cost < best_cost && cost < cur) {
+			best = p;
+			best_cost = cost;
 		}
+	}
+	if (best) {
+		l->period = best;
+		l->confidence = MATCH_SHARE;
 	}
 }
 

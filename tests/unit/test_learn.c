@@ -139,6 +139,55 @@ static void test_pipelined(void)
 	fs_learn_fini(&l);
 }
 
+/*
+ * The period holds at every record once it is known. Within one iteration,
+ * a subgroup's state read and then written back repeats at a short
+ * distance, and for a while the last records fit that sub-period too; the
+ * learner must not take it (the cache would evict on the wrong cycle for
+ * part of every iteration), nor a period a few records off the true one.
+ */
+static void test_period_holds(void)
+{
+	const uint64_t period = SGS * GRADS + SGS * (3 + GRADS + 3);
+	struct fs_learner l;
+	struct fs_learn_stats st;
+	unsigned changes = 0;
+
+	CHECK_EQ(fs_learn_init(&l), 0);
+	for (int i = 0; i < 3; i++)
+		iteration(&l, -1);
+	fs_learn_stats(&l, &st);
+	CHECK_EQ(st.period, period);
+	/* Four more iterations, in iteration()'s order, a record at a time. */
+	for (int i = 0; i < 4; i++) {
+		uint64_t order[SGS * (3 + GRADS + 3)];
+		bool wr[SGS * (3 + GRADS + 3)];
+		unsigned n = 0;
+
+		for (int sg = SGS - 1; sg >= 0; sg--)
+			for (int g = 0; g < GRADS; g++) {
+				use(&l, file_id(sg, 3 + g), true);
+				fs_learn_stats(&l, &st);
+				changes += st.period != period;
+			}
+		for (int sg = 0; sg < SGS; sg++) {
+			for (int k = 0; k < 3; k++)
+				order[n] = file_id(sg, k), wr[n++] = false;
+			for (int g = 0; g < GRADS; g++)
+				order[n] = file_id(sg, 3 + g), wr[n++] = false;
+			for (int k = 0; k < 3; k++)
+				order[n] = file_id(sg, k), wr[n++] = true;
+		}
+		for (unsigned j = 0; j < n; j++) {
+			use(&l, order[j], wr[j]);
+			fs_learn_stats(&l, &st);
+			changes += st.period != period;
+		}
+	}
+	CHECK_EQ(changes, 0);
+	fs_learn_fini(&l);
+}
+
 int main(void)
 {
 	struct fs_learner l;
@@ -206,5 +255,6 @@ int main(void)
 	fs_learn_fini(&l);
 
 	test_pipelined();
+	test_period_holds();
 	return 0;
 }
