@@ -107,7 +107,7 @@ struct tb_entry {
 	bool deep;	 /* prefetched for a reader of remote blocks: counted in n_pf_deep */
 	bool written_back; /* CLEAN by a write-back, not by a load */
 	bool stream;	   /* under the cycle, streams through: written back at once (take_stream) */
-	bool stream_wb;	   /* counted in n_stream_wb */
+	bool streaming;	   /* counted in n_streaming */
 	bool blind;	   /* dirtied by a whole rewrite of a stored block not cached, unread */
 	bool stored;	   /* the owner's block map names a stored copy of (obj, idx) */
 	bool hot;	   /* 2q: in Am, the re-referenced set; else in A1in */
@@ -190,7 +190,11 @@ struct tb_store {
 	struct tb_entry *done; /* finished write I/O, for the flusher */
 	uint32_t clock_hand;
 	uint64_t ndirty;       /* DIRTY + WB */
-	uint64_t n_stream_wb;  /* WB entries streaming through (stream) */
+	/*
+	 * Blocks streaming through that are on their way out: in WB, or DIRTY,
+	 * whole and with no writer (take_stream's).
+	 */
+	uint64_t n_streaming;
 	uint64_t nclean;       /* CLEAN */
 	uint64_t dirty_max;
 	uint64_t clean_low, clean_high; /* free or clean slots the flusher keeps */
@@ -564,13 +568,12 @@ static void set_state(struct tb_store *s, struct tb_entry *e, enum entry_state s
 		if (e->loc != TB_LOC_NONE)
 			lochash_add(s, e);
 	}
-	if (e->stream_wb) {
-		s->n_stream_wb--;
-		e->stream_wb = false;
-	}
-	if (st == ES_WB && e->stream) {
-		s->n_stream_wb++;
-		e->stream_wb = true;
+	if (e->streaming && st != ES_WB) {
+		s->n_streaming--;
+		e->streaming = false;
+	} else if (!e->streaming && st == ES_WB && e->stream) {
+		s->n_streaming++;
+		e->streaming = true;
 	}
 	if (e->in_hash && unstored(e))
 		e->o->nunstored--;
@@ -811,14 +814,13 @@ static struct tb_entry *obj_victim(struct tb_store *s, const struct rank *r, int
 /*
  * The victim under the cycle. With wait_stream (a writer or a prefetch, not
  * a reader), a block that stays is not taken while a block streaming
- * through is being written back: that one's slot is clean in a moment, and
- * taking a block that stays costs a read when it is next used (and its
- * write-back, if the flusher cleaned it for the reserve). The caller waits
- * for the write-back instead. Writers of the optimizer's state dirty the
- * blocks that stream through faster than the devices write them back, and
- * took 16-30 MB of the kept blocks per iteration at twice the DRAM tier;
- * 2-10 MB since. A reader still takes one at once: its wait is the
- * application's.
+ * through is on its way out (n_streaming): that one's slot is clean in a
+ * moment, and taking a block that stays costs a read when it is next used.
+ * The caller waits for the write-back instead. The optimizer's writer
+ * dirties the blocks that stream through faster than the devices write
+ * them back, and took 16-30 MB of the blocks that stay per iteration at
+ * twice the DRAM tier; none since. A reader still takes one at once: its
+ * wait is the application's.
  */
 static struct tb_entry *victim_cycle(struct tb_store *s, struct tb_use *vu, bool wait_stream)
 {
@@ -826,7 +828,7 @@ static struct tb_entry *victim_cycle(struct tb_store *s, struct tb_use *vu, bool
 
 	update_keep(s);
 	for (int mode = s->keep_den ? 0 : 1; mode < 3; mode++) {
-		if (mode == 1 && s->keep_den && s->n_stream_wb && wait_stream)
+		if (mode == 1 && s->keep_den && s->n_streaming && wait_stream)
 			return NULL;
 		for (size_t i = 0; i < n; i++) {
 			struct tb_entry *e = obj_victim(s, &s->rank[i], mode);
@@ -1843,8 +1845,13 @@ void tb_put_dirty(struct tb_store *s, struct tb_ref *ref, size_t off, size_t len
 	s->dram_write_bytes += len;
 	s->dram_write_ops++;
 	e->wpins--;
-	if (e->stream && !e->wpins && e->fill >= s->bs)
+	if (e->stream && !e->wpins && e->fill >= s->bs) {
+		if (!e->streaming) {
+			e->streaming = true;
+			s->n_streaming++;
+		}
 		pthread_cond_signal(&s->flush_cv); /* take_stream */
+	}
 	if (--e->pins == 0 && e->dead)
 		entry_free(s, e);
 	kick_cleaner(s, false);
@@ -2103,7 +2110,14 @@ static int evict_order_cmp(const void *a, const void *b)
  * the objects needed furthest ahead; the first clean_high of them in that
  * order must be free or clean (the reserve that evictions take without
  * waiting), so the dirty ones among them are written back now. Above the
- * dirty mark, dirty blocks go in the same order until it is met.
+ * dirty mark, dirty blocks go in the same order until it is met. Blocks
+ * that stay (when the cycle is larger than the cache) are written back
+ * only above the dirty mark, and then only while no block streaming
+ * through is on its way out: that one frees what the mark needs. A block
+ * that stays and was written back for the reserve cost a write, and the
+ * eviction it was cleaned for a read at its next use; at twice the DRAM
+ * tier this was 20-25 blocks of each per iteration, the last of what the
+ * devices moved above the cycle's misses.
  */
 static size_t take_victims_cycle(struct tb_store *s, struct tb_entry **out, size_t max,
 				 uint64_t now, uint64_t *next_ms)
@@ -2159,6 +2173,8 @@ static size_t take_victims_cycle(struct tb_store *s, struct tb_entry **out, size
 		for (size_t j = 0; j < k && want > 0 && n < max; j++) {
 			struct tb_entry *e = s->scratch[j];
 
+			if (s->keep_den && kept(s, e) && (over <= 0 || s->n_streaming))
+				continue; /* see above */
 			if (may_clean(s, e, now, next_ms) && s->wb_inflight < s->wb_max) {
 				start_wb(s, e);
 				out[n++] = e;
