@@ -85,6 +85,7 @@
 #define EVICT_SAMPLE 32	 /* candidates a sampled eviction compares */
 #define RANK_MAX 4096	 /* objects the cycle's eviction order ranks */
 #define STREAM_SCAN 256	 /* newest dirty blocks the flusher looks at for streaming ones */
+#define STREAM_WAIT_MS 50 /* a writer waits this long at most for a streaming block's slot */
 #define CLEAN_KICK 8	 /* evictions under the cycle between the flusher's looks */
 #define CLEAN_LOW_SHARE 64 /* the flusher keeps 1/64 to 1/32 of the slots clean */
 #define CLEAN_LOW_MIN 2
@@ -95,6 +96,9 @@
 #define STORE_ALIGN 4096 /* device I/O of a stored block's bytes: O_DIRECT on 4Kn devices */
 
 enum entry_state { ES_FREE, ES_LOADING, ES_CLEAN, ES_DIRTY, ES_WB };
+
+/* What a taker of a slot may wait for rather than evict a block that stays (victim_cycle). */
+enum wait_stream { WAIT_NONE, WAIT_WB, WAIT_READY };
 
 struct tb_obj;
 
@@ -107,7 +111,8 @@ struct tb_entry {
 	bool deep;	 /* prefetched for a reader of remote blocks: counted in n_pf_deep */
 	bool written_back; /* CLEAN by a write-back, not by a load */
 	bool stream;	   /* under the cycle, streams through: written back at once (take_stream) */
-	bool streaming;	   /* counted in n_streaming */
+	bool stream_ready; /* counted in n_stream_ready */
+	bool stream_wb;	   /* counted in n_stream_wb */
 	bool blind;	   /* dirtied by a whole rewrite of a stored block not cached, unread */
 	bool stored;	   /* the owner's block map names a stored copy of (obj, idx) */
 	bool hot;	   /* 2q: in Am, the re-referenced set; else in A1in */
@@ -191,10 +196,10 @@ struct tb_store {
 	uint32_t clock_hand;
 	uint64_t ndirty;       /* DIRTY + WB */
 	/*
-	 * Blocks streaming through that are on their way out: in WB, or DIRTY,
-	 * whole and with no writer (take_stream's).
+	 * Blocks streaming through on their way out: DIRTY, whole and with no
+	 * writer (take_stream's next), and in WB.
 	 */
-	uint64_t n_streaming;
+	uint64_t n_stream_ready, n_stream_wb;
 	uint64_t nclean;       /* CLEAN */
 	uint64_t dirty_max;
 	uint64_t clean_low, clean_high; /* free or clean slots the flusher keeps */
@@ -568,12 +573,16 @@ static void set_state(struct tb_store *s, struct tb_entry *e, enum entry_state s
 		if (e->loc != TB_LOC_NONE)
 			lochash_add(s, e);
 	}
-	if (e->streaming && st != ES_WB) {
-		s->n_streaming--;
-		e->streaming = false;
-	} else if (!e->streaming && st == ES_WB && e->stream) {
-		s->n_streaming++;
-		e->streaming = true;
+	if (e->stream_ready) {
+		s->n_stream_ready--;
+		e->stream_ready = false;
+	}
+	if (e->stream_wb && st != ES_WB) {
+		s->n_stream_wb--;
+		e->stream_wb = false;
+	} else if (!e->stream_wb && st == ES_WB && e->stream) {
+		s->n_stream_wb++;
+		e->stream_wb = true;
 	}
 	if (e->in_hash && unstored(e))
 		e->o->nunstored--;
@@ -816,23 +825,25 @@ static struct tb_entry *obj_victim(struct tb_store *s, const struct rank *r, int
 }
 
 /*
- * The victim under the cycle. With wait_stream (a writer or a prefetch, not
- * a reader), a block that stays is not taken while a block streaming
- * through is on its way out (n_streaming): that one's slot is clean in a
- * moment, and taking a block that stays costs a read when it is next used.
- * The caller waits for the write-back instead. The optimizer's writer
- * dirties the blocks that stream through faster than the devices write
- * them back, and took 16-30 MB of the blocks that stay per iteration at
- * twice the DRAM tier; none since. A reader still takes one at once: its
- * wait is the application's.
+ * The victim under the cycle. A block that stays is not taken while a
+ * block streaming through is on its way out, if the caller may wait for
+ * that one (wait_stream): its slot is clean in a moment, and taking a block
+ * that stays costs a read when it is next used. A writer waits for blocks
+ * in write-back and for those take_stream writes back next (WAIT_READY),
+ * a prefetch only for those in write-back (WAIT_WB: it tries again later),
+ * a reader for none: its wait is the application's. The optimizer's
+ * writer dirties the blocks that stream through faster than the devices
+ * write them back, and took 16-30 MB of the blocks that stay per iteration
+ * at twice the DRAM tier; none since.
  */
-static struct tb_entry *victim_cycle(struct tb_store *s, struct tb_use *vu, bool wait_stream)
+static struct tb_entry *victim_cycle(struct tb_store *s, struct tb_use *vu, enum wait_stream wait_stream)
 {
 	size_t n = rank_objects(s, false);
 
 	update_keep(s);
 	for (int mode = s->keep_den ? 0 : 1; mode < 3; mode++) {
-		if (mode == 1 && s->keep_den && s->n_streaming && wait_stream)
+		if (mode == 1 && s->keep_den && wait_stream &&
+		    (s->n_stream_wb || (wait_stream == WAIT_READY && s->n_stream_ready)))
 			return NULL;
 		for (size_t i = 0; i < n; i++) {
 			struct tb_entry *e = obj_victim(s, &s->rank[i], mode);
@@ -897,7 +908,7 @@ static uint64_t cycle_period(struct tb_store *s)
  * when none is evictable, or, with wait_stream, none should be yet
  * (victim_cycle).
  */
-static struct tb_entry *pick_victim(struct tb_store *s, struct tb_use *vu, bool wait_stream)
+static struct tb_entry *pick_victim(struct tb_store *s, struct tb_use *vu, enum wait_stream wait_stream)
 {
 	vu->dist = UINT64_MAX;
 	vu->write = vu->now = false;
@@ -990,7 +1001,7 @@ static struct tb_entry *entry_take(struct tb_store *s, struct tb_entry *e)
 }
 
 /* A free entry: a free slot, else a victim among clean unpinned ones. */
-static struct tb_entry *entry_alloc(struct tb_store *s, bool wait_stream)
+static struct tb_entry *entry_alloc(struct tb_store *s, enum wait_stream wait_stream)
 {
 	struct tb_entry *e = s->free_list.head;
 	struct tb_use vu;
@@ -1006,11 +1017,17 @@ static struct tb_entry *entry_alloc(struct tb_store *s, bool wait_stream)
 
 /*
  * Wait for any slot; re-checks the hash, since the wait drops the lock.
- * wait_stream: see victim_cycle.
+ * wait_stream: see victim_cycle. That wait is bounded (STREAM_WAIT_MS):
+ * a streaming block that does not go (its object pinned, or a write-back
+ * that keeps failing) does not hold a writer.
  */
 static struct tb_entry *entry_alloc_wait(struct tb_store *s, uint64_t obj, uint64_t idx,
-					 struct tb_entry **found, bool wait_stream)
+					 struct tb_entry **found, enum wait_stream wait_stream)
 {
+	struct timespec until;
+
+	if (wait_stream)
+		deadline_in(&until, STREAM_WAIT_MS);
 	for (;;) {
 		struct tb_entry *e;
 
@@ -1021,7 +1038,10 @@ static struct tb_entry *entry_alloc_wait(struct tb_store *s, uint64_t obj, uint6
 		if (e)
 			return e;
 		pthread_cond_signal(&s->flush_cv);
-		pthread_cond_wait(&s->space_cv, &s->lock);
+		if (!wait_stream)
+			pthread_cond_wait(&s->space_cv, &s->lock);
+		else if (pthread_cond_timedwait(&s->space_cv, &s->lock, &until) == ETIMEDOUT)
+			wait_stream = WAIT_NONE;
 	}
 }
 
@@ -1472,7 +1492,7 @@ int tb_get(struct tb_store *s, uint64_t obj, uint64_t idx, struct tb_ref *ref,
 			pthread_cond_wait(&s->state_cv, &s->lock);
 			continue;
 		}
-		e = entry_alloc_wait(s, obj, idx, &found, false);
+		e = entry_alloc_wait(s, obj, idx, &found, WAIT_NONE);
 		if (!e)
 			continue; /* someone else inserted it meanwhile */
 		s->misses++;
@@ -1571,7 +1591,7 @@ static int prefetch(struct tb_store *s, uint64_t obj, uint64_t idx, bool hint, u
 	}
 	e = s->free_list.head;
 	if (!e) {
-		e = pick_victim(s, &vu, true);
+		e = pick_victim(s, &vu, WAIT_WB);
 		if (!e) {
 			pthread_cond_signal(&s->flush_cv);
 			pthread_mutex_unlock(&s->lock);
@@ -1762,7 +1782,7 @@ int tb_get_write(struct tb_store *s, uint64_t obj, uint64_t idx, size_t off, siz
 			break;
 		}
 		wait_dirty_budget(s);
-		e = entry_alloc_wait(s, obj, idx, &found, true);
+		e = entry_alloc_wait(s, obj, idx, &found, WAIT_READY);
 		if (!e)
 			continue;
 		if (sector_aligned(s, off, len)) {
@@ -1780,7 +1800,7 @@ int tb_get_write(struct tb_store *s, uint64_t obj, uint64_t idx, size_t off, siz
 				continue; /* wait for it in the loop above */
 			if (ret != -ENOENT)
 				goto out_unlock;
-			e = entry_alloc_wait(s, obj, idx, &found, true);
+			e = entry_alloc_wait(s, obj, idx, &found, WAIT_READY);
 			if (!e)
 				continue;
 			memset(slot_data(s, e), 0, s->bs);
@@ -1850,9 +1870,9 @@ void tb_put_dirty(struct tb_store *s, struct tb_ref *ref, size_t off, size_t len
 	s->dram_write_ops++;
 	e->wpins--;
 	if (e->stream && !e->wpins && e->fill >= s->bs) {
-		if (!e->streaming) {
-			e->streaming = true;
-			s->n_streaming++;
+		if (!e->stream_ready && e->state == ES_DIRTY) {
+			e->stream_ready = true;
+			s->n_stream_ready++;
 		}
 		pthread_cond_signal(&s->flush_cv); /* take_stream */
 	}
@@ -2177,7 +2197,7 @@ static size_t take_victims_cycle(struct tb_store *s, struct tb_entry **out, size
 		for (size_t j = 0; j < k && want > 0 && n < max; j++) {
 			struct tb_entry *e = s->scratch[j];
 
-			if (s->keep_den && kept(s, e) && (over <= 0 || s->n_streaming))
+			if (s->keep_den && kept(s, e) && (over <= 0 || s->n_stream_wb))
 				continue; /* see above */
 			if (may_clean(s, e, now, next_ms) && s->wb_inflight < s->wb_max) {
 				start_wb(s, e);
