@@ -2137,7 +2137,8 @@ static int evict_order_cmp(const void *a, const void *b)
  * dirty mark, dirty blocks go in the same order until it is met. Blocks
  * that stay (when the cycle is larger than the cache) are written back
  * only above the dirty mark, and then only while no block streaming
- * through is on its way out: that one frees what the mark needs. A block
+ * through is being written back: that one frees what the mark needs (one
+ * that waits to be, take_stream starts first when it can). A block
  * that stays and was written back for the reserve cost a write, and the
  * eviction it was cleaned for a read at its next use; at twice the DRAM
  * tier this was 20-25 blocks of each per iteration, the last of what the
