@@ -18,7 +18,8 @@
 #   6. SIGTERM, then SIGHUP, to the daemon (a background job ignores
 #      SIGINT): it ends with status 0 and leaves nothing mounted (its
 #      threads are woken out of their reads), and the data is there at the
-#      next mount; fsck finds no error.
+#      next mount; fsck finds no error. Run under nohup, the daemon starts
+#      with SIGHUP ignored and must stay up on it (then SIGTERM ends it).
 . "$(dirname "$0")/lib.sh"
 : "${TFSCTL:?TFSCTL must name the tfsctl binary}"
 
@@ -149,8 +150,23 @@ cmp "$T/a.want" "$MNT/a" || fail "part 5: a reads back wrong after a remount"
 [ "$(tfs_stat_json tiers nvme0 read_bytes)" -gt 0 ] || fail "part 5: nothing read from nvme0"
 
 echo "6. SIGTERM and SIGHUP end the daemon: exit 0, unmounted, data kept"
+# Whether this shell was started with SIGHUP ignored (nohup): the daemon
+# inherits that, and like any program keeps it so (libfuse installs no
+# handler over an ignored signal).
+hup_ignored() {
+	local mask
+	mask=$(awk '/^SigIgn:/ { print $2 }' /proc/$$/status)
+	(((16#$mask) & 1))
+}
 for sig in TERM HUP; do
 	kill -"$sig" "$TFS_PID"
+	if [ "$sig" = HUP ] && hup_ignored; then
+		sleep 1
+		kill -0 "$TFS_PID" 2>/dev/null && is_mounted "$MNT" ||
+			fail "part 6: tensorfs ended on SIGHUP, which it was started with ignored (nohup)"
+		echo "   SIGHUP is ignored here (nohup): the daemon stayed; SIGTERM ends it"
+		kill -TERM "$TFS_PID"
+	fi
 	rc=0
 	waitfor "$TFS_PID" 20 || rc=$?
 	[ "$rc" -eq 0 ] || fail "part 6: tensorfs exited $rc on SIG$sig, want 0"
