@@ -261,6 +261,8 @@ static json_t *stats_json(struct fs *fs)
 		json_object_set_new(t, "weight", json_integer((json_int_t)d->weight));
 		json_object_set_new(t, "read_latency_us",
 				    json_integer((json_int_t)d->read_latency_us));
+		json_object_set_new(t, "active_ms",
+				    json_integer((json_int_t)(d->active_ns / 1000000)));
 		json_object_set_new(t, "readahead_bytes",
 				    json_integer((json_int_t)d->readahead_bytes));
 		json_object_set_new(t, "requests", json_integer((json_int_t)d->requests));
@@ -317,10 +319,11 @@ static json_t *stats_json(struct fs *fs)
 			    json_integer((json_int_t)st->kept_evicted_bytes));
 	json_object_set_new(
 		root, "prefetch",
-		json_pack("{sIsIsIsIsIsf}", "issued", (json_int_t)st->prefetch_issued, "used",
+		json_pack("{sIsIsIsIsIsIsf}", "issued", (json_int_t)st->prefetch_issued, "used",
 			  (json_int_t)st->prefetch_used, "wasted", (json_int_t)st->prefetch_wasted,
 			  "late", (json_int_t)st->prefetch_late, "refused",
-			  (json_int_t)st->prefetch_refused, "accuracy",
+			  (json_int_t)st->prefetch_refused, "depth_blocks",
+			  (json_int_t)st->prefetch_depth, "accuracy",
 			  st->prefetch_issued
 				  ? (double)st->prefetch_used / (double)st->prefetch_issued
 				  : 0.0));

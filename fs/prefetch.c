@@ -208,10 +208,31 @@ static bool cycle_turn(struct fs *fs, struct pf_cycle *c)
 	return !stop; /* stopped: asleep until a read or the cycle moves */
 }
 
+/*
+ * Tell the cache when a pass of the cycle ends (a period's records since
+ * the last), so it tunes its prefetch window to the pass (tb_cycle_pass).
+ * *from: the record where the pass began.
+ */
+static void cycle_pass_check(struct fs *fs, uint64_t *from)
+{
+	struct fs_learn_stats st;
+
+	fs_learn_stats(&fs->learn, &st);
+	if (!st.period) {
+		*from = st.records;
+		return;
+	}
+	if (st.records - *from < st.period)
+		return;
+	*from = st.records;
+	tb_cycle_pass(fs->tb);
+}
+
 static void *prefetch_main(void *arg)
 {
 	struct fs *fs = arg;
 	struct pf_cycle cycle = {0};
+	uint64_t pass_from = 0;
 
 	pthread_setname_np(pthread_self(), "tfs-prefetch");
 	pthread_mutex_lock(&fs->pf_lock);
@@ -222,6 +243,8 @@ static void *prefetch_main(void *arg)
 		pthread_mutex_unlock(&fs->pf_lock);
 		worked = hint_turn(fs);
 		worked |= cycle_turn(fs, &cycle);
+		if (fs->cfg->prefetch)
+			cycle_pass_check(fs, &pass_from);
 		pthread_mutex_lock(&fs->pf_lock);
 		/* A kick during the turn (a read took a block the turn found no room for) counts. */
 		if (!worked && !fs->pf_nhints && !fs->pf_stop && fs->pf_kicks == kicks &&

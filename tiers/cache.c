@@ -81,6 +81,13 @@
 #define PREFETCH_DEPTH_SHARE 64 /* blocks ahead of their readers: 1/64 of the slots */
 #define PREFETCH_DEPTH_MIN 4
 #define PREFETCH_DEEP_SHARE 4 /* readers of remote blocks: at most 1/4 of the slots ahead */
+#define PF_GROW_SHARE 2	      /* the window grows to half the slots at most */
+#define PF_LATE_SHARE 10      /* a pass whose prefetches were 1/10 late or more wants more */
+#define PF_IDLE_PCT 50	      /* ...if the busiest device had requests in flight less of it */
+#define PF_BUSY_PCT 90	      /* a pass with a device this busy wants less */
+#define PF_PASS_MIN 16	      /* prefetches a pass must issue to judge its window */
+#define PF_WORSE_PCT 105      /* a pass this much longer than before a growth undoes it */
+#define PF_HOLD_PASSES 8      /* ...and the window does not grow for this many passes */
 #define SECTOR TB_LEN_UNIT /* granularity of a partial block's written map and stored lengths */
 #define EVICT_SAMPLE 32	 /* candidates a sampled eviction compares */
 #define RANK_MAX 4096	 /* objects the cycle's eviction order ranks */
@@ -230,6 +237,11 @@ struct tb_store {
 	uint64_t hits, misses, evictions, holes, wb_errors, syncs, bp_waits;
 	uint64_t prefetch_inflight, prefetch_max;
 	uint64_t n_pf, pf_depth; /* blocks loaded ahead and not yet read, and their bound */
+	uint64_t pf_depth_min, pf_depth_max; /* what tb_cycle_pass moves pf_depth between */
+	/* At the last pass's end: the time, devices' time active, and prefetch counts. */
+	uint64_t pass_ns, pass_active_ns[TB_MAX_DEVS], pass_issued, pass_late;
+	uint64_t pass_before_grow_ns; /* the pass before the window last grew; 0: it did not */
+	unsigned pf_hold;	      /* passes left before the window may grow again */
 	/* The same for readers of remote blocks (tb_prefetch_deep). */
 	uint64_t n_pf_deep, pf_deep_max;
 	uint64_t *sector_bits; /* one bitmap per slot */
@@ -1611,6 +1623,78 @@ static int prefetch(struct tb_store *s, uint64_t obj, uint64_t idx, bool hint, u
 	return ret == 1 || ret == -ENOENT ? 0 : ret;
 }
 
+/*
+ * The next window for the cycle's prefetch, from the pass that ended:
+ * issued and late prefetches in it, and pct, the share of its time the
+ * busiest local device had a request in flight. A window of a few blocks
+ * hides a device's latency; it cannot hide a burst of misses behind the
+ * application's compute. With the state twice the DRAM tier and 0.14 s of
+ * compute per subgroup (swapbench --compute-gbps 2), 8 blocks were 78%
+ * late and the device idled over half of each iteration; at 64-128 blocks
+ * under 10% were late and an iteration took 3-4% less, though fewer
+ * blocks stay (each slot ahead is one the cycle does not keep: 0.62 of
+ * the raw folder's bytes moved against 0.53). With no compute the device
+ * is the bound, and deeper windows only moved more bytes. So the window
+ * doubles while passes are late and the device idles, and halves back
+ * while the device is busy. A growth after which the pass took longer
+ * (by PF_WORSE_PCT) is undone, and the window holds for PF_HOLD_PASSES:
+ * the device's idle share says what could overlap, not what a smaller
+ * kept set costs.
+ */
+uint64_t tb_pf_depth_next(uint64_t depth, uint64_t min, uint64_t max, uint64_t issued,
+			  uint64_t late, unsigned pct)
+{
+	if (issued >= PF_PASS_MIN && late * PF_LATE_SHARE >= issued && pct < PF_IDLE_PCT)
+		return depth * 2 < max ? depth * 2 : max;
+	if (pct >= PF_BUSY_PCT)
+		return depth / 2 > min ? depth / 2 : min;
+	return depth;
+}
+
+void tb_cycle_pass(struct tb_store *s)
+{
+	uint64_t now = dev_now_ns(), active[TB_MAX_DEVS], busiest = 0;
+	unsigned n = s->n_devs;
+
+	for (unsigned i = 0; i < n; i++) {
+		struct tb_dev *d = s->dev[i];
+
+		pthread_mutex_lock(&d->lock);
+		dev_load_tick(d, now);
+		active[i] = d->active_ns;
+		pthread_mutex_unlock(&d->lock);
+	}
+	pthread_mutex_lock(&s->lock);
+	if (s->pass_ns && now > s->pass_ns) {
+		uint64_t took = now - s->pass_ns, depth = s->pf_depth;
+
+		for (unsigned i = 0; i < n; i++) {
+			uint64_t a = active[i] - s->pass_active_ns[i];
+
+			if (strcmp(s->dev[i]->kind, "s3") != 0 && a > busiest)
+				busiest = a; /* s3's pool has its own deep window */
+		}
+		if (s->pass_before_grow_ns && took * 100 > s->pass_before_grow_ns * PF_WORSE_PCT) {
+			depth = depth / 2 > s->pf_depth_min ? depth / 2 : s->pf_depth_min;
+			s->pf_hold = PF_HOLD_PASSES;
+		} else {
+			depth = tb_pf_depth_next(depth, s->pf_depth_min,
+						 s->pf_hold ? depth : s->pf_depth_max,
+						 s->pf_issued - s->pass_issued, s->pf_late - s->pass_late,
+						 (unsigned)(busiest * 100 / took));
+			if (s->pf_hold)
+				s->pf_hold--;
+		}
+		s->pass_before_grow_ns = depth > s->pf_depth ? took : 0;
+		s->pf_depth = depth;
+	}
+	s->pass_ns = now;
+	memcpy(s->pass_active_ns, active, n * sizeof(active[0]));
+	s->pass_issued = s->pf_issued;
+	s->pass_late = s->pf_late;
+	pthread_mutex_unlock(&s->lock);
+}
+
 int tb_prefetch(struct tb_store *s, uint64_t obj, uint64_t idx, bool hint)
 {
 	return prefetch(s, obj, idx, hint, 0);
@@ -2987,6 +3071,7 @@ void tb_get_stats(struct tb_store *s, struct tb_stats *st)
 	st->prefetch_wasted = s->pf_wasted;
 	st->prefetch_late = s->pf_late;
 	st->prefetch_refused = s->pf_refused;
+	st->prefetch_depth = s->pf_depth;
 	st->unsynced_blocks = s->commits_since_sync + s->npending;
 	st->expired_bytes = s->expired * s->bs;
 	st->rewritten_bytes = s->wb_rewritten * s->bs;
@@ -3189,6 +3274,9 @@ int tb_open(const struct tb_config *cfg, const struct tb_owner *owner, struct tb
 	s->pf_depth = s->nslots / PREFETCH_DEPTH_SHARE > PREFETCH_DEPTH_MIN
 			      ? s->nslots / PREFETCH_DEPTH_SHARE
 			      : PREFETCH_DEPTH_MIN;
+	s->pf_depth_min = s->pf_depth;
+	s->pf_depth_max = s->nslots / PF_GROW_SHARE > s->pf_depth ? s->nslots / PF_GROW_SHARE
+								   : s->pf_depth;
 	s->pf_deep_max = s->nslots / PREFETCH_DEEP_SHARE;
 	s->prefetch_max = s->nslots / PREFETCH_SHARE;
 	if (s->prefetch_max > (uint64_t)s->n_devs * cfg->queue_depth)

@@ -162,6 +162,9 @@ void dev_load_tick(struct tb_dev *d, uint64_t now)
 {
 	uint64_t from = d->load_ns > d->bw_window_ns ? d->load_ns : d->bw_window_ns;
 
+	if (d->load_ns && now > d->load_ns && inflight_total(d))
+		d->active_ns += now - d->load_ns;
+
 	if (d->load_ns && now > from && driven_hard(d))
 		d->busy_ns += now - from;
 	d->load_ns = now;
@@ -773,6 +776,8 @@ void dev_get_stats(struct tb_dev *d, struct tb_dev_stats *st)
 	st->inflight_demand = d->inflight[IO_DEMAND];
 	st->inflight_prefetch = d->inflight[IO_PREFETCH];
 	st->inflight_wb = d->inflight[IO_WB];
+	dev_load_tick(d, dev_now_ns());
+	st->active_ns = d->active_ns;
 	st->queued = d->queued_reads;
 	for (struct tb_io *r = d->head[IO_WB]; r; r = r->next)
 		st->queued++;

@@ -114,6 +114,7 @@ struct tb_dev {
 	uint64_t bw_last_ns; /* end of the last transfer measured */
 	uint64_t load_ns;    /* last change of the queue or in-flight counts */
 	uint64_t busy_ns;    /* time driven hard in the current window */
+	uint64_t active_ns;  /* time with a request in flight, since the start */
 	uint64_t retries;    /* attempts the engine had to make again (s3) */
 	uint64_t window_errors; /* errors + retries when the window began */
 	double read_lat_ns;	/* moving average of a read's time from take to end */

@@ -183,6 +183,7 @@ struct tb_dev_stats {
 	uint64_t bw_capable; /* what it moved when driven hard (dev.h) */
 	double weight;	     /* its placement weight now */
 	uint64_t read_latency_us;
+	uint64_t active_ns;	      /* time with a request in flight, since the mount */
 	uint64_t readahead_bytes;     /* a remote reader's window now (dev_ra_blocks) */
 	uint64_t requests;	      /* requests made to the medium (HTTP requests for s3) */
 	uint64_t objects, dead_bytes; /* s3: objects stored, bytes in them no block uses */
@@ -206,6 +207,7 @@ struct tb_stats {
 	uint64_t rewritten_bytes; /* written back, then written again while in DRAM */
 	uint64_t prefetch_issued, prefetch_used, prefetch_wasted, prefetch_late;
 	uint64_t prefetch_refused; /* not issued: every slot held a block needed sooner */
+	uint64_t prefetch_depth;   /* blocks the cycle's prefetch loads ahead (tb_cycle_pass) */
 	uint64_t partial_created, partial_merged; /* reads saved, and paid later */
 	uint64_t dedup_hits, dedup_verify_mismatch;
 	uint64_t dedup_verify_cached; /* verify compared with a copy in DRAM, not the device */
@@ -275,6 +277,16 @@ unsigned tb_ahead(struct tb_store *s, uint64_t obj, uint64_t idx, unsigned *run)
  * not shrink the shallow one that suits nvme.
  */
 int tb_prefetch_deep(struct tb_store *s, uint64_t obj, uint64_t idx, unsigned depth);
+/*
+ * A pass of the learned cycle ended: tune how far the cycle's prefetch
+ * loads ahead, from this pass's late prefetches and devices' idle time
+ * (tb_pf_depth_next, which takes pct, the busiest device's share of the
+ * pass with a request in flight). Blocks loaded ahead take their slots
+ * from those the cycle keeps.
+ */
+void tb_cycle_pass(struct tb_store *s);
+uint64_t tb_pf_depth_next(uint64_t depth, uint64_t min, uint64_t max, uint64_t issued,
+			  uint64_t late, unsigned pct);
 /*
  * Hold the calling thread's requests to the devices until tb_unplug, then
  * queue them at once, so that a device sees a run of neighbours together

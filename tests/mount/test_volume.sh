@@ -29,6 +29,10 @@
 #      (swapbench --ranks 2), whose files interleave differently each
 #      iteration, and with the parameters swapped too (--offload-params):
 #      the bound of 5.
+#   8. The cycle's prefetch window grows while the devices idle between
+#      the reads (swapbench --compute-ms: the optimizer's compute): from
+#      the few blocks that hide latency until under a tenth of the
+#      prefetches are late. Without compute (5), it stays as it was.
 . "$(dirname "$0")/lib.sh"
 
 : "${SWAPBENCH:?SWAPBENCH must name the swapbench binary}"
@@ -271,4 +275,31 @@ for args in "--ranks 2" "--offload-params"; do
 	python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) <= 0.6 else 1)" "$v" ||
 		fail "$args: the devices moved $v of the raw folder's volume, more than 0.6"
 done
+echo "8. the prefetch window with compute between the reads"
+# 200 ms of simulated Adam per subgroup: a pass of the cycle is mostly
+# compute, the device idles, and a window of a few blocks is late for most
+# of its prefetches (about 3 in 4 here). It must end larger than it began,
+# with under a tenth of the last two passes' prefetches late. Counts, not
+# times: the device's idle share only decides whether the window grows.
+rm -rf "$NVME" "$META" && mkdir -p "$NVME"
+TFS_DRAM=256M TFS_THREADS=8 tfs_mount
+d0=$(tfs_stat_json prefetch depth_blocks) || fail "stats: no prefetch depth_blocks"
+cat >"$T/pf.sh" <<EOF
+python3 -c 'import json; p=json.load(open("$MNT/.tensorfs/stats"))["prefetch"]; print(p["depth_blocks"], p["issued"], p["late"])' >>"$T/pf"
+EOF
+: >"$T/pf"
+"$SWAPBENCH" -d "$MNT" --params 3.2e7 --sub-group-size 8e6 --iters 9 --compute-ms 200 \
+	--between "sh $T/pf.sh" >"$T/sb.out" 2>&1 || { cat "$T/sb.out"; fail "swapbench with compute"; }
+tfs_umount || fail "unmount"
+out=$(python3 - "$T/pf" "$d0" <<'PY'
+import sys
+rows = [tuple(map(int, l.split())) for l in open(sys.argv[1])]
+d0 = int(sys.argv[2])
+issued = rows[-1][1] - rows[-3][1]
+late = rows[-1][2] - rows[-3][2]
+print("%s %d/%d" % (",".join(str(r[0]) for r in rows), late, issued))
+sys.exit(0 if rows[-1][0] > d0 and issued > 0 and late * 10 < issued else 1)
+PY
+) || fail "compute between reads: window ${out%% *} blocks after each iteration (from $d0); late/issued over the last two: ${out#* }; want it grown and under 1/10 late"
+echo "   window after each iteration: ${out%% *} blocks (from $d0); late over the last two: ${out#* }"
 echo "PASS: device volume"

@@ -1,0 +1,80 @@
+/*
+ * test_pf_window.c - the cycle's prefetch window, tuned once per pass
+ * (tb_pf_depth_next), and the device time it is judged by (active_ns).
+ *
+ * The window doubles after a pass in which a tenth or more of the
+ * prefetches were late while the busiest device idled half the pass or
+ * more: the application computed, and a deeper window would have loaded
+ * during it. It halves after a pass with the device busy nine tenths of
+ * it: there every block the cycle keeps is worth more than a deeper
+ * window. It stays between its first depth and its bound, and a pass with
+ * too few prefetches to judge moves nothing.
+ *
+ * A device's active time counts the time with a request in flight, and
+ * nothing while none is: the idle share above. Regression guard: counted
+ * by the window that measures bandwidth (busy_ns), it started over at
+ * every window and said nothing of a pass.
+ */
+#include "dev.h"
+#include "tb.h"
+#include "test.h"
+
+#include <stdlib.h>
+
+#define MS 1000000ULL
+
+static void window(void)
+{
+	/* Late and idle: doubles, up to the bound. */
+	CHECK_EQ(tb_pf_depth_next(8, 8, 256, 100, 80, 40), 16);
+	CHECK_EQ(tb_pf_depth_next(128, 8, 256, 100, 10, 0), 256);
+	CHECK_EQ(tb_pf_depth_next(200, 8, 256, 100, 10, 0), 256);
+	CHECK_EQ(tb_pf_depth_next(256, 8, 256, 100, 90, 10), 256);
+	/* Late, but the device busy more than half the pass: holds. */
+	CHECK_EQ(tb_pf_depth_next(8, 8, 256, 100, 80, 50), 8);
+	CHECK_EQ(tb_pf_depth_next(32, 8, 256, 100, 80, 89), 32);
+	/* Idle, but few late: holds. */
+	CHECK_EQ(tb_pf_depth_next(32, 8, 256, 100, 9, 10), 32);
+	/* Too few prefetches to judge. */
+	CHECK_EQ(tb_pf_depth_next(8, 8, 256, 15, 15, 0), 8);
+	/* Busy: halves, down to the first depth. */
+	CHECK_EQ(tb_pf_depth_next(64, 8, 256, 100, 80, 90), 32);
+	CHECK_EQ(tb_pf_depth_next(12, 8, 256, 100, 0, 99), 8);
+	CHECK_EQ(tb_pf_depth_next(8, 8, 256, 100, 80, 100), 8);
+}
+
+/* As dev.c does: the tick closes the time before a change of the counts. */
+static void change(struct tb_dev *d, uint64_t at, unsigned demand, unsigned wb)
+{
+	dev_load_tick(d, at);
+	d->inflight[IO_DEMAND] = demand;
+	d->inflight[IO_WB] = wb;
+}
+
+static void active_time(void)
+{
+	struct tb_dev *d = calloc(1, sizeof(*d));
+
+	CHECK(d);
+	d->qd = 8;
+	change(d, 1 * MS, 0, 0); /* the first tick only starts the clock */
+	CHECK_EQ(d->active_ns, 0);
+	change(d, 5 * MS, 1, 0); /* idle from 1 to 5 */
+	CHECK_EQ(d->active_ns, 0);
+	change(d, 9 * MS, 1, 2); /* one in flight from 5 to 9 */
+	CHECK_EQ(d->active_ns, 4 * MS);
+	change(d, 12 * MS, 0, 0); /* three from 9 to 12 */
+	CHECK_EQ(d->active_ns, 7 * MS);
+	change(d, 40 * MS, 0, 1); /* none from 12 to 40 */
+	CHECK_EQ(d->active_ns, 7 * MS);
+	dev_load_tick(d, 41 * MS);
+	CHECK_EQ(d->active_ns, 8 * MS);
+	free(d);
+}
+
+int main(void)
+{
+	window();
+	active_time();
+	return 0;
+}
