@@ -128,6 +128,23 @@ within() {
 	waitfor $! "$secs"
 }
 
+# tfs_stacks: the daemon's threads on stderr, each with its kernel stack
+# and, where gdb is installed, its user stack: for a test that found a
+# request never answered, so that the hang shows where it waits.
+tfs_stacks() {
+	local t
+	[ -n "$TFS_PID" ] || return 0
+	echo "--- daemon threads (pid $TFS_PID) ---" >&2
+	for t in /proc/"$TFS_PID"/task/*; do
+		echo "thread ${t##*/} $(cat "$t/comm" 2>/dev/null) in $(cat "$t/wchan" 2>/dev/null)"
+		cat "$t/stack" 2>/dev/null
+	done >&2
+	if command -v gdb >/dev/null; then
+		timeout 60 gdb -p "$TFS_PID" -batch -ex "thread apply all bt" 2>&1 |
+			grep -v '^\[New LWP' >&2
+	fi
+}
+
 tfs_cleanup() {
 	local rc=$? i
 	if is_mounted "$MNT"; then

@@ -227,13 +227,19 @@ lim=$(tfs_stat_json cache dirty_limit_bytes) || fail "stats: no dirty_limit_byte
 bg=$(tfs_stat_json cache dirty_background_bytes) || fail "stats: no dirty_background_bytes"
 [ $((bg + 16 * MiB)) -lt "$lim" ] || fail "no room for 16 blocks between $bg and $lim"
 n=$((bg / MiB + 16))
-dd if=/dev/urandom of="$MNT/bg" bs=1M count=$n status=none || fail "write bg"
-"$TFSCTL" -m "$MNT" evict "$MNT/bg" >/dev/null || fail "tfsctl evict"
+# Each step is bounded: a writer that waits on the dirty limit forever is
+# the bug this would show, with the daemon's stacks (seen once in CI, a
+# 600 s timeout in this part, not since).
+within 120 dd if=/dev/urandom of="$MNT/bg" bs=1M count=$n status=none ||
+	{ tfs_stacks; fail "write bg (124: not done in 120 s)"; }
+within 120 "$TFSCTL" -m "$MNT" evict "$MNT/bg" >/dev/null ||
+	{ tfs_stacks; fail "tfsctl evict (124: not done in 120 s)"; }
 w0=$(dev_bytes write_bytes)
 [ "$w0" -eq $((n * MiB)) ] || fail "evict of $n MiB wrote $w0 bytes"
 [ "$(tfs_stat_json cache dirty_bytes)" -eq 0 ] || fail "dirty after evict"
 dd if=/dev/urandom of="$T/bg.ref" bs=1M count=$n status=none || fail "make bg.ref"
-dd if="$T/bg.ref" of="$MNT/bg" bs=1M oflag=direct conv=notrunc status=none || fail "overwrite bg"
+within 120 dd if="$T/bg.ref" of="$MNT/bg" bs=1M oflag=direct conv=notrunc status=none ||
+	{ tfs_stacks; fail "overwrite bg (124: not done in 120 s)"; }
 ok=0
 for i in $(seq 1 300); do
 	if [ "$(tfs_stat_json cache dirty_bytes)" -eq "$bg" ] &&
@@ -247,7 +253,7 @@ d=$(tfs_stat_json cache dirty_bytes)
 w=$(($(dev_bytes write_bytes) - w0))
 [ $ok -eq 1 ] || fail "after a blind overwrite of $n MiB: dirty_bytes $d and $w bytes written back; want $bg dirty, 16 MiB written back"
 [ "$w" -eq $((16 * MiB)) ] || fail "write-back went past the background mark: $w bytes"
-cmp "$MNT/bg" "$T/bg.ref" || fail "bg differs"
+within 120 cmp "$MNT/bg" "$T/bg.ref" || { tfs_stacks; fail "bg differs (124: cmp not done in 120 s)"; }
 tfs_umount || fail "unmount"
 TFS_DRAM=256M TFS_THREADS=4 tfs_mount
 cmp "$MNT/bg" "$T/bg.ref" || fail "bg differs after remount"
@@ -288,7 +294,7 @@ cat >"$T/pf.sh" <<EOF
 python3 -c 'import json; p=json.load(open("$MNT/.tensorfs/stats"))["prefetch"]; print(p["depth_blocks"], p["issued"], p["late"])' >>"$T/pf"
 EOF
 : >"$T/pf"
-"$SWAPBENCH" -d "$MNT" --params 3.2e7 --sub-group-size 8e6 --iters 9 --compute-ms 200 \
+"$SWAPBENCH" -d "$MNT" --params 3.2e7 --sub-group-size 8e6 --iters 10 --compute-ms 200 \
 	--between "sh $T/pf.sh" >"$T/sb.out" 2>&1 || { cat "$T/sb.out"; fail "swapbench with compute"; }
 tfs_umount || fail "unmount"
 out=$(python3 - "$T/pf" "$d0" <<'PY'
