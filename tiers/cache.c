@@ -86,7 +86,9 @@
 #define PF_IDLE_PCT 50	      /* ...if the busiest device had requests in flight less of it */
 #define PF_BUSY_PCT 90	      /* a pass with a device this busy wants less */
 #define PF_PASS_MIN 16	      /* prefetches a pass must issue to judge its window */
-#define PF_WORSE_PCT 105      /* a pass this much longer than before a growth undoes it */
+#define PF_WORSE_PCT 105      /* a pass this much longer than before a growth undoes it, */
+#define PF_BETTER_PCT 80      /* ...unless its late share fell to this much of what it was, */
+#define PF_WORSE_GROSS_PCT 125 /* ...or unless it was not this much longer */
 #define PF_HOLD_PASSES 8      /* ...and the window does not grow for this many passes */
 #define SECTOR TB_LEN_UNIT /* granularity of a partial block's written map and stored lengths */
 #define EVICT_SAMPLE 32	 /* candidates a sampled eviction compares */
@@ -241,6 +243,7 @@ struct tb_store {
 	/* At the last pass's end: the time, devices' time active, and prefetch counts. */
 	uint64_t pass_ns, pass_active_ns[TB_MAX_DEVS], pass_issued, pass_late;
 	uint64_t pass_before_grow_ns; /* the pass before the window last grew; 0: it did not */
+	unsigned pass_before_grow_late; /* and the share of its prefetches late, in % */
 	unsigned pf_hold;	      /* passes left before the window may grow again */
 	/* The same for readers of remote blocks (tb_prefetch_deep). */
 	uint64_t n_pf_deep, pf_deep_max;
@@ -1636,8 +1639,8 @@ static int prefetch(struct tb_store *s, uint64_t obj, uint64_t idx, bool hint, u
  * the raw folder's bytes moved against 0.53). With no compute the device
  * is the bound, and deeper windows only moved more bytes. So the window
  * doubles while passes are late and the device idles, and halves back
- * while the device is busy. A growth after which the pass took longer
- * (by PF_WORSE_PCT) is undone, and the window holds for PF_HOLD_PASSES:
+ * while the device is busy. A growth after which the pass took longer is
+ * undone, and the window holds for PF_HOLD_PASSES (tb_pf_grow_undone):
  * the device's idle share says what could overlap, not what a smaller
  * kept set costs.
  */
@@ -1649,6 +1652,21 @@ uint64_t tb_pf_depth_next(uint64_t depth, uint64_t min, uint64_t max, uint64_t i
 	if (pct >= PF_BUSY_PCT)
 		return depth / 2 > min ? depth / 2 : min;
 	return depth;
+}
+
+/*
+ * Whether the pass after a growth undoes it: it took PF_WORSE_PCT of the
+ * pass before or more, and its late share did not fall to PF_BETTER_PCT
+ * of that pass's; or it took PF_WORSE_GROSS_PCT or more. Late shares are
+ * in %. A pass that is mostly the application's compute varies by a few
+ * percent on its own: undone on time alone, mount-volume's window went
+ * 4 to 64 and back to 32 in a CI run under ASan, its last passes 18% late.
+ */
+bool tb_pf_grow_undone(uint64_t before_ns, unsigned before_late, uint64_t took_ns, unsigned late)
+{
+	if (took_ns * 100 >= before_ns * PF_WORSE_GROSS_PCT)
+		return true;
+	return took_ns * 100 >= before_ns * PF_WORSE_PCT && late * 100 >= before_late * PF_BETTER_PCT;
 }
 
 void tb_cycle_pass(struct tb_store *s)
@@ -1667,6 +1685,8 @@ void tb_cycle_pass(struct tb_store *s)
 	pthread_mutex_lock(&s->lock);
 	if (s->pass_ns && now > s->pass_ns) {
 		uint64_t took = now - s->pass_ns, depth = s->pf_depth;
+		uint64_t issued = s->pf_issued - s->pass_issued, late = s->pf_late - s->pass_late;
+		unsigned late_pct = issued ? (unsigned)(late * 100 / issued) : 0;
 
 		for (unsigned i = 0; i < n; i++) {
 			uint64_t a = active[i] - s->pass_active_ns[i];
@@ -1674,18 +1694,20 @@ void tb_cycle_pass(struct tb_store *s)
 			if (strcmp(s->dev[i]->kind, "s3") != 0 && a > busiest)
 				busiest = a; /* s3's pool has its own deep window */
 		}
-		if (s->pass_before_grow_ns && took * 100 > s->pass_before_grow_ns * PF_WORSE_PCT) {
+		if (s->pass_before_grow_ns &&
+		    tb_pf_grow_undone(s->pass_before_grow_ns, s->pass_before_grow_late, took,
+				      late_pct)) {
 			depth = depth / 2 > s->pf_depth_min ? depth / 2 : s->pf_depth_min;
 			s->pf_hold = PF_HOLD_PASSES;
 		} else {
 			depth = tb_pf_depth_next(depth, s->pf_depth_min,
-						 s->pf_hold ? depth : s->pf_depth_max,
-						 s->pf_issued - s->pass_issued, s->pf_late - s->pass_late,
+						 s->pf_hold ? depth : s->pf_depth_max, issued, late,
 						 (unsigned)(busiest * 100 / took));
 			if (s->pf_hold)
 				s->pf_hold--;
 		}
 		s->pass_before_grow_ns = depth > s->pf_depth ? took : 0;
+		s->pass_before_grow_late = late_pct;
 		s->pf_depth = depth;
 	}
 	s->pass_ns = now;

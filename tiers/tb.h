@@ -287,6 +287,7 @@ int tb_prefetch_deep(struct tb_store *s, uint64_t obj, uint64_t idx, unsigned de
 void tb_cycle_pass(struct tb_store *s);
 uint64_t tb_pf_depth_next(uint64_t depth, uint64_t min, uint64_t max, uint64_t issued,
 			  uint64_t late, unsigned pct);
+bool tb_pf_grow_undone(uint64_t before_ns, unsigned before_late, uint64_t took_ns, unsigned late);
 /*
  * Hold the calling thread's requests to the devices until tb_unplug, then
  * queue them at once, so that a device sees a run of neighbours together

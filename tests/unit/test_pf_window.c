@@ -8,7 +8,12 @@
  * during it. It halves after a pass with the device busy nine tenths of
  * it: there every block the cycle keeps is worth more than a deeper
  * window. It stays between its first depth and its bound, and a pass with
- * too few prefetches to judge moves nothing.
+ * too few prefetches to judge moves nothing. A growth is undone when the
+ * pass after it took 5% longer and was not a fifth less late, or took 25%
+ * longer in any case. Regression: undone on time alone, mount-volume's
+ * window went 4 to 64 and back to 32 in a CI run under ASan, when a pass
+ * that was mostly compute took a few percent longer by itself, and its
+ * last passes were 18% late.
  *
  * A device's active time counts the time with a request in flight, and
  * nothing while none is: the idle share above. Regression guard: counted
@@ -22,6 +27,21 @@
 #include <stdlib.h>
 
 #define MS 1000000ULL
+
+static void undo(void)
+{
+	/* 5% longer, late share not down by a fifth: undone. */
+	CHECK(tb_pf_grow_undone(1000, 20, 1050, 17));
+	CHECK(tb_pf_grow_undone(1000, 0, 1100, 0));
+	/* Late share down by a fifth or more: kept, unless 25% longer. */
+	CHECK(!tb_pf_grow_undone(1000, 18, 1100, 6));
+	CHECK(!tb_pf_grow_undone(1000, 20, 1249, 15));
+	CHECK(tb_pf_grow_undone(1000, 20, 1100, 16));
+	CHECK(tb_pf_grow_undone(1000, 18, 1250, 0));
+	/* Not longer, or less than 5%: kept. */
+	CHECK(!tb_pf_grow_undone(1000, 20, 1049, 20));
+	CHECK(!tb_pf_grow_undone(1000, 20, 900, 30));
+}
 
 static void window(void)
 {
@@ -75,6 +95,7 @@ static void active_time(void)
 int main(void)
 {
 	window();
+	undo();
 	active_time();
 	return 0;
 }
