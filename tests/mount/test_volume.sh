@@ -283,8 +283,8 @@ for args in "--ranks 2" "--offload-params"; do
 done
 echo "8. the prefetch window with compute between the reads"
 # 200 ms of simulated Adam per subgroup: a pass of the cycle is mostly
-# compute, the device idles, and a window of a few blocks is late for most
-# of its prefetches (about 3 in 4 here). It must end larger than it began,
+# compute, the device idles, and a window of a few blocks is late for many
+# of its prefetches. It must end larger than it began,
 # with under a tenth of the last two passes' prefetches late. Counts, not
 # times: the device's idle share only decides whether the window grows.
 rm -rf "$NVME" "$META" && mkdir -p "$NVME"
