@@ -2050,8 +2050,15 @@ static bool due(struct tb_store *s, struct tb_entry *e, uint64_t now, uint64_t *
 {
 	*at = s->cfg.dirty_expire_ms ? e->dirty_ms + s->cfg.dirty_expire_ms : UINT64_MAX;
 	if (e->wpins || e->merging) {
-		/* Look again soon: a writer's pin is held for one copy. */
-		if (*at < now + BUSY_RETRY_MS)
+		/*
+		 * Look again soon: a writer's pin is held for one copy. A block
+		 * due now (urgent, or the store stopping) is looked at again
+		 * in BUSY_RETRY_MS whatever the age limit: the writer's unpin
+		 * wakes the flusher only for space, and with dirty_expire_ms=0
+		 * an fsync or a flush that found the block pinned waited for
+		 * whatever woke the flusher next.
+		 */
+		if (*at < now + BUSY_RETRY_MS || e->urgent || s->stopping)
 			*at = now + BUSY_RETRY_MS;
 		return false;
 	}
