@@ -66,7 +66,12 @@ tfs_umount() {
 		fusermount3 -u "$MNT" || fail "fusermount3 -u $MNT failed"
 	fi
 	if [ -n "$TFS_PID" ]; then
-		wait "$TFS_PID" || rc=$?
+		# Bounded: a daemon that never ends shows where it is, and fails.
+		waitfor "$TFS_PID" "${TFS_UMOUNT_S:-180}" || rc=$?
+		if [ $rc -eq 124 ] && alive "$TFS_PID"; then
+			tfs_stacks
+			fail "the daemon did not end within ${TFS_UMOUNT_S:-180} s of its unmount"
+		fi
 		TFS_PID=""
 	fi
 	return $rc
@@ -128,25 +133,56 @@ within() {
 	waitfor $! "$secs"
 }
 
-# tfs_stacks: the daemon's threads on stderr, each with its kernel stack
-# and, where gdb is installed, its user stack: for a test that found a
-# request never answered, so that the hang shows where it waits.
+# tfs_stacks: the daemon's threads on stderr, a line each with its kernel
+# stack and, where gdb is installed, its user stack (stacks.py): for a test
+# that found a request never answered, so that the hang shows where it waits.
 tfs_stacks() {
-	local t
 	[ -n "$TFS_PID" ] || return 0
-	echo "--- daemon threads (pid $TFS_PID) ---" >&2
-	for t in /proc/"$TFS_PID"/task/*; do
-		echo "thread ${t##*/} $(cat "$t/comm" 2>/dev/null) in $(cat "$t/wchan" 2>/dev/null)"
-		cat "$t/stack" 2>/dev/null
-	done >&2
-	if command -v gdb >/dev/null; then
-		timeout 60 gdb -p "$TFS_PID" -batch -ex "thread apply all bt" 2>&1 |
-			grep -v '^\[New LWP' >&2
-	fi
+	python3 "$(dirname "${BASH_SOURCE[0]}")/stacks.py" "$TFS_PID" >&2
+}
+
+# The watchdog: while a test runs, every TFS_WATCHDOG_S seconds (default
+# 100, under the shortest meson timeout of a mount test, 120) it prints
+# every process the test started with where it sleeps, and the threads of
+# every daemon among them. A test that hung then shows where it waits when
+# meson's timeout ends it (the last print is the end of its log); a slow
+# one that passes printed to a log nobody reads. tfs_cleanup stops it.
+tfs_watchdog() {
+	local top=$1 p pids daemons secs=0
+	for (( ; ; )); do
+		sleep "${TFS_WATCHDOG_S:-100}" &
+		wait $!
+		secs=$((secs + ${TFS_WATCHDOG_S:-100}))
+		echo "--- watchdog: $0 still running after $secs s; its processes: ---" >&2
+		pids=$(descendants "$top" | grep -vx "$BASHPID")
+		ps -o pid,etimes,stat,wchan:24,args -p "$(echo $pids | tr ' ' ,)" | cut -c1-160 >&2
+		daemons=()
+		for p in $pids; do
+			[ "$(cat "/proc/$p/comm" 2>/dev/null)" = tensorfs ] && daemons+=("$p")
+		done
+		[ ${#daemons[@]} -eq 0 ] ||
+			python3 "$(dirname "${BASH_SOURCE[0]}")/stacks.py" "${daemons[@]}" >&2
+	done
+}
+
+# descendants PID: the processes under PID, children first.
+descendants() {
+	local c
+	for c in $(cat /proc/"$1"/task/*/children 2>/dev/null); do
+		echo "$c"
+		descendants "$c"
+	done
 }
 
 tfs_cleanup() {
 	local rc=$? i
+	if [ -n "${TFS_WATCHDOG_PID:-}" ]; then
+		# then its sleep, which holds the test's output open
+		i=$(pgrep -P "$TFS_WATCHDOG_PID")
+		kill "$TFS_WATCHDOG_PID" 2>/dev/null
+		wait "$TFS_WATCHDOG_PID" 2>/dev/null
+		[ -z "$i" ] || kill $i 2>/dev/null
+	fi
 	if is_mounted "$MNT"; then
 		fusermount3 -u -z "$MNT" 2>/dev/null || umount -l "$MNT" 2>/dev/null
 	fi
@@ -157,8 +193,14 @@ tfs_cleanup() {
 			alive "$TFS_PID" || break
 			sleep 0.1
 		done
-		alive "$TFS_PID" && kill -9 "$TFS_PID" 2>/dev/null
-		wait "$TFS_PID" 2>/dev/null
+		if alive "$TFS_PID"; then
+			echo "cleanup: the daemon did not end 10 s after SIGTERM; where it is:" >&2
+			tfs_stacks
+			kill -9 "$TFS_PID" 2>/dev/null
+		fi
+		# not for ever: a thread in an uninterruptible wait outlives SIGKILL
+		waitfor "$TFS_PID" 30 >/dev/null 2>&1 ||
+			echo "cleanup: the daemon (pid $TFS_PID) outlives SIGKILL" >&2
 	fi
 	if declare -F tfs_extra_cleanup >/dev/null; then
 		tfs_extra_cleanup
@@ -167,3 +209,5 @@ tfs_cleanup() {
 	exit $rc
 }
 trap tfs_cleanup EXIT
+tfs_watchdog $$ &
+TFS_WATCHDOG_PID=$!
