@@ -105,7 +105,7 @@ grep -q '^health    ok$' "$TFSCTL_OUT" || fail "stats: health is not ok"
 grep -qE "^fuse +lookup [0-9]+, " "$TFSCTL_OUT" && grep -qE " read_bytes [0-9.]+M," "$TFSCTL_OUT" ||
 	fail "stats: no FUSE counters"
 grep -q '^dedup     ratio ' "$TFSCTL_OUT" || fail "stats: no dedup line"
-grep -q '^prefetch  accuracy ' "$TFSCTL_OUT" || fail "stats: no prefetch line"
+grep -qE '^prefetch  accuracy .*, window [0-9]+ blocks$' "$TFSCTL_OUT" || fail "stats: no prefetch line with the window"
 
 # where on a folder adds up its files.
 mkdir -p "$MNT/dir/sub"

@@ -187,9 +187,10 @@ static void print_summary(json_t *st)
 	printf("          dirty %s, pinned %s, evictions %llu, written back %s\n", a, b,
 	       (unsigned long long)jint(c, "evictions"), e);
 	fmt_pct(jreal(p, "accuracy"), a, sizeof(a));
-	printf("prefetch  accuracy %s (issued %llu, used %llu, wasted %llu, late %llu)\n", a,
-	       (unsigned long long)jint(p, "issued"), (unsigned long long)jint(p, "used"),
-	       (unsigned long long)jint(p, "wasted"), (unsigned long long)jint(p, "late"));
+	printf("prefetch  accuracy %s (issued %llu, used %llu, wasted %llu, late %llu), window %llu blocks\n",
+	       a, (unsigned long long)jint(p, "issued"), (unsigned long long)jint(p, "used"),
+	       (unsigned long long)jint(p, "wasted"), (unsigned long long)jint(p, "late"),
+	       (unsigned long long)jint(p, "depth_blocks"));
 	fmt_bytes(jint(d, "logical_bytes"), e, sizeof(e));
 	fmt_bytes(jint(d, "physical_bytes"), f, sizeof(f));
 	printf("dedup     ratio %.2f (logical %s, physical %s, hits %llu)\n", jreal(d, "ratio"), e,
@@ -369,8 +370,8 @@ static void top_frame(FILE *f, const struct tfs_mount *m, json_t *st, json_t *pr
 	fmt_pct(jreal(p, "accuracy"), a, sizeof(a));
 	fmt_per_s(per_s(p, pp, "issued", dt), b, sizeof(b));
 	fmt_per_s(per_s(p, pp, "used", dt), e, sizeof(e));
-	line(f, "prefetch  accuracy %s   issued/s %s   used/s %s   late %llu", a, b, e,
-	     (unsigned long long)jint(p, "late"));
+	line(f, "prefetch  accuracy %s   issued/s %s   used/s %s   late %llu   window %llu", a, b, e,
+	     (unsigned long long)jint(p, "late"), (unsigned long long)jint(p, "depth_blocks"));
 	json_t *d = json_object_get(st, "dedup");
 	fmt_bytes(jint(d, "logical_bytes"), a, sizeof(a));
 	fmt_bytes(jint(d, "physical_bytes"), b, sizeof(b));
