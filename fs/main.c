@@ -284,14 +284,20 @@ static int owner_commit(void *ctx, const struct tb_commit *c, size_t n)
 
 	if (ret)
 		return ret;
-	for (size_t i = 0; i < n && !ret; i++) {
+	/*
+	 * The blocks that share a stored block first: a block written in the
+	 * same batch (a hole, say) may drop the last reference that the
+	 * shared block had, and after it the share found the block gone
+	 * (-ESTALE, and the whole batch written again).
+	 */
+	for (size_t i = 0; i < n && !ret; i++)
 		if (c[i].share_id)
 			ret = meta_bmap_share_block(fs->meta, txn, c[i].obj, c[i].idx,
 						    c[i].share_id, c[i].hash, &freed);
-		else
+	for (size_t i = 0; i < n && !ret; i++)
+		if (!c[i].share_id)
 			ret = meta_bmap_store(fs->meta, txn, c[i].obj, c[i].idx, c[i].loc,
 					      c[i].len, c[i].hashed ? c[i].hash : NULL, &freed);
-	}
 	if (ret) {
 		meta_abort(txn);
 		locvec_free(&freed);

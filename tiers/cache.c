@@ -135,6 +135,7 @@ struct tb_entry {
 	uint64_t base_loc; /* the persisted block a partial entry completes from */
 	size_t base_len;   /* bytes stored there; the rest of it is zeros */
 	uint64_t share_id; /* WB: commit as a reference to this stored block */
+	bool no_share;	   /* the last commit of it as a shared block was stale: store it */
 	bool hashed;
 	uint8_t hash[TB_HASH_LEN];
 	int pins, wpins;
@@ -1006,7 +1007,7 @@ static struct tb_entry *entry_take(struct tb_store *s, struct tb_entry *e)
 	e->retries = 0;
 	e->urgent = e->dead = e->reserved = e->written_back = e->stored = e->deep = false;
 	e->stream = e->blind = false;
-	e->placeholder = e->partial = e->merging = false;
+	e->placeholder = e->partial = e->merging = e->no_share = false;
 	e->ref_bit = true;
 	e->fill = 0;
 	e->waiters = NULL;
@@ -2513,7 +2514,7 @@ static void start_writes(struct tb_store *s, struct tb_entry **batch, size_t n,
 			holes[(*nholes)++] = e;
 			continue;
 		}
-		if (s->cfg.dedup != TB_DEDUP_OFF && dedup_match(s, e)) {
+		if (s->cfg.dedup != TB_DEDUP_OFF && !e->no_share && dedup_match(s, e)) {
 			holes[(*nholes)++] = e; /* no I/O: committed as a shared block */
 			continue;
 		}
@@ -2566,9 +2567,20 @@ static void commit_batch(struct tb_store *s, struct tb_entry **v, size_t n)
 		struct tb_entry *e = v[i];
 
 		if (ret == -ESTALE) {
-			/* A block to share went away: write these again, no error. */
+			/*
+			 * A block to share went away: write these again, no
+			 * error, and those that shared a block as new blocks.
+			 * Shared again, the same batch failed the same way for
+			 * ever (the owner's transaction was undone, so the index
+			 * still named the block), and the flusher spun while an
+			 * fsync waited: seen with an all-zero block, whose commit
+			 * dropped the block's last reference, ahead of a block
+			 * that shared it.
+			 */
 			if (e->new_loc != TB_LOC_NONE && !e->share_id)
 				dev_free(s->dev[tb_loc_dev(e->new_loc)], tb_loc_slot(e->new_loc));
+			if (e->share_id)
+				e->no_share = true;
 			e->share_id = 0;
 			set_state(s, e, ES_DIRTY);
 			e->urgent = true;
@@ -2592,6 +2604,7 @@ static void commit_batch(struct tb_store *s, struct tb_entry **v, size_t n)
 		else if (!e->share_id)
 			s->wb_bytes += io_len(e->new_len);
 		e->share_id = 0;
+		e->no_share = false;
 		e->loc = e->new_loc;
 		e->written_back = true;
 		set_state(s, e, ES_CLEAN);

@@ -199,8 +199,8 @@ tfs_cleanup() {
 			kill -9 "$TFS_PID" 2>/dev/null
 		fi
 		# not for ever: a thread in an uninterruptible wait outlives SIGKILL
-		waitfor "$TFS_PID" 30 >/dev/null 2>&1 ||
-			echo "cleanup: the daemon (pid $TFS_PID) outlives SIGKILL" >&2
+		waitfor "$TFS_PID" 30 >/dev/null 2>&1
+		alive "$TFS_PID" && echo "cleanup: the daemon (pid $TFS_PID) outlives SIGKILL" >&2
 	fi
 	if declare -F tfs_extra_cleanup >/dev/null; then
 		tfs_extra_cleanup

@@ -2,8 +2,9 @@
 # Deduplication at write-back: identical blocks are stored once, overwrites
 # un-share only what changed, deleting frees everything (also across a
 # remount and a kill -9), verify mode never merges different bytes even when
-# their hashes collide, dedup=off stores every copy, and verify compares
-# with the stored copy in DRAM when it is there.
+# their hashes collide, dedup=off stores every copy, verify compares with
+# the stored copy in DRAM when it is there, and a write-back batch whose
+# commits drop a block that another of its blocks shares still commits.
 . "$(dirname "$0")/lib.sh"
 
 SIZE_MB=${DEDUP_MB:-256}
@@ -119,5 +120,36 @@ cmp -s "$T/src" "$MNT/dup" || fail "the dedup'd copy reads back wrong"
 [ "$cached" -ge 30 ] || fail "verify compared $cached of 32 blocks with the DRAM copy"
 [ "$r1" -eq "$r0" ] || fail "verify read $((r1 - r0)) bytes from the device with the copy in DRAM"
 near "$(stat_val dedup physical_bytes)" $((32 * MB)) || fail "the copy was not shared"
+tfs_umount || fail "unmount"
+# 8. One write-back batch whose commits drop the last reference of a block
+#    that another block of the batch shares. fsync commits both blocks of
+#    f together (dirty_expire_ms keeps them dirty until then). (a) Block 0
+#    zeroed (a hole) and its bytes written to block 1: the share is
+#    committed first, so it holds (one hit more). (b) Two blocks swapping
+#    their bytes: each share drops the block the other shares; the batch is
+#    written again with both stored whole. Either once made the flusher
+#    write the batch again for ever, and the fsync never returned.
+rm -rf "$NVME" "$META" && mkdir -p "$NVME"
+tfs_mount dirty_expire_ms=600000
+head -c $((2 * MB)) /dev/urandom >"$T/cd"
+dd if="$T/cd" of="$MNT/f" bs=1M conv=fsync status=none || fail "write f"
+h0=$(stat_val dedup hits)
+dd if=/dev/zero of="$MNT/f" bs=1M count=1 conv=notrunc status=none || fail "zero block 0"
+dd if="$T/cd" of="$MNT/f" bs=1M count=1 seek=1 conv=notrunc status=none || fail "block 0's bytes to block 1"
+within 60 python3 -c "import os, sys; os.fsync(os.open(sys.argv[1], os.O_RDWR))" "$MNT/f" ||
+	{ tfs_stacks; fail "(a) fsync of a hole and a share of the block it drops: not done in 60 s"; }
+[ "$(stat_val dedup hits)" -eq $((h0 + 1)) ] || fail "(a) the share was not committed ahead of the hole"
+{ head -c "$MB" /dev/zero; head -c "$MB" "$T/cd"; } >"$T/want8a"
+head -c $((2 * MB)) /dev/urandom >"$T/cd" # bytes no other block has
+dd if="$T/cd" of="$MNT/g" bs=1M conv=fsync status=none || fail "write g"
+dd if="$T/cd" of="$MNT/g" bs=1M skip=1 count=1 conv=notrunc status=none || fail "g: block 1 to 0"
+dd if="$T/cd" of="$MNT/g" bs=1M count=1 seek=1 conv=notrunc status=none || fail "g: block 0 to 1"
+within 60 python3 -c "import os, sys; os.fsync(os.open(sys.argv[1], os.O_RDWR))" "$MNT/g" ||
+	{ tfs_stacks; fail "(b) fsync of two blocks that swapped their bytes: not done in 60 s"; }
+{ tail -c "$MB" "$T/cd"; head -c "$MB" "$T/cd"; } >"$T/want8b"
+tfs_umount || fail "unmount"
+tfs_mount
+cmp -s "$T/want8a" "$MNT/f" || fail "(a) f reads back wrong after remount"
+cmp -s "$T/want8b" "$MNT/g" || fail "(b) g reads back wrong after remount"
 tfs_umount || fail "unmount"
 echo "PASS: dedup (${SIZE_MB} MiB copies)"
