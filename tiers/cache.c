@@ -54,6 +54,7 @@
  */
 #include "tb.h"
 #include "dram.h"
+#include "fault.h"
 #include "log.h"
 #include "dev.h"
 
@@ -189,7 +190,8 @@ struct tb_store {
 	pthread_mutex_t lock; /* guards all below, and every entry */
 	pthread_cond_t state_cv; /* an entry left LOADING or WB, or was unpinned */
 	pthread_cond_t space_cv; /* a slot, dirty budget or space was freed */
-	pthread_cond_t flush_cv; /* work for the flusher */
+	pthread_cond_t flush_cv; /* work for the flusher (flusher_kick) */
+	uint64_t flush_kicks;	 /* flusher_kick calls: one during the flusher's turn counts */
 	struct tb_entry *entries;
 	uint32_t nslots;
 	struct tb_entry **hash;
@@ -971,6 +973,20 @@ static uint64_t dirty_below(struct tb_store *s)
 }
 
 /*
+ * Wake the flusher: there is work for it, or a reason to look again. Lock
+ * held. The flusher drops the lock between looking for work and going to
+ * sleep (it writes and commits in between); a kick in that gap would be
+ * lost, so it sleeps only if no kick came since it looked (flusher_main).
+ * Lost, the stop at unmount left it asleep for ever, and an fsync that
+ * found its blocks pinned waited with it.
+ */
+static void flusher_kick(struct tb_store *s)
+{
+	s->flush_kicks++;
+	pthread_cond_signal(&s->flush_cv);
+}
+
+/*
  * The flusher keeps clean_high free or clean slots ahead of need; wake it
  * when they run short, when dirty data passes the background mark, and
  * after every few evictions while a cycle ranks the victims, since each
@@ -983,7 +999,7 @@ static void kick_cleaner(struct tb_store *s, bool evicted)
 	if (s->free_list.n + s->nclean < s->clean_high ||
 	    (below > s->clean_low && dirty_over(s, below) > 0) ||
 	    (evicted && ++s->evict_since_clean >= CLEAN_KICK))
-		pthread_cond_signal(&s->flush_cv);
+		flusher_kick(s);
 }
 
 /* Take e (free, or a clean victim) for a new block. */
@@ -1025,7 +1041,7 @@ static struct tb_entry *entry_alloc(struct tb_store *s, enum wait_stream wait_st
 	if (!e)
 		e = pick_victim(s, &vu, wait_stream);
 	if (!e) {
-		pthread_cond_signal(&s->flush_cv);
+		flusher_kick(s);
 		return NULL;
 	}
 	return entry_take(s, e);
@@ -1053,7 +1069,7 @@ static struct tb_entry *entry_alloc_wait(struct tb_store *s, uint64_t obj, uint6
 		e = entry_alloc(s, wait_stream);
 		if (e)
 			return e;
-		pthread_cond_signal(&s->flush_cv);
+		flusher_kick(s);
 		if (!wait_stream)
 			pthread_cond_wait(&s->space_cv, &s->lock);
 		else if (pthread_cond_timedwait(&s->space_cv, &s->lock, &until) == ETIMEDOUT)
@@ -1104,7 +1120,7 @@ static int reserve_blocks(struct tb_store *s, uint64_t n)
 		if (!s->npending && !s->wb_inflight && !s->commits_since_sync)
 			break;
 		s->sync_req = true;
-		pthread_cond_signal(&s->flush_cv);
+		flusher_kick(s);
 		deadline_in(&ts, 2000);
 		while (s->sync_gen == gen)
 			if (pthread_cond_timedwait(&s->space_cv, &s->lock, &ts) == ETIMEDOUT)
@@ -1139,7 +1155,7 @@ static void make_dirty(struct tb_store *s, struct tb_entry *e, bool blind)
 	s->ndirty++;
 	elist_append(&s->dirty_list, e);
 	if (s->dirty_list.n == 1 && s->cfg.dirty_expire_ms)
-		pthread_cond_signal(&s->flush_cv); /* the flusher sleeps until the head ages */
+		flusher_kick(s); /* the flusher sleeps until the head ages */
 	kick_cleaner(s, false);
 }
 
@@ -1208,7 +1224,7 @@ static void write_done(struct tb_io *r, int err)
 	e->err = err;
 	e->lnext = s->done;
 	s->done = e;
-	pthread_cond_signal(&s->flush_cv);
+	flusher_kick(s);
 	pthread_mutex_unlock(&s->lock);
 }
 
@@ -1609,7 +1625,7 @@ static int prefetch(struct tb_store *s, uint64_t obj, uint64_t idx, bool hint, u
 	if (!e) {
 		e = pick_victim(s, &vu, WAIT_WB);
 		if (!e) {
-			pthread_cond_signal(&s->flush_cv);
+			flusher_kick(s);
 			pthread_mutex_unlock(&s->lock);
 			return -EAGAIN;
 		}
@@ -1752,7 +1768,7 @@ static void wait_dirty_budget(struct tb_store *s)
 		if (!counted)
 			s->bp_waits++;
 		counted = true;
-		pthread_cond_signal(&s->flush_cv);
+		flusher_kick(s);
 		pthread_cond_wait(&s->space_cv, &s->lock);
 	}
 }
@@ -1981,7 +1997,7 @@ void tb_put_dirty(struct tb_store *s, struct tb_ref *ref, size_t off, size_t len
 			e->stream_ready = true;
 			s->n_stream_ready++;
 		}
-		pthread_cond_signal(&s->flush_cv); /* take_stream */
+		flusher_kick(s); /* take_stream */
 	}
 	if (--e->pins == 0 && e->dead)
 		entry_free(s, e);
@@ -2691,18 +2707,20 @@ static void *flusher_main(void *arg)
 	}
 	pthread_mutex_lock(&s->lock);
 	for (;;) {
-		uint64_t now = now_ms(), next_ms = UINT64_MAX;
+		uint64_t now = now_ms(), next_ms = UINT64_MAX, kicks;
 		size_t n, nready = 0;
 		struct tb_entry *done;
 		bool want_sync, failed;
 
 		if (s->stopping && !s->ndirty && !s->done && !s->wb_inflight)
 			break;
+		kicks = s->flush_kicks;
 		n = take_dirty(s, batch, COMMIT_BATCH_MAX, now, &next_ms);
 		done = s->done;
 		s->done = NULL;
 		pthread_mutex_unlock(&s->lock);
 
+		fault_inject("flusher", FAULT_FLUSHER, 0); /* test builds: op=flusher */
 		start_writes(s, batch, n, ready, &nready);
 		failed = false;
 		while (done) {
@@ -2736,8 +2754,8 @@ static void *flusher_main(void *arg)
 			pthread_mutex_lock(&s->lock);
 			continue;
 		}
-		if (n || nready || failed || s->done)
-			continue;
+		if (n || nready || failed || s->done || s->flush_kicks != kicks)
+			continue; /* a kick while the lock was dropped: look again */
 		/* Asleep until something is due: an idle mount costs no CPU. */
 		if ((s->commits_since_sync || s->npending) &&
 		    next_ms > last_sync + s->cfg.sync_interval_ms)
@@ -2802,7 +2820,7 @@ int tb_flush_obj(struct tb_store *s, uint64_t obj)
 			if (e->state == ES_DIRTY)
 				e->urgent = true;
 	s->due_scan = true;
-	pthread_cond_signal(&s->flush_cv);
+	flusher_kick(s);
 	while ((o = obj_find(s, obj)) && obj_has_dirty(o, seq, &err)) {
 		pthread_cond_wait(&s->state_cv, &s->lock);
 		/*
@@ -2811,7 +2829,7 @@ int tb_flush_obj(struct tb_store *s, uint64_t obj)
 		 * (dirty_expire_ms), and so did this fsync.
 		 */
 		if ((o = obj_find(s, obj)) && mark_urgent(o, seq))
-			pthread_cond_signal(&s->flush_cv);
+			flusher_kick(s);
 	}
 	if (o && o->wb_err) {
 		if (!err)
@@ -2833,7 +2851,7 @@ static int flush_all(struct tb_store *s)
 	for (struct tb_entry *e = s->dirty_list.head; e; e = e->lnext)
 		e->urgent = true;
 	s->due_scan = true;
-	pthread_cond_signal(&s->flush_cv);
+	flusher_kick(s);
 	for (;;) {
 		bool busy = false;
 
@@ -3050,9 +3068,9 @@ void tb_release(struct tb_store *s, uint64_t loc)
 	 */
 	if (s->npending >= SYNC_FREES) {
 		s->sync_req = true;
-		pthread_cond_signal(&s->flush_cv);
+		flusher_kick(s);
 	} else if (s->npending == 1) {
-		pthread_cond_signal(&s->flush_cv);
+		flusher_kick(s);
 	}
 	pthread_mutex_unlock(&s->lock);
 }
@@ -3370,6 +3388,7 @@ int tb_close(struct tb_store *s)
 		ret = tb_sync(s);
 		pthread_mutex_lock(&s->lock);
 		s->stopping = true;
+		s->flush_kicks++;
 		pthread_cond_broadcast(&s->flush_cv);
 		pthread_cond_broadcast(&s->space_cv);
 		pthread_mutex_unlock(&s->lock);

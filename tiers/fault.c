@@ -66,7 +66,7 @@ static const struct {
 	int err;
 } errnames[] = {{"EIO", EIO}, {"ENOSPC", ENOSPC}, {"ETIMEDOUT", ETIMEDOUT}};
 
-static const char *const point_names[] = {"read", "write", "sync", "attempt"};
+static const char *const point_names[] = {"read", "write", "sync", "attempt", "turn"};
 
 static int parse_u64(const char *s, uint64_t *out)
 {
@@ -95,6 +95,8 @@ static int parse_pair(struct fault_rule *r, const char *key, const char *val, ch
 			r->ops = 1u << FAULT_WRITE;
 		else if (strcmp(val, "sync") == 0)
 			r->ops = 1u << FAULT_SYNC;
+		else if (strcmp(val, "flusher") == 0)
+			r->ops = 1u << FAULT_FLUSHER;
 		else if (strcmp(val, "any") == 0)
 			r->ops = 1u << FAULT_READ | 1u << FAULT_WRITE | 1u << FAULT_SYNC;
 		else

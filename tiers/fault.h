@@ -15,7 +15,10 @@
  * A rule is a comma-separated list of key=value:
  *
  *   dev=NAME    nvme0, nvme1, ..., s3, pfs, or * (default: every device)
- *   op=OP       read, write, sync or any (default any)
+ *   op=OP       read, write, sync or any (default any); flusher: each turn
+ *               of the cache's flusher, in its gap between looking for work
+ *               and sleeping (dev=flusher), where err=delay widens that
+ *               window for a test of the wake-ups it could lose
  *   err=E       EIO, ENOSPC, ETIMEDOUT: the request fails with it, before
  *               the medium sees it; delay: it waits ms= milliseconds, then
  *               runs; 503: (s3) an attempt is answered as by an overloaded
@@ -42,6 +45,7 @@ enum fault_point {
 	FAULT_WRITE,	  /* a write request, before it is started */
 	FAULT_SYNC,	  /* a device flush (fdatasync) */
 	FAULT_S3_ATTEMPT, /* one HTTP attempt of an s3 request, after it ended */
+	FAULT_FLUSHER,	  /* each turn of the cache's flusher, the store unlocked */
 };
 
 #ifdef TFS_FAULT_INJECTION

@@ -1,0 +1,57 @@
+#!/bin/bash
+# The flusher's wake-ups, with a delay in each of its turns (op=flusher:
+# the gap between looking for work and going to sleep, the store unlocked)
+# to widen the window where a wake-up could be lost. With the age limit
+# off (dirty_expire_ms=0) nothing else wakes a flusher asleep without a
+# deadline, so a lost wake-up is a hang:
+#
+#   1. Unmount with dirty blocks, ten times: the stop at unmount comes
+#      while the flusher is in its gap after the last write-back and sync;
+#      the daemon must end, every time.
+#   2. fsync and `tfsctl flush` while a writer rewrites the same blocks:
+#      each must return.
+# Every step is bounded; a hang fails with the daemon's threads. Before
+# the flusher counted its wake-ups (flusher_kick), part 1 hung.
+
+. "$(dirname "$0")/lib_fault.sh"
+
+TFS_UMOUNT_S=60
+fault_set "dev=flusher,op=flusher,err=delay,ms=20"
+for round in $(seq 1 10); do
+	TFS_DRAM=128M tfs_mount "dirty_expire_ms=0"
+	[ "$round" -gt 1 ] || fault_check_build
+	within 60 dd if=/dev/urandom of="$MNT/f$round" bs=1M count=48 status=none ||
+		{ tfs_stacks; fail "round $round: writing 48 MiB not done in 60 s"; }
+	tfs_umount || fail "round $round: the daemon exited non-zero"
+done
+[ "$(fault_count)" -gt 0 ] || fail "no flusher turn was delayed"
+echo "   1. 10 unmounts with 48 MiB dirty, each flusher turn 20 ms late: every daemon ended"
+
+TFS_DRAM=128M tfs_mount "dirty_expire_ms=0"
+python3 - "$MNT/w" "$T/stop" <<'PY' &
+import os, sys
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT)
+buf = os.urandom(1 << 20)
+i = 0
+while not os.path.exists(sys.argv[2]):
+    os.pwrite(fd, buf, (i % 8) << 20)
+    i += 1
+PY
+writer=$!
+for i in $(seq 1 20); do
+	within 60 python3 -c "import os, sys; os.fsync(os.open(sys.argv[1], os.O_RDWR))" "$MNT/w" ||
+		{ touch "$T/stop"; tfs_stacks; fail "fsync $i with a writer not done in 60 s"; }
+	within 60 "$TFSCTL" -m "$MNT" flush >/dev/null ||
+		{ touch "$T/stop"; tfs_stacks; fail "tfsctl flush $i with a writer not done in 60 s"; }
+done
+touch "$T/stop"
+waitfor "$writer" 60 || { tfs_stacks; fail "the writer did not end"; }
+fault_off
+tfs_umount || fail "the daemon exited non-zero"
+tfs_mount
+for f in $(seq 1 10); do
+	[ "$(stat -c %s "$MNT/f$f")" -eq $((48 << 20)) ] || fail "f$f lost bytes"
+done
+tfs_umount || fail "unmount"
+echo "   2. 20 fsyncs and 20 flushes with a writer at the same blocks: each returned"
+echo "PASS: the flusher's wake-ups"
