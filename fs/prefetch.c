@@ -49,16 +49,6 @@ static uint64_t dram_blocks(const struct fs *fs)
 	return fs->cfg->dram / fs->bs;
 }
 
-static int prefetch_block(struct fs *fs, struct fs_inode *in, uint64_t idx, bool hint)
-{
-	int ret;
-
-	pthread_rwlock_rdlock(&in->io);
-	ret = tb_prefetch(fs->tb, in->ino, idx, hint);
-	pthread_rwlock_unlock(&in->io);
-	return ret;
-}
-
 /*
  * One turn of a file: issue its next stored blocks from h->next, at most
  * PF_TURN_BLOCKS and h->left, and advance h. False when it has no more to
@@ -80,10 +70,18 @@ static bool prefetch_turn(struct fs *fs, struct fs_pf_file *h, bool hint, bool *
 	if (meta_bmap_list(fs->meta, h->ino, h->next, nblk, idx, max, &n) != 0)
 		n = 0;
 	more = n == max;
-	/* A turn's blocks reach the devices together: an s3 tier reads neighbours in one GET. */
+	/*
+	 * A turn's blocks reach the devices together: an s3 tier reads
+	 * neighbours in one GET. The file's I/O lock is held shared over the
+	 * whole turn, plug to unplug: taken per block, a truncate (O_TRUNC)
+	 * could take it between two blocks and wait in tb_drop for a load
+	 * still held in this thread's plug, while this thread waited for the
+	 * lock, for ever.
+	 */
+	pthread_rwlock_rdlock(&in->io);
 	tb_plug();
 	for (unsigned i = 0; i < n && !fs->pf_stop; i++) {
-		int ret = prefetch_block(fs, in, idx[i], hint);
+		int ret = tb_prefetch(fs->tb, in->ino, idx[i], hint);
 
 		if (ret == -ENOBUFS) {
 			/*
@@ -92,7 +90,7 @@ static bool prefetch_turn(struct fs *fs, struct fs_pf_file *h, bool hint, bool *
 			 * before it saw no flag, and its room shows now.
 			 */
 			__atomic_store_n(&fs->pf_room_wait, true, __ATOMIC_RELAXED);
-			ret = prefetch_block(fs, in, idx[i], hint);
+			ret = tb_prefetch(fs->tb, in->ino, idx[i], hint);
 		}
 		if (ret == -ENOBUFS) {
 			*stop = true;
@@ -115,6 +113,7 @@ static bool prefetch_turn(struct fs *fs, struct fs_pf_file *h, bool hint, bool *
 		h->left--;
 	}
 	tb_unplug();
+	pthread_rwlock_unlock(&in->io);
 	if (retry) {
 		struct timespec ts = {0, RETRY_NS};
 
