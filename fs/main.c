@@ -508,10 +508,14 @@ static int open_stores(struct fs *fs, unsigned nthreads, char *err, size_t errle
 	return meta_sync(fs->meta);
 }
 
-/* failed: the start did not finish, so a store it created is removed again. */
-static void close_stores(struct fs *fs, bool failed)
+/*
+ * failed: the start did not finish, so a store it created is removed again.
+ * Returns -EIO when dirty blocks could not be written back.
+ */
+static int close_stores(struct fs *fs, bool failed)
 {
 	bool discard = failed && fs->new_store;
+	int ret = 0;
 
 	fs_gpu_stop(fs);
 	fs_ctl_stop(fs);
@@ -522,8 +526,11 @@ static void close_stores(struct fs *fs, bool failed)
 			tb_forget_identity(fs->tb);
 		if (fs->meta && !discard)
 			fs_iflush_all(fs);
-		if (tb_close(fs->tb))
-			log_err("errors while writing back at unmount; see above");
+		if (tb_close(fs->tb)) {
+			log_err("errors while writing back at unmount; see above: "
+				"what was not written back is lost");
+			ret = -EIO;
+		}
 		fs->tb = NULL;
 	}
 	if (discard)
@@ -531,6 +538,7 @@ static void close_stores(struct fs *fs, bool failed)
 	else
 		meta_close(fs->meta);
 	fs->meta = NULL;
+	return ret;
 }
 
 static void report(int fd, char status)
@@ -629,7 +637,8 @@ static int run(struct fs *fs, struct fuse_session *se, struct fuse_cmdline_opts 
 	ret = fs_loop(fs, se, fo->singlethread ? 1 : c->threads);
 	fuse_session_unmount(se);
 	fuse_remove_signal_handlers(se);
-	close_stores(fs, false);
+	if (close_stores(fs, false) < 0 && ret == 0)
+		ret = -EIO; /* exit 1: the unmount lost data */
 	log_info("unmounted %s", c->mountpoint);
 	return ret < 0 ? 1 : 0;
 fail:

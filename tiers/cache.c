@@ -75,6 +75,8 @@
 #include <time.h>
 
 #define WB_RETRY_BASE_MS 100
+#define STOP_RETRY_MS 20000   /* at the stop, failed write-backs are retried this long */
+#define STOP_RETRY_GAP_MS 1000 /* and this often */
 #define WB_MAX_RETRIES 6
 #define FLUSH_SCAN_MAX 4096
 #define COMMIT_BATCH_MAX 1024
@@ -231,6 +233,7 @@ struct tb_store {
 	uint64_t *pending;     /* released locations awaiting a sync */
 	size_t npending, cap_pending;
 	bool sync_req, stopping, started;
+	uint64_t stop_ms; /* when tb_close stopped the store (flusher_done) */
 	uint64_t sync_gen;
 	uint64_t commits_since_sync;
 	unsigned urgent_waiters;
@@ -2066,6 +2069,18 @@ bool tb_swap_slot(struct tb_store *s, struct tb_ref *ref, uint32_t *slot)
 static bool due(struct tb_store *s, struct tb_entry *e, uint64_t now, uint64_t *at)
 {
 	*at = s->cfg.dirty_expire_ms ? e->dirty_ms + s->cfg.dirty_expire_ms : UINT64_MAX;
+	if (s->stopping && e->retries) {
+		/* Failed before: retried until the stop's deadline (flusher_done). */
+		uint64_t end = s->stop_ms + STOP_RETRY_MS;
+
+		if (now >= end)
+			return false;
+		if (now < e->dirty_ms) {
+			*at = e->dirty_ms < end ? e->dirty_ms : end;
+			return false;
+		}
+		return !e->wpins && !e->merging;
+	}
 	if (e->wpins || e->merging) {
 		/*
 		 * Look again soon: a writer's pin is held for one copy. A block
@@ -2202,7 +2217,8 @@ static void wb_failed(struct tb_store *s, struct tb_entry *e, int err)
 	 */
 	e->urgent = true;
 	s->due_scan = true;
-	e->dirty_ms = now_ms() + (WB_RETRY_BASE_MS << (e->retries < 8 ? e->retries : 8));
+	e->dirty_ms = now_ms() + (s->stopping ? STOP_RETRY_GAP_MS
+					      : WB_RETRY_BASE_MS << (e->retries < 8 ? e->retries : 8));
 	elist_append(&s->dirty_list, e);
 	s->wb_inflight--;
 	pthread_cond_broadcast(&s->state_cv);
@@ -2692,6 +2708,22 @@ static int do_sync(struct tb_store *s)
 	return ret;
 }
 
+/*
+ * Whether the flusher may end: the store stops, nothing is in flight, and
+ * nothing is dirty, or what is has failed its write-backs until
+ * STOP_RETRY_MS after the stop. At the stop, a block that failed is
+ * retried every STOP_RETRY_GAP_MS: a device that healed takes it (one
+ * put down by its errors is tried again after 5 s, dev.c); one that does
+ * not keeps it, and tb_close says it is lost. Retried for ever, a device
+ * failing every write kept the daemon from ending at unmount. Lock held.
+ */
+static bool flusher_done(struct tb_store *s)
+{
+	if (!s->stopping || s->done || s->wb_inflight)
+		return false;
+	return !s->ndirty || now_ms() >= s->stop_ms + STOP_RETRY_MS;
+}
+
 static void *flusher_main(void *arg)
 {
 	struct tb_store *s = arg;
@@ -2712,7 +2744,7 @@ static void *flusher_main(void *arg)
 		struct tb_entry *done;
 		bool want_sync, failed;
 
-		if (s->stopping && !s->ndirty && !s->done && !s->wb_inflight)
+		if (flusher_done(s))
 			break;
 		kicks = s->flush_kicks;
 		n = take_dirty(s, batch, COMMIT_BATCH_MAX, now, &next_ms);
@@ -3388,14 +3420,27 @@ int tb_close(struct tb_store *s)
 		ret = tb_sync(s);
 		pthread_mutex_lock(&s->lock);
 		s->stopping = true;
+		s->stop_ms = now_ms();
+		for (struct tb_entry *e = s->dirty_list.head; e; e = e->lnext)
+			if (e->retries && e->dirty_ms > s->stop_ms + STOP_RETRY_GAP_MS)
+				e->dirty_ms = s->stop_ms + STOP_RETRY_GAP_MS;
 		s->flush_kicks++;
 		pthread_cond_broadcast(&s->flush_cv);
 		pthread_cond_broadcast(&s->space_cv);
 		pthread_mutex_unlock(&s->lock);
 		pthread_join(s->flusher, NULL);
 		int r = do_sync(s);
-		if (!ret)
+		/*
+		 * What counts is what is durable now: a block whose write-backs
+		 * failed in the flush may have gone at the stop's last try.
+		 */
+		if (s->ndirty) {
+			log_err("%llu dirty blocks were not written back",
+				(unsigned long long)s->ndirty);
+			ret = ret ? ret : -EIO;
+		} else {
 			ret = r;
+		}
 	}
 	for (unsigned i = 0; i < s->n_devs; i++)
 		dev_close(s->dev[i]);
