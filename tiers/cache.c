@@ -1213,6 +1213,13 @@ static void read_done(struct tb_io *r, int err)
 		e->last_use = ++s->ticks;
 		pin_waiters(s, e, w);
 	}
+	/*
+	 * A prefetch that landed with no reader waiting, or a load that
+	 * failed, left a slot a writer waiting for one (entry_alloc_wait)
+	 * may take.
+	 */
+	if (err || !e->pins)
+		pthread_cond_broadcast(&s->space_cv);
 	pthread_cond_broadcast(&s->state_cv);
 	pthread_mutex_unlock(&s->lock);
 	call_waiters(w, err);
@@ -3004,6 +3011,7 @@ void tb_unpin_obj(struct tb_store *s, uint64_t obj)
 		o->pinned = false;
 		s->n_pinned_res -= o->n;
 		obj_maybe_free(s, o);
+		pthread_cond_broadcast(&s->space_cv); /* its blocks may go now */
 	}
 	pthread_mutex_unlock(&s->lock);
 }
