@@ -318,6 +318,18 @@ static void elist_append(struct elist *l, struct tb_entry *e)
 	l->n++;
 }
 
+static void elist_prepend(struct elist *l, struct tb_entry *e)
+{
+	e->lprev = NULL;
+	e->lnext = l->head;
+	if (l->head)
+		l->head->lprev = e;
+	else
+		l->tail = e;
+	l->head = e;
+	l->n++;
+}
+
 static void elist_remove(struct elist *l, struct tb_entry *e)
 {
 	if (e->lprev)
@@ -2226,7 +2238,7 @@ static void wb_failed(struct tb_store *s, struct tb_entry *e, int err)
 	s->due_scan = true;
 	e->dirty_ms = now_ms() + (s->stopping ? STOP_RETRY_GAP_MS
 					      : WB_RETRY_BASE_MS << (e->retries < 8 ? e->retries : 8));
-	elist_append(&s->dirty_list, e);
+	elist_prepend(&s->dirty_list, e); /* where take_due finds it: see make_urgent */
 	s->wb_inflight--;
 	pthread_cond_broadcast(&s->state_cv);
 }
@@ -2242,8 +2254,9 @@ static void start_wb(struct tb_store *s, struct tb_entry *e)
 /*
  * Take the dirty entries that are due into WB. Lock held. The dirty list
  * is in the order blocks became dirty, so the age limit needs only its
- * head; the whole list is walked while blocks are marked urgent or wait
- * to retry (due_scan), which is also when they were put back at its tail.
+ * head, but for blocks marked urgent or waiting to retry, which go to its
+ * head (make_urgent); the whole list is walked (FLUSH_SCAN_MAX at most)
+ * while there are such blocks (due_scan).
  */
 static size_t take_due(struct tb_store *s, struct tb_entry **out, size_t max, uint64_t now,
 		       uint64_t *next_ms)
@@ -2624,7 +2637,7 @@ static void commit_batch(struct tb_store *s, struct tb_entry **v, size_t n)
 			set_state(s, e, ES_DIRTY);
 			e->urgent = true;
 			s->due_scan = true;
-			elist_append(&s->dirty_list, e);
+			elist_prepend(&s->dirty_list, e);
 			s->wb_inflight--;
 			continue;
 		}
@@ -2832,14 +2845,27 @@ static bool obj_has_dirty(struct tb_obj *o, uint64_t seq, int *err)
 	return false;
 }
 
+/*
+ * Make a DIRTY entry urgent, at the head of the dirty list: take_due walks
+ * FLUSH_SCAN_MAX entries from the head, and an fsync's blocks behind more
+ * older ones than that (4 GiB dirty, with 1 MiB blocks) were reached only
+ * as those aged, or never with dirty_expire_ms=0. Lock held.
+ */
+static void make_urgent(struct tb_store *s, struct tb_entry *e)
+{
+	e->urgent = true;
+	elist_remove(&s->dirty_list, e);
+	elist_prepend(&s->dirty_list, e);
+}
+
 /* Mark o's blocks dirtied up to seq urgent; true when one was not already. Lock held. */
-static bool mark_urgent(struct tb_obj *o, uint64_t seq)
+static bool mark_urgent(struct tb_store *s, struct tb_obj *o, uint64_t seq)
 {
 	bool marked = false;
 
 	for (struct tb_entry *e = o->head; e; e = e->onext)
 		if (e->state == ES_DIRTY && e->dirty_seq <= seq && !e->urgent) {
-			e->urgent = true;
+			make_urgent(s, e);
 			marked = true;
 		}
 	return marked;
@@ -2856,8 +2882,8 @@ int tb_flush_obj(struct tb_store *s, uint64_t obj)
 	o = obj_find(s, obj);
 	if (o)
 		for (struct tb_entry *e = o->head; e; e = e->onext)
-			if (e->state == ES_DIRTY)
-				e->urgent = true;
+			if (e->state == ES_DIRTY && !e->urgent)
+				make_urgent(s, e);
 	s->due_scan = true;
 	flusher_kick(s);
 	while ((o = obj_find(s, obj)) && obj_has_dirty(o, seq, &err)) {
@@ -2867,7 +2893,7 @@ int tb_flush_obj(struct tb_store *s, uint64_t obj)
 		 * urgent: without this its retry waited for the age limit
 		 * (dirty_expire_ms), and so did this fsync.
 		 */
-		if ((o = obj_find(s, obj)) && mark_urgent(o, seq))
+		if ((o = obj_find(s, obj)) && mark_urgent(s, o, seq))
 			flusher_kick(s);
 	}
 	if (o && o->wb_err) {
