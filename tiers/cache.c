@@ -2094,11 +2094,13 @@ static bool due(struct tb_store *s, struct tb_entry *e, uint64_t now, uint64_t *
 
 		if (now >= end)
 			return false;
-		if (now < e->dirty_ms) {
-			*at = e->dirty_ms < end ? e->dirty_ms : end;
+		if (now < e->dirty_ms || e->wpins || e->merging) {
+			*at = now < e->dirty_ms ? e->dirty_ms : now + BUSY_RETRY_MS;
+			if (*at > end)
+				*at = end;
 			return false;
 		}
-		return !e->wpins && !e->merging;
+		return true;
 	}
 	if (e->wpins || e->merging) {
 		/*
