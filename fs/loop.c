@@ -41,6 +41,7 @@
 /* The largest request: a whole write, or setxattr's 64 KiB value, and headers. */
 #define REQ_BUF (FS_MAX_WRITE + 0x10000)
 #define WAKE_NS 5000000L /* between wake-ups of a thread that has not ended */
+#define BUSY_LOG_WAKES 2000 /* 10 s of them: the exit waits on a stuck request */
 
 __thread struct fs_landing *fs_landing;
 __thread uint32_t fs_write_flags;
@@ -218,13 +219,18 @@ int fs_loop(struct fs *fs, struct fuse_session *se, unsigned nthreads)
 		while (!fuse_session_exited(se))
 			sem_wait(&l.finish);
 	}
-	for (unsigned i = 0; i < nthreads; i++) {
+	for (unsigned i = 0, waits = 0; i < nthreads; i++) {
 		/* Woken again until it ends: the first may come before its readv. */
 		while (w[i].started && !__atomic_load_n(&w[i].ended, __ATOMIC_ACQUIRE)) {
 			struct timespec ts = {0, WAKE_NS};
 
 			pthread_kill(w[i].tid, FS_SIGWAKE);
 			nanosleep(&ts, NULL);
+			/* A thread inside a request that never ends holds the exit: say so, once. */
+			if (++waits == BUSY_LOG_WAKES)
+				log_err("exiting: a request thread is still inside a request after %d s; "
+					"waiting for it (SIGKILL ends the daemon, losing what is not written back)",
+					(int)(BUSY_LOG_WAKES * (WAKE_NS / 1000000L) / 1000));
 		}
 	}
 	for (unsigned i = 0; i < nthreads; i++) {
