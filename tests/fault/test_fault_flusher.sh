@@ -12,6 +12,8 @@
 #      each must return.
 #   3. Unmount while the only device fails every write: the daemon ends,
 #      with exit status 1, 20 s after the stop.
+#   4. SIGTERM while an fsync waits on its device: the fsync is answered,
+#      and the daemon, which waits for it, says so after 10 s.
 # Every step is bounded; a hang fails with the daemon's threads. Before
 # the flusher counted its wake-ups (flusher_kick), part 1 hung.
 
@@ -72,4 +74,28 @@ tfs_umount || rc=$?
 grep -q "errors while writing back at unmount" "$LOG" || fail "the log does not say the unmount lost data"
 fault_off
 echo "   3. unmount with nvme0 failing every write: the daemon ended with status 1"
+# 4. SIGTERM while an fsync waits 15 s for its write-back: the daemon
+#    ends only after the fsync is answered, and says after 10 s what
+#    holds its exit.
+TFS_DRAM=128M tfs_mount
+fault_set "dev=nvme0,op=write,err=delay,ms=15000"
+python3 -c "
+import os, sys
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT)
+os.write(fd, os.urandom(1 << 20))
+os.fsync(fd)
+" "$MNT/slow" &
+syncer=$!
+sleep 2
+kill -TERM "$TFS_PID"
+waitfor "$TFS_PID" 60 || { rc=$?; tfs_stacks; fail "SIGTERM during a slow fsync: daemon status $rc (124: not ended in 60 s)"; }
+TFS_PID=""
+waitfor "$syncer" 10 || fail "the fsync held at the exit failed"
+grep -q "exiting: a request thread is still inside a request after 10 s" "$LOG" ||
+	fail "the log does not say what held the exit"
+fault_off
+tfs_mount
+[ "$(stat -c %s "$MNT/slow")" -eq $((1 << 20)) ] || fail "the file fsynced at the exit is not whole"
+tfs_umount || fail "unmount"
+echo "   4. SIGTERM during a 15 s fsync: the fsync answered, the wait named, the daemon ended"
 echo "PASS: the flusher's wake-ups and its end"
