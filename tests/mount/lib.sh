@@ -4,7 +4,9 @@
 # one or more nvme folders and the metadata folder. tfs_mount starts the
 # daemon in the foreground (-f) in the background of the shell, so the test
 # knows its pid and can wait for it or kill it. The EXIT trap unmounts and
-# stops whatever the test left, on every path, failure included.
+# stops whatever the test left, on every path, failure included. A
+# watchdog prints where the test and its daemons wait while it runs long
+# (tfs_watchdog), so that a hang shows in the test's log.
 #
 # Exit codes follow the liburing convention: 0 pass, 1 fail, 77 skip.
 
@@ -58,8 +60,9 @@ tfs_mount() {
 	fail "tensorfs did not mount within 10 s"
 }
 
-# tfs_umount: clean unmount, then wait for the daemon to write back and exit.
-# Returns the daemon's exit status.
+# tfs_umount: clean unmount, then wait for the daemon to write back and exit,
+# TFS_UMOUNT_S seconds at most (default 180; then it fails, with the
+# daemon's threads). Returns the daemon's exit status.
 tfs_umount() {
 	local rc=0
 	if is_mounted "$MNT"; then
@@ -177,7 +180,7 @@ descendants() {
 tfs_cleanup() {
 	local rc=$? i
 	if [ -n "${TFS_WATCHDOG_PID:-}" ]; then
-		# then its sleep, which holds the test's output open
+		# the watchdog, then its sleep, which holds the test's output open
 		i=$(pgrep -P "$TFS_WATCHDOG_PID")
 		kill "$TFS_WATCHDOG_PID" 2>/dev/null
 		wait "$TFS_WATCHDOG_PID" 2>/dev/null
