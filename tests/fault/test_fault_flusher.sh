@@ -79,14 +79,21 @@ echo "   3. unmount with nvme0 failing every write: the daemon ended with status
 #    holds its exit.
 TFS_DRAM=128M tfs_mount
 fault_set "dev=nvme0,op=write,err=delay,ms=15000"
+head -c $((1 << 20)) /dev/urandom >"$T/slow.ref"
 python3 -c "
 import os, sys
 fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT)
-os.write(fd, os.urandom(1 << 20))
+os.write(fd, open(sys.argv[2], 'rb').read())
 os.fsync(fd)
-" "$MNT/slow" &
+" "$MNT/slow" "$T/slow.ref" &
 syncer=$!
-sleep 2
+# SIGTERM once the fsync's write-back is held in the device
+for i in $(seq 1 100); do
+	grep -q "fault injected: nvme0 write of slot .*: delay 15000 ms" "$LOG" && break
+	sleep 0.1
+done
+grep -q "fault injected: nvme0 write of slot .*: delay 15000 ms" "$LOG" ||
+	fail "the fsync's write-back never reached the device"
 kill -TERM "$TFS_PID"
 waitfor "$TFS_PID" 60 || { rc=$?; tfs_stacks; fail "SIGTERM during a slow fsync: daemon status $rc (124: not ended in 60 s)"; }
 TFS_PID=""
@@ -95,7 +102,7 @@ grep -q "exiting: a request thread is still inside a request after 10 s" "$LOG" 
 	fail "the log does not say what held the exit"
 fault_off
 tfs_mount
-[ "$(stat -c %s "$MNT/slow")" -eq $((1 << 20)) ] || fail "the file fsynced at the exit is not whole"
+cmp -s "$T/slow.ref" "$MNT/slow" || fail "the file fsynced at the exit reads back wrong"
 tfs_umount || fail "unmount"
 echo "   4. SIGTERM during a 15 s fsync: the fsync answered, the wait named, the daemon ended"
 echo "PASS: the flusher's wake-ups and its end"
