@@ -107,7 +107,7 @@ struct tb_commit {
 	uint64_t obj;
 	uint64_t idx;
 	uint64_t loc;	   /* new location, or TB_LOC_NONE for a hole */
-	uint64_t len;	   /* bytes written at loc: the rest of the block is zeros (resolve) */
+	uint64_t len;	   /* bytes written at loc; the rest of the block is zeros */
 	uint64_t share_id; /* non-zero: point at this stored block instead */
 	bool hashed;	   /* hash is set */
 	uint8_t hash[TB_HASH_LEN];

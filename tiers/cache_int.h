@@ -1,0 +1,315 @@
+/*
+ * cache_int.h - what the block cache's files share, and nothing outside
+ * tiers/ includes: the entry, object and store structures, and the calls
+ * that cross from one of cache.c, evict.c, flush.c, place.c and
+ * prefetch.c to another (each file's opening comment says what it owns).
+ *
+ * Lock order: store lock, then a device lock. The store lock is never held
+ * while calling the owner.
+ */
+#ifndef TFS_CACHE_INT_H
+#define TFS_CACHE_INT_H
+
+#include "tb.h"
+#include "dev.h"
+#include "dram.h"
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <time.h>
+
+#define STOP_RETRY_GAP_MS 1000 /* after the stop, failed write-backs are retried this often */
+#define FLUSH_SCAN_MAX 4096 /* dirty blocks the flusher walks from the oldest, at most */
+#define SECTOR TB_LEN_UNIT /* granularity of a partial block's written map and stored lengths */
+#define RANK_MAX 4096	 /* objects the cycle's eviction order ranks */
+#define IO_ALIGN 4096	 /* O_DIRECT alignment of a merge's bounce buffer */
+
+enum entry_state { ES_FREE, ES_LOADING, ES_CLEAN, ES_DIRTY, ES_WB };
+
+/* What a taker of a slot may wait for rather than evict a block that stays (victim_cycle). */
+enum wait_stream { WAIT_NONE, WAIT_WB, WAIT_READY };
+
+struct tb_obj;
+
+struct tb_entry {
+	uint64_t obj, idx;
+	uint32_t slot;
+	enum entry_state state;
+	bool in_hash, dead, ref_bit, reserved, urgent;
+	bool prefetched; /* loaded ahead of use and not yet read */
+	bool deep;	 /* prefetched for a reader of remote blocks: counted in n_pf_deep */
+	bool written_back; /* CLEAN by a write-back, not by a load */
+	bool stream;	   /* under the cycle, streams through: written back at once (take_stream) */
+	bool stream_ready; /* counted in n_stream_ready */
+	bool stream_wb;	   /* counted in n_stream_wb */
+	bool blind;	   /* dirtied by a whole rewrite of a stored block not cached, unread */
+	bool stored;	   /* the owner's block map names a stored copy of (obj, idx) */
+	bool hot;	   /* 2q: in Am, the re-referenced set; else in A1in */
+	uint64_t last_use; /* s->ticks at its last pin, for lru */
+	uint64_t admit;	   /* s->ticks when it entered the cache, for 2q's FIFO */
+	bool placeholder; /* LOADING only while the owner resolves a write's block */
+	bool partial;	  /* DIRTY or WB with only some sectors written */
+	bool merging;	  /* a partial entry is being completed */
+	uint64_t *written; /* sector bitmap, meaningful while partial */
+	uint32_t nwritten;
+	uint64_t base_loc; /* the persisted block a partial entry completes from */
+	size_t base_len;   /* bytes stored there; the rest of it is zeros */
+	uint64_t share_id; /* WB: commit as a reference to this stored block */
+	bool no_share;	   /* the last commit of it as a shared block was stale: store it */
+	bool hashed;
+	uint8_t hash[TB_HASH_LEN];
+	int pins, wpins;
+	int err;	   /* last write-back error */
+	unsigned retries;  /* failed write-backs in a row */
+	uint64_t loc;	   /* persisted location while CLEAN */
+	uint64_t new_loc;  /* location being written while WB */
+	size_t new_len;	   /* and the bytes written there (stored_len) */
+	uint64_t dirty_seq;
+	uint64_t dirty_ms; /* when it became dirty, or earliest retry */
+	size_t fill;	   /* bytes written since it became dirty */
+	struct tb_waiter *waiters;
+	struct tb_entry *hnext;
+	struct tb_entry *lhnext; /* chain of the location hash, while CLEAN */
+	bool in_lochash;
+	struct tb_entry *oprev, *onext; /* the object's list */
+	struct tb_entry *lprev, *lnext; /* free or dirty list */
+	struct tb_obj *o;
+	struct tb_store *s;
+	struct tb_io req;
+};
+
+struct tb_obj {
+	uint64_t obj;
+	struct tb_entry *head;
+	unsigned n;
+	unsigned nclean;   /* CLEAN entries in its list */
+	uint64_t nunstored; /* DIRTY or WB entries in its list that are not stored */
+	uint64_t last_idx; /* block of its latest pin: a reader's position */
+	uint64_t tail;	   /* its last block + 1 if the object fills it in part (the cycle says), or 0 */
+	struct tb_obj *lprev, *lnext; /* the store's list of objects */
+	int wb_err; /* reported once by the next tb_flush_obj */
+	bool pinned; /* its blocks stay resident (tb_pin_obj) */
+	struct tb_obj *hnext;
+};
+
+struct elist {
+	struct tb_entry *head, *tail;
+	uint64_t n;
+};
+
+struct tb_store {
+	struct tb_config cfg;
+	struct tb_owner owner;
+	size_t bs;
+	struct dram_arena arena;
+	void *zero;
+	struct tb_dev *dev[TB_MAX_DEVS];
+	unsigned n_devs;
+
+	pthread_mutex_t lock; /* guards all below, and every entry */
+	pthread_cond_t state_cv; /* an entry left LOADING or WB, or was unpinned */
+	pthread_cond_t space_cv; /* a slot, dirty budget or space was freed */
+	pthread_cond_t flush_cv; /* work for the flusher (flush_kick) */
+	uint64_t flush_kicks;	 /* flush_kick calls: one during the flusher's turn counts */
+	struct tb_entry *entries;
+	uint32_t nslots;
+	struct tb_entry **hash;
+	uint64_t hash_mask;
+	struct tb_entry **lochash; /* CLEAN entries by persisted location, for dedup's verify */
+	struct tb_obj **ohash;
+	uint64_t ohash_mask;
+	struct tb_obj *objs;   /* every object, for the cycle's eviction order */
+	uint64_t nobjs;
+	struct rank *rank;     /* RANK_MAX, scratch of rank_objects */
+	struct tb_entry **scratch; /* nslots, scratch of the flusher's victim choice */
+	struct elist free_list, dirty_list;
+	struct tb_entry *done; /* finished write I/O, for the flusher */
+	uint32_t clock_hand;
+	uint64_t ndirty;       /* DIRTY + WB */
+	/*
+	 * Blocks streaming through on their way out: DIRTY, whole and with no
+	 * writer (take_stream's next), and in WB.
+	 */
+	uint64_t n_stream_ready, n_stream_wb;
+	uint64_t nclean;       /* CLEAN */
+	uint64_t dirty_max;
+	uint64_t clean_low, clean_high; /* free or clean slots the flusher keeps */
+	uint64_t dirty_bg;     /* blind overwrites without a cycle: write-back this far below dirty_max */
+	uint64_t keep_num, keep_den; /* under the cycle, blocks that stay of its blocks (0: all) */
+	uint64_t keep_below;	     /* the share of the others that stay, as a 64-bit fraction */
+	uint64_t convert_ms;	     /* when the flusher looks for dirty blocks not kept again */
+	uint64_t evict_since_clean; /* evictions since the flusher last chose victims */
+	uint64_t kept_evicted;	    /* blocks that stay under the cycle, evicted (victim_cycle) */
+	bool due_scan;	       /* dirty blocks are urgent or retrying: walk the whole list */
+	uint64_t reserved;     /* blocks reserved by DIRTY entries */
+	uint64_t wb_inflight, wb_max;
+	uint64_t dirty_seq;
+	double credit[TB_MAX_DEVS]; /* weighted round-robin of placement */
+	unsigned run_dev;	    /* placement: the device of the current run */
+	unsigned run_left;	    /* and the blocks it still gets in a row */
+	uint64_t *pending;     /* released locations awaiting a sync */
+	size_t npending, cap_pending;
+	bool sync_req, stopping, started;
+	uint64_t stop_ms; /* when tb_close stopped the store (flusher_done) */
+	uint64_t sync_gen;
+	uint64_t commits_since_sync;
+	unsigned urgent_waiters;
+	pthread_t flusher;
+
+	pthread_mutex_t sync_lock; /* one sync at a time */
+
+	/* statistics, under lock */
+	uint64_t hits, misses, evictions, holes, wb_errors, syncs, bp_waits;
+	uint64_t prefetch_inflight, prefetch_max;
+	uint64_t n_pf, pf_depth; /* blocks loaded ahead and not yet read, and their bound */
+	uint64_t pf_depth_min, pf_depth_max; /* what tb_cycle_pass moves pf_depth between */
+	/* At the last pass's end: the time, devices' time active, and prefetch counts. */
+	uint64_t pass_ns, pass_active_ns[TB_MAX_DEVS], pass_issued, pass_late;
+	uint64_t pass_before_grow_ns; /* the pass before the window last grew; 0: it did not */
+	unsigned pass_before_grow_late; /* and the share of its prefetches late, in % */
+	unsigned pf_hold;	      /* passes left before the window may grow again */
+	/* The same for readers of remote blocks (tb_prefetch_deep). */
+	uint64_t n_pf_deep, pf_deep_max;
+	uint64_t *sector_bits; /* one bitmap per slot */
+	size_t sector_words;
+	uint32_t nsectors;
+	uint64_t partial_created, partial_merged;
+	uint64_t dedup_hits, dedup_mismatch, dedup_verify_cached;
+	uint64_t ticks; /* counts pins, for lru */
+	/* 2q: blocks evicted from A1in, remembered by key in a ring */
+	uint64_t *ghost;
+	uint32_t *ghost_head, *ghost_next; /* chains of ring positions + 1 */
+	uint32_t nghost, ghost_pos, ghost_mask;
+	uint32_t n_hot;
+	uint64_t ghost_hits;
+	uint64_t n_pinned_res, pin_limit; /* resident blocks of pinned objects */
+	uint64_t pf_issued, pf_used, pf_wasted, pf_late, pf_refused;
+	uint64_t dram_read_bytes, dram_write_bytes, dram_read_ops, dram_write_ops;
+	uint64_t swapped_write_bytes;
+	uint32_t *spares, nspares; /* spare slots not taken (tb_spare_take) */
+	uint64_t wb_bytes;
+	uint64_t expired; /* write-backs started by the age limit */
+	uint64_t wb_rewritten; /* written back, then written again while still cached */
+	long wb_log_sec;
+};
+
+static inline uint64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static inline void deadline_in(struct timespec *ts, uint64_t ms)
+{
+	clock_gettime(CLOCK_MONOTONIC, ts);
+	ts->tv_sec += (time_t)(ms / 1000);
+	ts->tv_nsec += (long)(ms % 1000) * 1000000;
+	if (ts->tv_nsec >= 1000000000) {
+		ts->tv_sec++;
+		ts->tv_nsec -= 1000000000;
+	}
+}
+
+static inline uint64_t mix(uint64_t a, uint64_t b)
+{
+	uint64_t h = a * 0x9E3779B97F4A7C15ULL ^ (b + 0x632BE59BD9B4E019ULL);
+
+	h ^= h >> 31;
+	h *= 0xBF58476D1CE4E5B9ULL;
+	return h ^ (h >> 29);
+}
+
+static inline void elist_append(struct elist *l, struct tb_entry *e)
+{
+	e->lnext = NULL;
+	e->lprev = l->tail;
+	if (l->tail)
+		l->tail->lnext = e;
+	else
+		l->head = e;
+	l->tail = e;
+	l->n++;
+}
+
+static inline void elist_prepend(struct elist *l, struct tb_entry *e)
+{
+	e->lprev = NULL;
+	e->lnext = l->head;
+	if (l->head)
+		l->head->lprev = e;
+	else
+		l->tail = e;
+	l->head = e;
+	l->n++;
+}
+
+static inline void elist_remove(struct elist *l, struct tb_entry *e)
+{
+	if (e->lprev)
+		e->lprev->lnext = e->lnext;
+	else
+		l->head = e->lnext;
+	if (e->lnext)
+		e->lnext->lprev = e->lprev;
+	else
+		l->tail = e->lprev;
+	e->lprev = e->lnext = NULL;
+	l->n--;
+}
+
+/* An object and its next use: evict.c ranks objects by it (rank_objects). */
+struct rank {
+	struct tb_obj *o;
+	struct tb_use u;
+};
+
+/* cache.c: entries, slots and their I/O */
+struct tb_entry *cache_lookup(struct tb_store *s, uint64_t obj, uint64_t idx);
+struct tb_obj *cache_obj_find(struct tb_store *s, uint64_t obj);
+void cache_obj_maybe_free(struct tb_store *s, struct tb_obj *o);
+void cache_set_stored(struct tb_entry *e, bool stored);
+struct tb_entry *cache_find_loc(struct tb_store *s, uint64_t loc, const struct tb_entry *skip);
+void cache_set_state(struct tb_store *s, struct tb_entry *e, enum entry_state st);
+struct tb_entry *cache_entry_take(struct tb_store *s, struct tb_entry *e);
+void *cache_slot_data(struct tb_store *s, struct tb_entry *e);
+bool cache_stored_ok(const struct tb_store *s, uint64_t loc, size_t len);
+size_t cache_io_len(size_t len);
+int cache_resolve(struct tb_store *s, uint64_t obj, uint64_t idx, uint64_t *loc, size_t *len);
+int cache_start_load(struct tb_store *s, struct tb_entry *e, uint64_t obj, uint64_t idx,
+		     struct tb_waiter *w, enum io_class cls, bool ahead);
+int cache_read_sync(struct tb_store *s, uint64_t loc, size_t len, void *buf);
+int cache_merge_io(struct tb_store *s, struct tb_entry *e);
+void cache_unpin(struct tb_store *s, struct tb_entry *e);
+
+/* evict.c: the policies */
+void evict_admit(struct tb_store *s, struct tb_entry *e);
+void evict_leave(struct tb_store *s, struct tb_entry *e, bool evicted);
+bool evict_protected(const struct tb_store *s, const struct tb_obj *o);
+void evict_next_use(struct tb_store *s, uint64_t obj, struct tb_use *u);
+bool evict_kept(const struct tb_store *s, const struct tb_entry *e);
+uint64_t evict_cycle_period(struct tb_store *s);
+struct tb_entry *evict_pick(struct tb_store *s, struct tb_use *vu, enum wait_stream wait_stream);
+size_t evict_take_cycle(struct tb_store *s, struct tb_entry **out, size_t max, uint64_t now,
+			uint64_t *next_ms);
+size_t evict_take_lru(struct tb_store *s, struct tb_entry **out, size_t max, uint64_t now,
+		      uint64_t *next_ms);
+
+/* flush.c: the flusher */
+int64_t flush_dirty_over(struct tb_store *s, uint64_t below);
+uint64_t flush_dirty_below(struct tb_store *s);
+void flush_kick(struct tb_store *s);
+void flush_kick_cleaner(struct tb_store *s, bool evicted);
+bool flush_may_clean(struct tb_store *s, struct tb_entry *e, uint64_t now, uint64_t *next_ms);
+void flush_start_wb(struct tb_store *s, struct tb_entry *e);
+int flush_do_sync(struct tb_store *s);
+void *flush_main(void *arg);
+
+/* place.c: space */
+int place_take(struct tb_store *s, uint64_t *resv);
+void place_give(struct tb_store *s, uint64_t *resv, int from_resv);
+int place_block(struct tb_store *s, uint64_t *loc);
+
+#endif

@@ -1,0 +1,528 @@
+/*
+ * evict.c - which block leaves the DRAM tier, and in which order the
+ * flusher cleans dirty ones.
+ *
+ * Only CLEAN, unpinned entries are evicted; free slots come first. The
+ * victim is chosen by the policy: Belady's rule on the owner's learned
+ * cycle (cache_policy=auto while a cycle is known), else 2Q, CLOCK or
+ * sampled LRU. A cycle larger than the cache keeps the blocks that stay
+ * spread evenly over its objects (update_keep), so that hits and misses
+ * mix in every file. The flusher writes back dirty blocks in the order
+ * that eviction will take them (evict_take_cycle, evict_take_lru), so
+ * that a slot is clean before anyone needs it.
+ */
+#include "cache_int.h"
+#include "fault.h"
+#include "log.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define EVICT_SAMPLE 32	 /* candidates a sampled eviction compares */
+#define CONVERT_MS 100	   /* dirty blocks not kept under the cycle: looked for this often */
+
+/* ---- 2q's ghost list A1out: keys of blocks evicted from A1in ---- */
+
+static uint64_t ghost_key(uint64_t obj, uint64_t idx)
+{
+	return mix(obj, idx) | 1; /* never 0, which marks a free ring position */
+}
+
+static void ghost_unlink(struct tb_store *s, uint32_t pos)
+{
+	uint32_t *p = &s->ghost_head[s->ghost[pos] & s->ghost_mask];
+
+	while (*p != pos + 1)
+		p = &s->ghost_next[*p - 1];
+	*p = s->ghost_next[pos];
+	s->ghost[pos] = 0;
+}
+
+/* Remember key, forgetting the oldest one when the ring is full. */
+static void ghost_add(struct tb_store *s, uint64_t key)
+{
+	uint32_t pos = s->ghost_pos;
+	uint32_t *head = &s->ghost_head[key & s->ghost_mask];
+
+	if (!s->nghost)
+		return;
+	s->ghost_pos = (pos + 1) % s->nghost;
+	if (s->ghost[pos])
+		ghost_unlink(s, pos);
+	s->ghost[pos] = key;
+	s->ghost_next[pos] = *head;
+	*head = pos + 1;
+}
+
+/* Whether key is remembered; it is forgotten if so. */
+static bool ghost_take(struct tb_store *s, uint64_t key)
+{
+	if (!s->nghost)
+		return false;
+	for (uint32_t i = s->ghost_head[key & s->ghost_mask]; i; i = s->ghost_next[i - 1])
+		if (s->ghost[i - 1] == key) {
+			ghost_unlink(s, i - 1);
+			return true;
+		}
+	return false;
+}
+
+/*
+ * A block enters the cache. Under 2q it goes to the re-referenced set Am
+ * when it was evicted from A1in recently (a second, uncorrelated use),
+ * else to A1in, which a one-time scan passes through without touching Am.
+ */
+void evict_admit(struct tb_store *s, struct tb_entry *e)
+{
+	e->admit = ++s->ticks;
+	e->hot = ghost_take(s, ghost_key(e->obj, e->idx));
+	if (e->hot) {
+		s->n_hot++;
+		s->ghost_hits++;
+	}
+}
+
+/* A block leaves the cache; evicted says whether 2q should remember it. */
+void evict_leave(struct tb_store *s, struct tb_entry *e, bool evicted)
+{
+	if (e->hot) {
+		e->hot = false;
+		s->n_hot--;
+	} else if (evicted) {
+		ghost_add(s, ghost_key(e->obj, e->idx));
+	}
+}
+
+/* ---- the victim ---- */
+
+/*
+ * Clean, not pinned by a reader, and not of a pinned object, unless pinned
+ * objects hold more than their limit (their own writes can grow them).
+ */
+static bool evictable(const struct tb_store *s, const struct tb_entry *e)
+{
+	if (e->state != ES_CLEAN || e->pins)
+		return false;
+	return !(e->o && e->o->pinned) || s->n_pinned_res > s->pin_limit;
+}
+
+/* CLOCK: the first evictable entry not referenced since the hand passed. */
+static struct tb_entry *victim_clock(struct tb_store *s)
+{
+	for (uint64_t step = 0; step < 2ULL * s->nslots; step++) {
+		struct tb_entry *e = &s->entries[s->clock_hand];
+
+		s->clock_hand = (s->clock_hand + 1) % s->nslots;
+		if (!evictable(s, e))
+			continue;
+		if (e->ref_bit) {
+			e->ref_bit = false;
+			continue;
+		}
+		return e;
+	}
+	return NULL;
+}
+
+/*
+ * LRU, sampled as Redis samples it: look at up to EVICT_SAMPLE clean,
+ * unpinned entries from the hand on and evict the least recently used.
+ */
+static struct tb_entry *victim_lru(struct tb_store *s)
+{
+	struct tb_entry *best = NULL;
+	unsigned seen = 0;
+
+	for (uint64_t step = 0; step < s->nslots && seen < EVICT_SAMPLE; step++) {
+		struct tb_entry *e = &s->entries[s->clock_hand];
+
+		s->clock_hand = (s->clock_hand + 1) % s->nslots;
+		if (!evictable(s, e))
+			continue;
+		seen++;
+		if (!best || e->last_use < best->last_use)
+			best = e;
+	}
+	return best;
+}
+
+/*
+ * Belady's rule on the learned cycle. The owner tells, per object, how many
+ * uses ahead it is needed next; the cache evicts from the object needed
+ * furthest ahead (unknown objects first), and within an object the highest
+ * block first, since files are read from the start. When the cycle is
+ * larger than the cache, blocks that do not stay (see update_keep) go
+ * before those that do, in the same order. The flusher cleans
+ * dirty blocks in the same order. An object in use right now keeps the
+ * blocks past its reader's position, and prefetched blocks not yet read are
+ * kept too. Objects are ranked afresh for each choice; their number is what
+ * is resident, tens to thousands, and at most RANK_MAX of them are looked
+ * at. (Ranking objects rewritten next first, since evicting a clean copy
+ * that is overwritten before it is read costs nothing, was tried: on the
+ * optimizer's cycle it moved a fifth more, as the churn it adds ends in
+ * more write-backs.)
+ */
+static int rank_cmp(const void *a, const void *b)
+{
+	const struct rank *x = a, *y = b;
+
+	if (x->u.dist != y->u.dist)
+		return x->u.dist > y->u.dist ? -1 : 1;
+	/* At equal distance the object with more clean blocks: they cost no write. */
+	return x->o->nclean > y->o->nclean ? -1 : x->o->nclean < y->o->nclean;
+}
+
+bool evict_protected(const struct tb_store *s, const struct tb_obj *o)
+{
+	return o->pinned && s->n_pinned_res <= s->pin_limit;
+}
+
+void evict_next_use(struct tb_store *s, uint64_t obj, struct tb_use *u)
+{
+	s->owner.next_use(s->owner.ctx, obj, u);
+}
+
+/* Objects in eviction order; with_dirty counts objects holding only dirty blocks. */
+static size_t rank_objects(struct tb_store *s, bool with_dirty)
+{
+	size_t n = 0;
+
+	for (struct tb_obj *o = s->objs; o && n < RANK_MAX; o = o->lnext) {
+		if (!(with_dirty ? o->n : o->nclean) || evict_protected(s, o))
+			continue;
+		s->rank[n].o = o;
+		evict_next_use(s, o->obj, &s->rank[n].u);
+		o->tail = s->rank[n].u.size % s->bs ? s->rank[n].u.size / s->bs + 1 : 0;
+		n++;
+	}
+	qsort(s->rank, n, sizeof(*s->rank), rank_cmp);
+	return n;
+}
+
+/* Whether e lies ahead of its object's reader, the object being in use now. */
+static bool ahead_of_reader(const struct tb_entry *e, const struct tb_use *u)
+{
+	return u->now && e->idx > e->o->last_idx;
+}
+
+/*
+ * Under the cycle, which blocks stay resident. A steady pass misses the
+ * same number of blocks whichever ones stay, so they are spread evenly
+ * over every object of the cycle rather than kept as whole objects (the
+ * first ones of the cycle, as Belady by object keeps them). Each file's
+ * read then mixes hits, which cost the CPU a copy, with misses, which cost
+ * the devices a read, and both work at once; whole objects made a phase
+ * of hits with the devices idle and a phase of misses with the CPU
+ * waiting. At twice the DRAM tier the swapper's device went from 54-64%
+ * busy to 62-68%, and an iteration took 3-11% less time, moving the same
+ * bytes (docs/benchmarks.md). What stays is the dirty mark less the
+ * prefetch window: the slots above the dirty mark (the flusher's clean
+ * reserve) and the window are what blocks streaming through use. The
+ * reserve was once taken off twice; with writers waiting for streaming
+ * blocks rather than evicting kept ones, the 16 slots more that stay at
+ * twice the DRAM tier cut the bytes moved from 0.537 to 0.527 of the raw
+ * folder's. With a cycle that fits, keep_den is 0: every block stays.
+ */
+static void update_keep(struct tb_store *s)
+{
+	uint64_t blocks = 0, tails = 0, keep;
+	uint64_t margin = s->pf_depth;
+
+	if (s->owner.cycle_size)
+		s->owner.cycle_size(s->owner.ctx, &blocks, &tails);
+	keep = s->dirty_max > margin ? s->dirty_max - margin : 0;
+	s->keep_num = keep;
+	s->keep_den = blocks > keep ? blocks : 0;
+	/*
+	 * Last blocks that their objects fill in part do not stay (unless the
+	 * whole cycle does): the devices move such a block only up to the end
+	 * of its object (stored_len, covers_stored), so its slot saves little
+	 * I/O, where a whole block's saves a block each way. The share of the
+	 * others that stays, as a threshold on 64-bit fractions; all of them:
+	 * UINT64_MAX.
+	 */
+	s->keep_below = keep < blocks - tails
+				? (uint64_t)(((unsigned __int128)keep << 64) / (blocks - tails))
+				: UINT64_MAX;
+}
+
+/*
+ * Whether e's block stays resident under the cycle (update_keep). Apart
+ * from partly filled last blocks, which do not, those whose index (offset
+ * by a hash of the object) read with its bits reversed as a fraction, the
+ * van der Corput sequence, is below the share kept: any run of blocks
+ * keeps about that share, evenly spaced, and a smaller share keeps a
+ * subset of a larger one, so the cycle growing or shrinking moves only
+ * the difference.
+ */
+bool evict_kept(const struct tb_store *s, const struct tb_entry *e)
+{
+	uint64_t x = e->idx + mix(e->obj, 0);
+
+	if (!s->keep_den)
+		return true;
+	if (e->o && e->idx + 1 == e->o->tail)
+		return false;
+	if (s->keep_below == UINT64_MAX)
+		return true;
+	x = (x >> 1 & 0x5555555555555555ULL) | (x & 0x5555555555555555ULL) << 1;
+	x = (x >> 2 & 0x3333333333333333ULL) | (x & 0x3333333333333333ULL) << 2;
+	x = (x >> 4 & 0x0F0F0F0F0F0F0F0FULL) | (x & 0x0F0F0F0F0F0F0F0FULL) << 4;
+	return __builtin_bswap64(x) < s->keep_below;
+}
+
+/*
+ * The object's best victim, its highest evictable block: mode 0 only a
+ * block not kept (any block of an object outside the cycle; none of one
+ * due now, which the cycle does not place), 1 a kept one too, 2 any,
+ * loaded ahead or not.
+ */
+static struct tb_entry *obj_victim(struct tb_store *s, const struct rank *r, int mode)
+{
+	struct tb_entry *best = NULL;
+	bool outside = r->u.dist == UINT64_MAX;
+
+	if (mode == 0 && r->u.dist == 0)
+		return NULL;
+	for (struct tb_entry *e = r->o->head; e; e = e->onext) {
+		if (!evictable(s, e))
+			continue;
+		if (mode < 2 && (e->prefetched || ahead_of_reader(e, &r->u)))
+			continue;
+		if (mode == 0 && !outside && evict_kept(s, e))
+			continue;
+		if (!best || e->idx > best->idx)
+			best = e;
+	}
+	return best;
+}
+
+/*
+ * The victim under the cycle. A block that stays is not taken while a
+ * block streaming through is on its way out, if the caller may wait for
+ * that one (wait_stream): its slot is clean in a moment, and taking a block
+ * that stays costs a read when it is next used. A writer waits for blocks
+ * in write-back and for those take_stream writes back next (WAIT_READY),
+ * a prefetch only for those in write-back (WAIT_WB: it tries again later),
+ * a reader for none: its wait is the application's. The optimizer's
+ * writer dirties the blocks that stream through faster than the devices
+ * write them back, and took 16-30 MB of the blocks that stay per iteration
+ * at twice the DRAM tier; none since.
+ */
+static struct tb_entry *victim_cycle(struct tb_store *s, struct tb_use *vu, enum wait_stream wait_stream)
+{
+	size_t n = rank_objects(s, false);
+
+	update_keep(s);
+	for (int mode = s->keep_den ? 0 : 1; mode < 3; mode++) {
+		if (mode == 1 && s->keep_den && wait_stream &&
+		    (s->n_stream_wb || (wait_stream == WAIT_READY && s->n_stream_ready)))
+			return NULL;
+		for (size_t i = 0; i < n; i++) {
+			struct tb_entry *e = obj_victim(s, &s->rank[i], mode);
+
+			if (e) {
+				*vu = s->rank[i].u;
+				if (mode == 2)
+					vu->dist = 0, vu->write = false;
+				if (mode > 0 && s->keep_den && evict_kept(s, e))
+					s->kept_evicted++;
+				return e;
+			}
+		}
+	}
+	return NULL;
+}
+
+/*
+ * 2Q (Johnson and Shasha, VLDB 1994), full version, sampled: new blocks
+ * enter A1in, a FIFO of at most a quarter of the slots; a block evicted
+ * from A1in is remembered in the ghost list A1out and goes to Am, managed
+ * as LRU, if it is used again while remembered. The paper sizes A1out at
+ * half the buffer; here it remembers twice the slots (16 bytes a key), so
+ * that data reused across a scan as large as the DRAM tier still gets in.
+ * Re-reads within A1in (the kernel reading one block in 128 KiB pieces)
+ * do not promote, so a one-time scan never displaces the hot set.
+ */
+static struct tb_entry *victim_2q(struct tb_store *s)
+{
+	struct tb_entry *old_in = NULL, *lru_hot = NULL;
+	unsigned seen = 0;
+	uint64_t resident = s->nslots - s->free_list.n;
+	bool in_over = resident - s->n_hot > s->nslots / 4;
+
+	for (uint64_t step = 0; step < s->nslots && seen < EVICT_SAMPLE; step++) {
+		struct tb_entry *e = &s->entries[s->clock_hand];
+
+		s->clock_hand = (s->clock_hand + 1) % s->nslots;
+		if (!evictable(s, e))
+			continue;
+		seen++;
+		if (!e->hot && (!old_in || e->admit < old_in->admit))
+			old_in = e;
+		if (e->hot && (!lru_hot || e->last_use < lru_hot->last_use))
+			lru_hot = e;
+	}
+	if (old_in && (in_over || !lru_hot))
+		return old_in;
+	return lru_hot ? lru_hot : old_in;
+}
+
+uint64_t evict_cycle_period(struct tb_store *s)
+{
+	if (s->cfg.policy != TB_POLICY_AUTO || !s->owner.next_use || !s->owner.cycle_period)
+		return 0;
+	return s->owner.cycle_period(s->owner.ctx);
+}
+
+/*
+ * The clean entry to evict by the policy. *vu, when the cycle ranks it,
+ * says when its block is needed next (dist UINT64_MAX otherwise). NULL
+ * when none is evictable, or, with wait_stream, none should be yet
+ * (victim_cycle).
+ */
+struct tb_entry *evict_pick(struct tb_store *s, struct tb_use *vu, enum wait_stream wait_stream)
+{
+	vu->dist = UINT64_MAX;
+	vu->write = vu->now = false;
+	switch (s->cfg.policy) {
+	case TB_POLICY_LRU:
+		return victim_lru(s);
+	case TB_POLICY_CLOCK:
+		return victim_clock(s);
+	case TB_POLICY_2Q:
+		return victim_2q(s);
+	default:
+		return evict_cycle_period(s) ? victim_cycle(s, vu, wait_stream) : victim_2q(s);
+	}
+}
+
+/* ---- what the flusher cleans first ---- */
+
+/* Entries of o in eviction order: behind its reader by block, highest first. */
+static int evict_order_cmp(const void *a, const void *b)
+{
+	const struct tb_entry *x = *(struct tb_entry *const *)a, *y = *(struct tb_entry *const *)b;
+
+	return x->idx > y->idx ? -1 : x->idx < y->idx;
+}
+
+/*
+ * Under the cycle: the blocks that eviction will take next are those of
+ * the objects needed furthest ahead; the first clean_high of them in that
+ * order must be free or clean (the reserve that evictions take without
+ * waiting), so the dirty ones among them are written back now. Above the
+ * dirty mark, dirty blocks go in the same order until it is met. Blocks
+ * that stay (when the cycle is larger than the cache) are written back
+ * only above the dirty mark, and then only while no block streaming
+ * through is being written back: that one frees what the mark needs (one
+ * that waits to be, take_stream starts first when it can). A block
+ * that stays and was written back for the reserve cost a write, and the
+ * eviction it was cleaned for a read at its next use; at twice the DRAM
+ * tier this was 20-25 blocks of each per iteration, the last of what the
+ * devices moved above the cycle's misses.
+ */
+size_t evict_take_cycle(struct tb_store *s, struct tb_entry **out, size_t max, uint64_t now,
+			uint64_t *next_ms)
+{
+	int64_t want, over;
+	size_t n = 0, nr = 0;
+
+	update_keep(s);
+	if (s->keep_den && now >= s->convert_ms) {
+		/*
+		 * Dirty blocks of the cycle that do not stay (what stayed before
+		 * the cycle was known, or before it grew): eviction takes them
+		 * next, so they go now, but not the block a writer is at or
+		 * those past it, nor a partly written one. Blocks streaming
+		 * through are take_stream's.
+		 */
+		nr = rank_objects(s, true);
+		for (size_t i = 0; i < nr && n < max && s->wb_inflight < s->wb_max; i++) {
+			if (s->rank[i].u.dist == UINT64_MAX || s->rank[i].u.dist == 0)
+				continue; /* not in the cycle, or due now */
+			for (struct tb_entry *e = s->rank[i].o->head;
+			     e && n < max && s->wb_inflight < s->wb_max; e = e->onext)
+				if (!evict_kept(s, e) && !e->partial &&
+				    flush_may_clean(s, e, now, next_ms) &&
+				    !(s->rank[i].u.now && e->idx >= e->o->last_idx)) {
+					flush_start_wb(s, e);
+					out[n++] = e;
+				}
+		}
+		s->convert_ms = n ? now : now + CONVERT_MS;
+	}
+	want = (int64_t)s->clean_high - (int64_t)s->free_list.n - (int64_t)s->nclean -
+	       (int64_t)s->wb_inflight;
+	over = flush_dirty_over(s, s->clean_low);
+	if (over > want)
+		want = over;
+	if (want <= 0)
+		return n;
+	if (!nr)
+		nr = rank_objects(s, true);
+	for (size_t i = 0; i < nr && want > 0 && n < max; i++) {
+		struct tb_obj *o = s->rank[i].o;
+		size_t k = 0, behind;
+
+		for (struct tb_entry *e = o->head; e; e = e->onext)
+			if (!ahead_of_reader(e, &s->rank[i].u))
+				s->scratch[k++] = e;
+		behind = k;
+		for (struct tb_entry *e = o->head; e; e = e->onext)
+			if (ahead_of_reader(e, &s->rank[i].u))
+				s->scratch[k++] = e;
+		qsort(s->scratch, behind, sizeof(*s->scratch), evict_order_cmp);
+		qsort(s->scratch + behind, k - behind, sizeof(*s->scratch), evict_order_cmp);
+		for (size_t j = 0; j < k && want > 0 && n < max; j++) {
+			struct tb_entry *e = s->scratch[j];
+
+			if (s->keep_den && evict_kept(s, e) && (over <= 0 || s->n_stream_wb))
+				continue; /* see above */
+			if (flush_may_clean(s, e, now, next_ms) && s->wb_inflight < s->wb_max) {
+				flush_start_wb(s, e);
+				out[n++] = e;
+				want--;
+			}
+		}
+	}
+	return n;
+}
+
+/*
+ * Without a cycle: the oldest dirty blocks first, and those of 2q's
+ * re-referenced set only when the others do not make up the reserve;
+ * from flush_dirty_below on.
+ */
+size_t evict_take_lru(struct tb_store *s, struct tb_entry **out, size_t max, uint64_t now,
+		      uint64_t *next_ms)
+{
+	int64_t want = (int64_t)s->clean_high - (int64_t)s->free_list.n - (int64_t)s->nclean -
+		       (int64_t)s->wb_inflight,
+		over = flush_dirty_over(s, flush_dirty_below(s));
+	size_t n = 0;
+
+	if (over > want)
+		want = over;
+
+	for (int hot = 0; hot < 2 && want > 0; hot++) {
+		struct tb_entry *e = s->dirty_list.head;
+		size_t scanned = 0;
+
+		while (e && want > 0 && n < max && s->wb_inflight < s->wb_max &&
+		       scanned++ < FLUSH_SCAN_MAX) {
+			struct tb_entry *next = e->lnext;
+
+			if (e->hot == hot && !evict_protected(s, e->o) &&
+			    flush_may_clean(s, e, now, next_ms)) {
+				flush_start_wb(s, e);
+				out[n++] = e;
+				want--;
+			}
+			e = next;
+		}
+	}
+	return n;
+}

@@ -1,0 +1,821 @@
+/*
+ * flush.c - the flusher (write-back, commits, sync), and fsync and flush.
+ *
+ * Write-back is lazy. A dirty block stays in DRAM until eviction needs its
+ * slot, so a block rewritten while cached is never written back, and a
+ * block that dies in DRAM (unlink, truncate, punch) is never written at
+ * all. The flusher keeps clean_low to clean_high slots free or clean ahead
+ * of need, writing back the dirty blocks the policy would evict first
+ * (evict.c), so that neither a reader nor a writer waits on a write-back.
+ * Under the cycle, a block that streams through (take_stream) is written
+ * back as soon as it is rewritten. It also writes back what must go now:
+ * blocks that fsync, flush or unmount wait on, and blocks dirty for longer
+ * than dirty_expire_ms, the bound on what a crash can lose without fsync.
+ * A partly written block waits flush_delay_ms for the rest of its bytes.
+ * All-zero blocks become holes with no I/O, and a block whose bytes are
+ * stored already is shared (dedup); the others get a fresh slot (place.c)
+ * and are written in the write-back class. Finished write-backs are
+ * committed to the owner in batches, one transaction per batch. Every
+ * sync_interval_ms while there are commits, the flusher makes them durable
+ * (device flush, then the owner's sync) and only then returns released
+ * locations to the allocators; with nothing to do it sleeps without a
+ * deadline.
+ */
+#include "cache_int.h"
+#include "fault.h"
+#include "log.h"
+
+#include <errno.h>
+#include <xxhash.h>
+#if defined(__x86_64__)
+/*
+ * The same hash through the library's dispatcher, which picks the widest
+ * vector unit the CPU has (AVX2, AVX-512) at run time: 2.3x the plain
+ * entry point's speed on this project's build machine.
+ */
+#include <xxh_x86dispatch.h>
+#endif
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define WB_RETRY_BASE_MS 100
+#define STOP_RETRY_MS 20000   /* at the stop, failed write-backs are retried this long */
+#define WB_MAX_RETRIES 6
+#define COMMIT_BATCH_MAX 1024
+#define STREAM_SCAN 256	 /* newest dirty blocks the flusher looks at for streaming ones */
+#define CLEAN_KICK 8	 /* evictions under the cycle between the flusher's looks */
+#define BUSY_RETRY_MS 10 /* a dirty block pinned by a writer is looked at again after */
+
+/* ---- the dirty marks, and waking the flusher ---- */
+
+/*
+ * Dirty blocks over the dirty mark less `below': these must be cleaned
+ * whatever they are.
+ */
+int64_t flush_dirty_over(struct tb_store *s, uint64_t below)
+{
+	return (int64_t)s->ndirty - (int64_t)s->wb_inflight -
+	       ((int64_t)s->dirty_max - (int64_t)below);
+}
+
+/*
+ * Without a cycle, and when the oldest dirty block was overwritten blind
+ * (a whole rewrite of a stored block that was not cached, by a writer that
+ * has written the whole file since it last read it: it streams over the
+ * file), write-back starts dirty_bg below the dirty mark, so that a
+ * writer held at the mark finds the device queues full. From clean_low
+ * below it, an O_DIRECT overwrite of a file 4x the DRAM tier kept 1.8
+ * requests in flight on the disk, against the raw folder's 9, and ran at
+ * 0.8x raw. Files read before they are rewritten (the optimizer's state
+ * before the learner has its cycle) keep the lazy mark: written back early
+ * in the first iterations, they left the swap's resident set smaller for
+ * good, and each steady iteration moved 3% more (docs/benchmarks.md).
+ */
+uint64_t flush_dirty_below(struct tb_store *s)
+{
+	struct tb_entry *oldest = s->dirty_list.head;
+
+	return oldest && oldest->blind && !evict_cycle_period(s) ? s->dirty_bg : s->clean_low;
+}
+
+/*
+ * Wake the flusher: there is work for it, or a reason to look again. Lock
+ * held. The flusher drops the lock between looking for work and going to
+ * sleep (it writes and commits in between); a kick in that gap would be
+ * lost, so it sleeps only if no kick came since it looked (flush_main).
+ * Lost, the stop at unmount left it asleep for ever, and an fsync that
+ * found its blocks pinned waited with it.
+ */
+void flush_kick(struct tb_store *s)
+{
+	s->flush_kicks++;
+	pthread_cond_signal(&s->flush_cv);
+}
+
+/*
+ * The flusher keeps clean_high free or clean slots ahead of need; wake it
+ * when they run short, when dirty data passes the background mark, and
+ * after every few evictions while a cycle ranks the victims, since each
+ * use moves which blocks lie furthest ahead.
+ */
+void flush_kick_cleaner(struct tb_store *s, bool evicted)
+{
+	uint64_t below = flush_dirty_below(s);
+
+	if (s->free_list.n + s->nclean < s->clean_high ||
+	    (below > s->clean_low && flush_dirty_over(s, below) > 0) ||
+	    (evicted && ++s->evict_since_clean >= CLEAN_KICK))
+		flush_kick(s);
+}
+
+/* ---- I/O completions (device threads) ---- */
+
+static void write_done(struct tb_io *r, int err)
+{
+	struct tb_entry *e = (struct tb_entry *)((char *)r - offsetof(struct tb_entry, req));
+	struct tb_store *s = e->s;
+
+	pthread_mutex_lock(&s->lock);
+	e->err = err;
+	e->lnext = s->done;
+	s->done = e;
+	flush_kick(s);
+	pthread_mutex_unlock(&s->lock);
+}
+
+/* ---- flusher ---- */
+
+/*
+ * Whether a dirty block must be written back now, whatever the cache
+ * needs: fsync, flush or unmount wait on it, or it has been dirty longer
+ * than the age limit. *at says when it would be due otherwise.
+ */
+static bool due(struct tb_store *s, struct tb_entry *e, uint64_t now, uint64_t *at)
+{
+	*at = s->cfg.dirty_expire_ms ? e->dirty_ms + s->cfg.dirty_expire_ms : UINT64_MAX;
+	if (s->stopping && e->retries) {
+		/* Failed before: retried until the stop's deadline (flusher_done). */
+		uint64_t end = s->stop_ms + STOP_RETRY_MS;
+
+		if (now >= end)
+			return false;
+		if (now < e->dirty_ms || e->wpins || e->merging) {
+			*at = now < e->dirty_ms ? e->dirty_ms : now + BUSY_RETRY_MS;
+			if (*at > end)
+				*at = end;
+			return false;
+		}
+		return true;
+	}
+	if (e->wpins || e->merging) {
+		/*
+		 * Look again soon: a writer's pin is held for one copy. A block
+		 * due now (urgent, or the store stopping) is looked at again
+		 * in BUSY_RETRY_MS whatever the age limit: the writer's unpin
+		 * wakes the flusher only for space, and with dirty_expire_ms=0
+		 * an fsync or a flush that found the block pinned waited for
+		 * whatever woke the flusher next.
+		 */
+		if (*at < now + BUSY_RETRY_MS || e->urgent || s->stopping)
+			*at = now + BUSY_RETRY_MS;
+		return false;
+	}
+	if (e->retries && now < e->dirty_ms) {
+		*at = e->dirty_ms;
+		return false;
+	}
+	if (e->urgent || s->stopping)
+		return true;
+	if (now < *at)
+		return false;
+	s->expired++;
+	return true;
+}
+
+/*
+ * Whether a dirty block the cache wants clean may go now: a partly written
+ * one waits flush_delay_ms for the rest of its bytes first.
+ */
+bool flush_may_clean(struct tb_store *s, struct tb_entry *e, uint64_t now, uint64_t *next_ms)
+{
+	if (e->state != ES_DIRTY || e->wpins || e->merging)
+		return false;
+	if (e->retries && now < e->dirty_ms) {
+		if (e->dirty_ms < *next_ms)
+			*next_ms = e->dirty_ms;
+		return false;
+	}
+	if (e->partial && now < e->dirty_ms + s->cfg.flush_delay_ms) {
+		if (e->dirty_ms + s->cfg.flush_delay_ms < *next_ms)
+			*next_ms = e->dirty_ms + s->cfg.flush_delay_ms;
+		return false;
+	}
+	return true;
+}
+
+/*
+ * The bytes of a block to store: up to its last non-zero byte, in whole
+ * sectors, or 0 when it is all zeros (a hole). The block's zero end, a
+ * file's last block past the end of the file, is not written (cache_io_len).
+ */
+static size_t stored_len(const void *p, size_t bs)
+{
+	const uint64_t *w = p;
+	size_t n = bs / sizeof(*w);
+
+	while (n && !w[n - 1])
+		n--;
+	return (n * sizeof(*w) + SECTOR - 1) / SECTOR * SECTOR;
+}
+
+/* Put a WB entry back to DIRTY after a failure. Lock held. */
+static void wb_failed(struct tb_store *s, struct tb_entry *e, int err)
+{
+	e->retries++;
+	e->err = err;
+	s->wb_errors++;
+	if (e->retries >= WB_MAX_RETRIES && e->o)
+		e->o->wb_err = err;
+	if (log_ratelimit(&s->wb_log_sec, 10))
+		log_err("write-back of block %llu of object %llu failed: %s (attempt %u)",
+			(unsigned long long)e->idx, (unsigned long long)e->obj, strerror(-err),
+			e->retries);
+	cache_set_state(s, e, ES_DIRTY);
+	/*
+	 * Retried as soon as its backoff has passed, whoever sent it: fsync
+	 * waits on it, or the cache wanted its slot.
+	 */
+	e->urgent = true;
+	s->due_scan = true;
+	e->dirty_ms = now_ms() + (s->stopping ? STOP_RETRY_GAP_MS
+					      : WB_RETRY_BASE_MS << (e->retries < 8 ? e->retries : 8));
+	elist_prepend(&s->dirty_list, e); /* where take_due finds it: see make_urgent */
+	s->wb_inflight--;
+	pthread_cond_broadcast(&s->state_cv);
+}
+
+void flush_start_wb(struct tb_store *s, struct tb_entry *e)
+{
+	elist_remove(&s->dirty_list, e);
+	cache_set_state(s, e, ES_WB);
+	e->urgent = false;
+	s->wb_inflight++;
+}
+
+/*
+ * Take the dirty entries that are due into WB. Lock held. The dirty list
+ * is in the order blocks became dirty, so the age limit needs only its
+ * head, but for blocks marked urgent or waiting to retry, which go to its
+ * head (make_urgent); the whole list is walked (FLUSH_SCAN_MAX at most)
+ * while there are such blocks (due_scan).
+ */
+static size_t take_due(struct tb_store *s, struct tb_entry **out, size_t max, uint64_t now,
+		       uint64_t *next_ms)
+{
+	struct tb_entry *e = s->dirty_list.head;
+	bool full = s->due_scan || s->stopping, again = false;
+	size_t n = 0, scanned = 0;
+
+	while (e && n < max && s->wb_inflight < s->wb_max && scanned++ < FLUSH_SCAN_MAX) {
+		struct tb_entry *next = e->lnext;
+		uint64_t at = UINT64_MAX;
+
+		if (due(s, e, now, &at)) {
+			flush_start_wb(s, e);
+			out[n++] = e;
+		} else {
+			if (at < *next_ms)
+				*next_ms = at;
+			if (e->urgent || e->retries)
+				again = true;
+			else if (!full)
+				break; /* younger than the age limit, and so is the rest */
+		}
+		e = next;
+	}
+	if (full && !e && !again)
+		s->due_scan = false;
+	return n;
+}
+
+/*
+ * Under the cycle, a stored block rewritten whole while it was not cached,
+ * or loaded since its last write-back, streams through the cache (the
+ * stream flag, set by make_dirty). In the optimizer's read-then-rewrite
+ * cycle, a clean copy whose next use is a whole rewrite costs nothing to
+ * evict, and Belady evicts the block used last, so such a block is gone
+ * before its next read; only a block that stayed cached since its last
+ * write-back is hit next time. Written back now, its slot is clean when
+ * the next miss wants one. Lazily, misses found every slot dirty and
+ * waited for the write-back of a block just rewritten, and writers waited
+ * for the dirty budget: at twice the DRAM tier, the pipelined swapper
+ * moved 0.57-0.64 of the raw folder's bytes and now moves 0.55-0.59, in
+ * 0.81 s an iteration against 0.90 (docs/benchmarks.md). Only the newest
+ * dirty blocks are looked at. Lock held.
+ */
+static size_t take_stream(struct tb_store *s, struct tb_entry **out, size_t max, uint64_t now,
+			  uint64_t *next_ms)
+{
+	size_t n = 0, seen = 0;
+
+	for (struct tb_entry *e = s->dirty_list.tail, *prev; e && n < max && seen < STREAM_SCAN;
+	     e = prev, seen++) {
+		prev = e->lprev;
+		if (s->wb_inflight >= s->wb_max)
+			break;
+		if (e->stream && e->fill >= s->bs && !e->partial && !evict_protected(s, e->o) &&
+		    flush_may_clean(s, e, now, next_ms)) {
+			flush_start_wb(s, e);
+			out[n++] = e;
+		}
+	}
+	return n;
+}
+
+/*
+ * Take dirty entries into WB: those due (fsync, flush, unmount, the age
+ * limit), the blocks streaming through, then the victims the cache wants
+ * clean ahead of need. Lock held.
+ */
+static size_t take_dirty(struct tb_store *s, struct tb_entry **out, size_t max, uint64_t now,
+			 uint64_t *next_ms)
+{
+	size_t n = take_due(s, out, max, now, next_ms);
+
+	if (n == max || s->wb_inflight >= s->wb_max)
+		return n;
+	s->evict_since_clean = 0;
+	if (evict_cycle_period(s)) {
+		n += take_stream(s, out + n, max - n, now, next_ms);
+		if (n == max || s->wb_inflight >= s->wb_max)
+			return n;
+		return n + evict_take_cycle(s, out + n, max - n, now, next_ms);
+	}
+	return n + evict_take_lru(s, out + n, max - n, now, next_ms);
+}
+
+void tb_hash(const void *data, size_t len, uint8_t out[TB_HASH_LEN])
+{
+	XXH128_hash_t h = XXH3_128bits(data, len);
+
+	memcpy(out, &h.low64, 8);
+	memcpy(out + 8, &h.high64, 8);
+}
+
+/*
+ * Hash the block; if a stored block has the same hash (and, in verify mode,
+ * the same bytes as read back from its device), the entry is committed as
+ * a reference to it. No lock held; the entry is in WB.
+ */
+static bool dedup_match(struct tb_store *s, struct tb_entry *e)
+{
+	uint64_t id, loc;
+	size_t len;
+	char *bounce = NULL;
+	bool same;
+
+	if (s->cfg.test_collide) {
+		uint64_t one = 1; /* every block collides: verify must hold */
+
+		memcpy(e->hash, &one, 8);
+		memcpy(e->hash + 8, &one, 8);
+	} else {
+		tb_hash(cache_slot_data(s, e), s->bs, e->hash);
+	}
+	e->hashed = true;
+	if (s->owner.dedup_find(s->owner.ctx, e->hash, &id, &loc, &len) != 0)
+		return false;
+	if (s->cfg.dedup == TB_DEDUP_VERIFY) {
+		struct tb_entry *c;
+
+		/* The stored copy's bytes, from DRAM when a clean copy is cached. */
+		pthread_mutex_lock(&s->lock);
+		c = cache_find_loc(s, loc, e);
+		if (c) {
+			c->pins++;
+			s->dedup_verify_cached++;
+		}
+		pthread_mutex_unlock(&s->lock);
+		if (c) {
+			same = memcmp(cache_slot_data(s, c), cache_slot_data(s, e), s->bs) == 0;
+			cache_unpin(s, c);
+		} else {
+			/* Its stored bytes, and zeros past them. */
+			if (!cache_stored_ok(s, loc, len) ||
+			    posix_memalign((void **)&bounce, IO_ALIGN, cache_io_len(len)))
+				return false;
+			same = cache_read_sync(s, loc, len, bounce) == 0 &&
+			       memcmp(bounce, cache_slot_data(s, e), cache_io_len(len)) == 0 &&
+			       e->new_len <= len; /* stored_len, set by start_writes */
+			free(bounce);
+		}
+		if (!same) {
+			pthread_mutex_lock(&s->lock);
+			s->dedup_mismatch++;
+			pthread_mutex_unlock(&s->lock);
+			/* Not the same bytes: store it, outside the index. */
+			e->hashed = false;
+			return false;
+		}
+	}
+	e->share_id = id;
+	e->new_loc = loc;
+	return true;
+}
+
+/* Outside the lock: holes go straight to commit, the rest to a device. */
+static void start_writes(struct tb_store *s, struct tb_entry **batch, size_t n,
+			 struct tb_entry **holes, size_t *nholes)
+{
+	for (size_t i = 0; i < n; i++) {
+		struct tb_entry *e = batch[i];
+		uint64_t loc;
+
+		if (e->partial) {
+			int ret = cache_merge_io(s, e);
+
+			pthread_mutex_lock(&s->lock);
+			if (ret < 0) {
+				wb_failed(s, e, ret);
+				pthread_mutex_unlock(&s->lock);
+				continue;
+			}
+			e->partial = false;
+			s->partial_merged += (uint64_t)ret;
+			pthread_cond_broadcast(&s->state_cv);
+			pthread_mutex_unlock(&s->lock);
+		}
+		e->share_id = 0;
+		e->hashed = false;
+		e->new_len = stored_len(cache_slot_data(s, e), s->bs);
+		if (!e->new_len) {
+			e->new_loc = TB_LOC_NONE;
+			holes[(*nholes)++] = e;
+			continue;
+		}
+		if (s->cfg.dedup != TB_DEDUP_OFF && !e->no_share && dedup_match(s, e)) {
+			holes[(*nholes)++] = e; /* no I/O: committed as a shared block */
+			continue;
+		}
+		pthread_mutex_lock(&s->lock);
+		int ret = place_block(s, &loc);
+		if (ret < 0) {
+			wb_failed(s, e, ret);
+			pthread_mutex_unlock(&s->lock);
+			continue;
+		}
+		pthread_mutex_unlock(&s->lock);
+		if (s->dev[tb_loc_dev(loc)]->eng->alloc)
+			e->new_len = s->bs; /* slots packed into objects (s3) are whole */
+		e->new_loc = loc;
+		e->req.op = IO_WRITE;
+		e->req.cls = IO_WB;
+		e->req.slot = tb_loc_slot(loc);
+		e->req.buf = cache_slot_data(s, e);
+		e->req.len = cache_io_len(e->new_len);
+		e->req.done = write_done;
+		dev_submit(s->dev[tb_loc_dev(loc)], &e->req);
+	}
+}
+
+/* Commit finished write-backs in one owner transaction, then settle them. */
+static void commit_batch(struct tb_store *s, struct tb_entry **v, size_t n)
+{
+	struct tb_commit *c;
+	int ret;
+
+	if (!n)
+		return;
+	c = calloc(n, sizeof(*c));
+	ret = c ? 0 : -ENOMEM;
+	for (size_t i = 0; c && i < n; i++) {
+		c[i].obj = v[i]->obj;
+		c[i].idx = v[i]->idx;
+		c[i].loc = v[i]->new_loc;
+		c[i].len = v[i]->new_len;
+		c[i].share_id = v[i]->share_id;
+		c[i].hashed = v[i]->hashed;
+		memcpy(c[i].hash, v[i]->hash, TB_HASH_LEN);
+	}
+	if (c)
+		ret = s->owner.commit(s->owner.ctx, c, n);
+	free(c);
+
+	pthread_mutex_lock(&s->lock);
+	for (size_t i = 0; i < n; i++) {
+		struct tb_entry *e = v[i];
+
+		if (ret == -ESTALE) {
+			/*
+			 * A block to share went away: write these again, no
+			 * error, and those that shared a block as new blocks.
+			 * Shared again, the same batch failed the same way for
+			 * ever (the owner's transaction was undone, so the index
+			 * still named the block), and the flusher spun while an
+			 * fsync waited: seen with an all-zero block, whose commit
+			 * dropped the block's last reference, ahead of a block
+			 * that shared it.
+			 */
+			if (e->new_loc != TB_LOC_NONE && !e->share_id)
+				dev_free(s->dev[tb_loc_dev(e->new_loc)], tb_loc_slot(e->new_loc));
+			if (e->share_id)
+				e->no_share = true;
+			e->share_id = 0;
+			cache_set_state(s, e, ES_DIRTY);
+			e->urgent = true;
+			s->due_scan = true;
+			elist_prepend(&s->dirty_list, e);
+			s->wb_inflight--;
+			continue;
+		}
+		if (ret < 0) {
+			if (e->new_loc != TB_LOC_NONE && !e->share_id)
+				dev_free(s->dev[tb_loc_dev(e->new_loc)], tb_loc_slot(e->new_loc));
+			e->share_id = 0;
+			wb_failed(s, e, ret);
+			continue;
+		}
+		if (e->share_id)
+			s->dedup_hits++;
+		cache_set_stored(e, e->new_loc != TB_LOC_NONE); /* a shared block's too */
+		if (e->new_loc == TB_LOC_NONE)
+			s->holes++;
+		else if (!e->share_id)
+			s->wb_bytes += cache_io_len(e->new_len);
+		e->share_id = 0;
+		e->no_share = false;
+		e->loc = e->new_loc;
+		e->written_back = true;
+		cache_set_state(s, e, ES_CLEAN);
+		e->retries = 0;
+		e->err = 0;
+		e->reserved = false;
+		s->reserved--;
+		s->ndirty--;
+		s->wb_inflight--;
+	}
+	if (ret == 0)
+		s->commits_since_sync += n;
+	pthread_cond_broadcast(&s->state_cv);
+	pthread_cond_broadcast(&s->space_cv);
+	pthread_mutex_unlock(&s->lock);
+}
+
+/* Device flush, owner sync, then hand released locations back. */
+int flush_do_sync(struct tb_store *s)
+{
+	uint64_t *frees;
+	size_t nfrees;
+	int ret = 0;
+
+	pthread_mutex_lock(&s->sync_lock);
+	pthread_mutex_lock(&s->lock);
+	frees = s->pending;
+	nfrees = s->npending;
+	s->pending = NULL;
+	s->npending = s->cap_pending = 0;
+	s->commits_since_sync = 0;
+	pthread_mutex_unlock(&s->lock);
+
+	for (unsigned i = 0; i < s->n_devs; i++) {
+		int r = dev_sync(s->dev[i]);
+
+		if (r < 0 && !ret)
+			ret = r;
+	}
+	if (!ret)
+		ret = s->owner.sync(s->owner.ctx);
+
+	pthread_mutex_lock(&s->lock);
+	if (ret == 0) {
+		for (size_t i = 0; i < nfrees; i++)
+			dev_free(s->dev[tb_loc_dev(frees[i])], tb_loc_slot(frees[i]));
+		free(frees);
+	} else {
+		/* Not durable: keep them pending for the next try. */
+		for (size_t i = 0; i < nfrees; i++) {
+			if (s->npending == s->cap_pending) {
+				size_t cap = s->cap_pending ? s->cap_pending * 2 : 64;
+				uint64_t *p = realloc(s->pending, cap * sizeof(*p));
+
+				if (!p)
+					break;
+				s->pending = p;
+				s->cap_pending = cap;
+			}
+			s->pending[s->npending++] = frees[i];
+		}
+		free(frees);
+	}
+	s->syncs++;
+	s->sync_gen++;
+	pthread_cond_broadcast(&s->space_cv);
+	pthread_mutex_unlock(&s->lock);
+	pthread_mutex_unlock(&s->sync_lock);
+	return ret;
+}
+
+/*
+ * Whether the flusher may end: the store stops, nothing is in flight, and
+ * nothing is dirty, or what is has failed its write-backs until
+ * STOP_RETRY_MS after the stop. At the stop, a block that failed is
+ * retried every STOP_RETRY_GAP_MS: a device that healed takes it (one
+ * put down by its errors is tried again after 5 s, dev.c); one that does
+ * not keeps it, and tb_close says it is lost. Retried for ever, a device
+ * failing every write kept the daemon from ending at unmount. Lock held.
+ */
+static bool flusher_done(struct tb_store *s)
+{
+	if (!s->stopping || s->done || s->wb_inflight)
+		return false;
+	return !s->ndirty || now_ms() >= s->stop_ms + STOP_RETRY_MS;
+}
+
+void *flush_main(void *arg)
+{
+	struct tb_store *s = arg;
+	struct tb_entry **batch = calloc(COMMIT_BATCH_MAX, sizeof(*batch));
+	struct tb_entry **ready = calloc(2 * COMMIT_BATCH_MAX + s->wb_max, sizeof(*ready));
+	uint64_t last_sync = now_ms();
+
+	pthread_setname_np(pthread_self(), "tfs-flusher");
+	dev_io_priority();
+	if (!batch || !ready) {
+		log_err("flusher: out of memory");
+		abort();
+	}
+	pthread_mutex_lock(&s->lock);
+	for (;;) {
+		uint64_t now = now_ms(), next_ms = UINT64_MAX, kicks;
+		size_t n, nready = 0;
+		struct tb_entry *done;
+		bool want_sync, failed;
+
+		if (flusher_done(s))
+			break;
+		kicks = s->flush_kicks;
+		n = take_dirty(s, batch, COMMIT_BATCH_MAX, now, &next_ms);
+		done = s->done;
+		s->done = NULL;
+		pthread_mutex_unlock(&s->lock);
+
+		fault_inject("flusher", FAULT_FLUSHER, 0); /* test builds: op=flusher */
+		start_writes(s, batch, n, ready, &nready);
+		failed = false;
+		while (done) {
+			struct tb_entry *e = done;
+
+			done = e->lnext;
+			if (e->err) {
+				pthread_mutex_lock(&s->lock);
+				dev_free(s->dev[tb_loc_dev(e->new_loc)], tb_loc_slot(e->new_loc));
+				if (e->err == -ENOSPC)
+					dev_set_full(s->dev[tb_loc_dev(e->new_loc)]);
+				wb_failed(s, e, e->err);
+				pthread_mutex_unlock(&s->lock);
+				failed = true; /* its retry is due later: look again before sleeping */
+				continue;
+			}
+			ready[nready++] = e;
+		}
+		commit_batch(s, ready, nready);
+
+		pthread_mutex_lock(&s->lock);
+		now = now_ms();
+		want_sync = s->sync_req ||
+			    (now - last_sync >= s->cfg.sync_interval_ms &&
+			     (s->commits_since_sync || s->npending));
+		if (want_sync) {
+			s->sync_req = false;
+			pthread_mutex_unlock(&s->lock);
+			flush_do_sync(s);
+			last_sync = now_ms();
+			pthread_mutex_lock(&s->lock);
+			continue;
+		}
+		if (n || nready || failed || s->done || s->flush_kicks != kicks)
+			continue; /* a kick while the lock was dropped: look again */
+		/* Asleep until something is due: an idle mount costs no CPU. */
+		if ((s->commits_since_sync || s->npending) &&
+		    next_ms > last_sync + s->cfg.sync_interval_ms)
+			next_ms = last_sync + s->cfg.sync_interval_ms;
+		if (next_ms == UINT64_MAX) {
+			pthread_cond_wait(&s->flush_cv, &s->lock);
+		} else if (next_ms > now) {
+			struct timespec ts;
+
+			deadline_in(&ts, next_ms - now);
+			pthread_cond_timedwait(&s->flush_cv, &s->lock, &ts);
+		}
+	}
+	pthread_mutex_unlock(&s->lock);
+	free(batch);
+	free(ready);
+	return NULL;
+}
+
+/* ---- fsync, flush and sync ---- */
+
+static bool obj_has_dirty(struct tb_obj *o, uint64_t seq, int *err)
+{
+	for (struct tb_entry *e = o->head; e; e = e->onext) {
+		if (e->state != ES_DIRTY && e->state != ES_WB)
+			continue;
+		if (e->dirty_seq > seq)
+			continue;
+		if (e->state == ES_DIRTY && e->retries >= WB_MAX_RETRIES) {
+			*err = e->err ? e->err : -EIO;
+			continue;
+		}
+		return true;
+	}
+	return false;
+}
+
+/*
+ * Make a DIRTY entry urgent, at the head of the dirty list: take_due walks
+ * FLUSH_SCAN_MAX entries from the head, and an fsync's blocks behind more
+ * older ones than that (4 GiB dirty, with 1 MiB blocks) were reached only
+ * as those aged, or never with dirty_expire_ms=0. Lock held.
+ */
+static void make_urgent(struct tb_store *s, struct tb_entry *e)
+{
+	e->urgent = true;
+	elist_remove(&s->dirty_list, e);
+	elist_prepend(&s->dirty_list, e);
+}
+
+/* Mark o's blocks dirtied up to seq urgent; true when one was not already. Lock held. */
+static bool mark_urgent(struct tb_store *s, struct tb_obj *o, uint64_t seq)
+{
+	bool marked = false;
+
+	for (struct tb_entry *e = o->head; e; e = e->onext)
+		if (e->state == ES_DIRTY && e->dirty_seq <= seq && !e->urgent) {
+			make_urgent(s, e);
+			marked = true;
+		}
+	return marked;
+}
+
+int tb_flush_obj(struct tb_store *s, uint64_t obj)
+{
+	struct tb_obj *o;
+	uint64_t seq;
+	int err = 0;
+
+	pthread_mutex_lock(&s->lock);
+	seq = s->dirty_seq;
+	o = cache_obj_find(s, obj);
+	if (o)
+		for (struct tb_entry *e = o->head; e; e = e->onext)
+			if (e->state == ES_DIRTY && !e->urgent)
+				make_urgent(s, e);
+	s->due_scan = true;
+	flush_kick(s);
+	while ((o = cache_obj_find(s, obj)) && obj_has_dirty(o, seq, &err)) {
+		pthread_cond_wait(&s->state_cv, &s->lock);
+		/*
+		 * A write-back that failed left its block DIRTY and no longer
+		 * urgent: without this its retry waited for the age limit
+		 * (dirty_expire_ms), and so did this fsync.
+		 */
+		if ((o = cache_obj_find(s, obj)) && mark_urgent(s, o, seq))
+			flush_kick(s);
+	}
+	if (o && o->wb_err) {
+		if (!err)
+			err = o->wb_err;
+		o->wb_err = 0;
+		cache_obj_maybe_free(s, o);
+	}
+	pthread_mutex_unlock(&s->lock);
+	return err;
+}
+
+static int flush_all(struct tb_store *s)
+{
+	uint64_t seq;
+	int err = 0;
+
+	pthread_mutex_lock(&s->lock);
+	seq = s->dirty_seq;
+	for (struct tb_entry *e = s->dirty_list.head; e; e = e->lnext)
+		e->urgent = true;
+	s->due_scan = true;
+	flush_kick(s);
+	for (;;) {
+		bool busy = false;
+
+		err = 0;
+		for (uint32_t i = 0; i < s->nslots && !busy; i++) {
+			struct tb_entry *e = &s->entries[i];
+
+			if ((e->state == ES_DIRTY || e->state == ES_WB) && e->dirty_seq <= seq) {
+				if (e->state == ES_DIRTY && e->retries >= WB_MAX_RETRIES)
+					err = e->err ? e->err : -EIO;
+				else
+					busy = true;
+			}
+		}
+		if (!busy)
+			break;
+		pthread_cond_wait(&s->state_cv, &s->lock);
+	}
+	pthread_mutex_unlock(&s->lock);
+	return err;
+}
+
+int tb_sync(struct tb_store *s)
+{
+	int err = flush_all(s);
+	int ret = flush_do_sync(s);
+
+	return err ? err : ret;
+}
+
+int tb_durable(struct tb_store *s)
+{
+	return flush_do_sync(s);
+}
