@@ -66,7 +66,7 @@ static const struct {
 	int err;
 } errnames[] = {{"EIO", EIO}, {"ENOSPC", ENOSPC}, {"ETIMEDOUT", ETIMEDOUT}};
 
-static const char *const point_names[] = {"read", "write", "sync", "attempt", "turn"};
+static const char *const point_names[] = {"read", "write", "sync", "attempt", "turn", "block"};
 
 static int parse_u64(const char *s, uint64_t *out)
 {
@@ -97,6 +97,8 @@ static int parse_pair(struct fault_rule *r, const char *key, const char *val, ch
 			r->ops = 1u << FAULT_SYNC;
 		else if (strcmp(val, "flusher") == 0)
 			r->ops = 1u << FAULT_FLUSHER;
+		else if (strcmp(val, "prefetch") == 0)
+			r->ops = 1u << FAULT_PREFETCH;
 		else if (strcmp(val, "any") == 0)
 			r->ops = 1u << FAULT_READ | 1u << FAULT_WRITE | 1u << FAULT_SYNC;
 		else

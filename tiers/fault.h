@@ -18,7 +18,10 @@
  *   op=OP       read, write, sync or any (default any); flusher: each turn
  *               of the cache's flusher, in its gap between looking for work
  *               and sleeping (dev=flusher), where err=delay widens that
- *               window for a test of the wake-ups it could lose
+ *               window for a test of the wake-ups it could lose; prefetch:
+ *               each block the owner asks the cache to load ahead
+ *               (tb_prefetch, dev=prefetch), where err=delay stretches a
+ *               prefetch turn for a test of what may run beside it
  *   err=E       EIO, ENOSPC, ETIMEDOUT: the request fails with it, before
  *               the medium sees it; delay: it waits ms= milliseconds, then
  *               runs; 503: (s3) an attempt is answered as by an overloaded
@@ -46,6 +49,7 @@ enum fault_point {
 	FAULT_SYNC,	  /* a device flush (fdatasync) */
 	FAULT_S3_ATTEMPT, /* one HTTP attempt of an s3 request, after it ended */
 	FAULT_FLUSHER,	  /* each turn of the cache's flusher, the store unlocked */
+	FAULT_PREFETCH,	  /* each tb_prefetch call, before it looks at the cache */
 };
 
 #ifdef TFS_FAULT_INJECTION

@@ -198,6 +198,7 @@ void tb_cycle_pass(struct tb_store *s)
 
 int tb_prefetch(struct tb_store *s, uint64_t obj, uint64_t idx, bool hint)
 {
+	fault_inject("prefetch", FAULT_PREFETCH, idx); /* test builds: op=prefetch */
 	return prefetch(s, obj, idx, hint, 0);
 }
 

@@ -31,6 +31,7 @@ int main(void)
 	CHECK_EQ(parse("err=503 # s3 only\nop=sync,err=ETIMEDOUT,after=3,count=2\r\n"), 2);
 	CHECK_EQ(parse("dev=*,op=any,err=eio,rate=0"), 1);
 	CHECK_EQ(parse("dev=flusher,op=flusher,err=delay,ms=20,count=500"), 1);
+	CHECK_EQ(parse("dev=prefetch,op=prefetch,err=delay,ms=100"), 1);
 
 	/* refused: every key and value is checked */
 	CHECK_EQ(parse("op=write"), -EINVAL);	      /* no err= */
