@@ -1240,7 +1240,7 @@ void tb_get_stats(struct tb_store *s, struct tb_stats *st)
 	st->prefetch_wasted = s->pf_wasted;
 	st->prefetch_late = s->pf_late;
 	st->prefetch_refused = s->pf_refused;
-	st->prefetch_depth = s->pf_depth;
+	st->prefetch_depth = s->pf_win.depth;
 	st->unsynced_blocks = s->commits_since_sync + s->npending;
 	st->expired_bytes = s->expired * s->bs;
 	st->rewritten_bytes = s->wb_rewritten * s->bs;
@@ -1440,12 +1440,12 @@ int tb_open(const struct tb_config *cfg, const struct tb_owner *owner, struct tb
 	 * Blocks loaded ahead of their reader take slots from what the cycle
 	 * keeps resident: enough to hide the devices' latency, no more.
 	 */
-	s->pf_depth = s->nslots / PREFETCH_DEPTH_SHARE > PREFETCH_DEPTH_MIN
-			      ? s->nslots / PREFETCH_DEPTH_SHARE
-			      : PREFETCH_DEPTH_MIN;
-	s->pf_depth_min = s->pf_depth;
-	s->pf_depth_max = s->nslots / PF_GROW_SHARE > s->pf_depth ? s->nslots / PF_GROW_SHARE
-								   : s->pf_depth;
+	s->pf_win.depth = s->nslots / PREFETCH_DEPTH_SHARE > PREFETCH_DEPTH_MIN
+				  ? s->nslots / PREFETCH_DEPTH_SHARE
+				  : PREFETCH_DEPTH_MIN;
+	s->pf_win.min = s->pf_win.depth;
+	s->pf_win.max = s->nslots / PF_GROW_SHARE > s->pf_win.depth ? s->nslots / PF_GROW_SHARE
+								     : s->pf_win.depth;
 	s->pf_deep_max = s->nslots / PREFETCH_DEEP_SHARE;
 	s->prefetch_max = s->nslots / PREFETCH_SHARE;
 	if (s->prefetch_max > (uint64_t)s->n_devs * cfg->queue_depth)

@@ -162,13 +162,10 @@ struct tb_store {
 	/* statistics, under lock */
 	uint64_t hits, misses, evictions, holes, wb_errors, syncs, bp_waits;
 	uint64_t prefetch_inflight, prefetch_max;
-	uint64_t n_pf, pf_depth; /* blocks loaded ahead and not yet read, and their bound */
-	uint64_t pf_depth_min, pf_depth_max; /* what tb_cycle_pass moves pf_depth between */
+	uint64_t n_pf; /* blocks loaded ahead and not yet read */
+	struct tb_pf_window pf_win; /* their bound, pf_win.depth, tuned by tb_cycle_pass */
 	/* At the last pass's end: the time, devices' time active, and prefetch counts. */
 	uint64_t pass_ns, pass_active_ns[TB_MAX_DEVS], pass_issued, pass_late;
-	uint64_t pass_before_grow_ns; /* the pass before the window last grew; 0: it did not */
-	unsigned pass_before_grow_late; /* and the share of its prefetches late, in % */
-	unsigned pf_hold;	      /* passes left before the window may grow again */
 	/* The same for readers of remote blocks (tb_prefetch_deep). */
 	uint64_t n_pf_deep, pf_deep_max;
 	uint64_t *sector_bits; /* one bitmap per slot */

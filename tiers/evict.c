@@ -228,7 +228,7 @@ static bool ahead_of_reader(const struct tb_entry *e, const struct tb_use *u)
 static void update_keep(struct tb_store *s)
 {
 	uint64_t blocks = 0, tails = 0, keep;
-	uint64_t margin = s->pf_depth;
+	uint64_t margin = s->pf_win.depth;
 
 	if (s->owner.cycle_size)
 		s->owner.cycle_size(s->owner.ctx, &blocks, &tails);

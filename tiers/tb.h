@@ -285,6 +285,23 @@ int tb_prefetch_deep(struct tb_store *s, uint64_t obj, uint64_t idx, unsigned de
  * from those the cycle keeps.
  */
 void tb_cycle_pass(struct tb_store *s);
+/*
+ * The window's rules, apart from the store (the unit test drives them):
+ * its depth, between min and max; a growth being judged (before_ns, the
+ * pass before it, and the best pass since); and the passes it holds.
+ */
+struct tb_pf_window {
+	uint64_t depth, min, max;
+	uint64_t before_ns; /* the pass before the last growth, while it is judged; 0: none */
+	unsigned before_late; /* and its prefetches late, in % */
+	uint64_t best_ns;     /* the shortest pass since the growth */
+	unsigned best_late;   /* and its late share */
+	unsigned judged;      /* passes since the growth */
+	unsigned hold;	      /* passes left before the window may grow again */
+};
+/* A pass ended: took_ns long, with issued and late prefetches, pct busy. */
+void tb_pf_window_pass(struct tb_pf_window *w, uint64_t took_ns, uint64_t issued, uint64_t late,
+		       unsigned pct);
 uint64_t tb_pf_depth_next(uint64_t depth, uint64_t min, uint64_t max, uint64_t issued,
 			  uint64_t late, unsigned pct);
 bool tb_pf_grow_undone(uint64_t before_ns, unsigned before_late, uint64_t took_ns, unsigned late);

@@ -13,7 +13,8 @@
  * longer in any case. Regression: undone on time alone, mount-volume's
  * window went 4 to 64 and back to 32 in a CI run under ASan, when a pass
  * that was mostly compute took a few percent longer by itself, and its
- * last passes were 18% late.
+ * last passes were 18% late. A growth is judged by the shorter of the two
+ * passes after it, the window holding meanwhile: one slow pass is noise.
  *
  * A device's active time counts the time with a request in flight, and
  * nothing while none is: the idle share above. Regression guard: counted
@@ -63,6 +64,44 @@ static void window(void)
 	CHECK_EQ(tb_pf_depth_next(8, 8, 256, 100, 80, 100), 8);
 }
 
+/*
+ * A pass at 1000 ms, 20% late, idle: the window doubles, and the growth is
+ * judged by the shorter of the two passes after it, during which it holds.
+ */
+static void judged(void)
+{
+	struct tb_pf_window w = {.depth = 8, .min = 8, .max = 256};
+
+	tb_pf_window_pass(&w, 1000, 100, 20, 10);
+	CHECK_EQ(w.depth, 16);
+	/* One slow pass (the machine's noise), then one as before: kept. */
+	tb_pf_window_pass(&w, 1300, 100, 20, 10);
+	CHECK_EQ(w.depth, 16); /* holds while judged */
+	tb_pf_window_pass(&w, 1000, 100, 20, 10);
+	CHECK_EQ(w.depth, 32); /* kept, and this pass grows it again */
+	/* Two slow passes: undone, and it holds for 8 passes. */
+	tb_pf_window_pass(&w, 1100, 100, 20, 10);
+	CHECK_EQ(w.depth, 32);
+	tb_pf_window_pass(&w, 1200, 100, 20, 10);
+	CHECK_EQ(w.depth, 16);
+	for (int i = 0; i < 8; i++) {
+		tb_pf_window_pass(&w, 1000, 100, 20, 10);
+		CHECK_EQ(w.depth, 16);
+	}
+	tb_pf_window_pass(&w, 1000, 100, 20, 10);
+	CHECK_EQ(w.depth, 32);
+	/* Judged, less late: kept though slower (the late share fell a fifth). */
+	tb_pf_window_pass(&w, 1100, 100, 5, 10);
+	tb_pf_window_pass(&w, 1080, 100, 5, 10);
+	CHECK_EQ(w.depth, 32); /* few late now: holds */
+	/* Busy after a kept growth: halves, down to its first depth. */
+	tb_pf_window_pass(&w, 1000, 100, 10, 95);
+	CHECK_EQ(w.depth, 16);
+	tb_pf_window_pass(&w, 1000, 100, 10, 95);
+	tb_pf_window_pass(&w, 1000, 100, 10, 95);
+	CHECK_EQ(w.depth, 8);
+}
+
 /* As dev.c does: the tick closes the time before a change of the counts. */
 static void change(struct tb_dev *d, uint64_t at, unsigned demand, unsigned wb)
 {
@@ -96,6 +135,7 @@ int main(void)
 {
 	window();
 	undo();
+	judged();
 	active_time();
 	return 0;
 }
