@@ -108,15 +108,30 @@ static bool evictable(const struct tb_store *s, const struct tb_entry *e)
 	return !(e->o && e->o->pinned) || s->n_pinned_res > s->pin_limit;
 }
 
+/*
+ * The next evictable entry under the clock hand, which moves on past it;
+ * NULL once the hand has moved *steps up to limit slots.
+ */
+static struct tb_entry *hand_next(struct tb_store *s, uint64_t *steps, uint64_t limit)
+{
+	while (*steps < limit) {
+		struct tb_entry *e = &s->entries[s->clock_hand];
+
+		++*steps;
+		s->clock_hand = (s->clock_hand + 1) % s->nslots;
+		if (evictable(s, e))
+			return e;
+	}
+	return NULL;
+}
+
 /* CLOCK: the first evictable entry not referenced since the hand passed. */
 static struct tb_entry *victim_clock(struct tb_store *s)
 {
-	for (uint64_t step = 0; step < 2ULL * s->nslots; step++) {
-		struct tb_entry *e = &s->entries[s->clock_hand];
+	uint64_t steps = 0;
+	struct tb_entry *e;
 
-		s->clock_hand = (s->clock_hand + 1) % s->nslots;
-		if (!evictable(s, e))
-			continue;
+	while ((e = hand_next(s, &steps, 2ULL * s->nslots))) {
 		if (e->ref_bit) {
 			e->ref_bit = false;
 			continue;
@@ -132,19 +147,13 @@ static struct tb_entry *victim_clock(struct tb_store *s)
  */
 static struct tb_entry *victim_lru(struct tb_store *s)
 {
-	struct tb_entry *best = NULL;
-	unsigned seen = 0;
+	struct tb_entry *best = NULL, *e;
+	uint64_t steps = 0;
 
-	for (uint64_t step = 0; step < s->nslots && seen < EVICT_SAMPLE; step++) {
-		struct tb_entry *e = &s->entries[s->clock_hand];
-
-		s->clock_hand = (s->clock_hand + 1) % s->nslots;
-		if (!evictable(s, e))
-			continue;
-		seen++;
+	for (unsigned seen = 0; seen < EVICT_SAMPLE && (e = hand_next(s, &steps, s->nslots));
+	     seen++)
 		if (!best || e->last_use < best->last_use)
 			best = e;
-	}
 	return best;
 }
 
@@ -348,18 +357,12 @@ static struct tb_entry *victim_cycle(struct tb_store *s, struct tb_use *vu, enum
  */
 static struct tb_entry *victim_2q(struct tb_store *s)
 {
-	struct tb_entry *old_in = NULL, *lru_hot = NULL;
-	unsigned seen = 0;
-	uint64_t resident = s->nslots - s->free_list.n;
+	struct tb_entry *old_in = NULL, *lru_hot = NULL, *e;
+	uint64_t resident = s->nslots - s->free_list.n, steps = 0;
 	bool in_over = resident - s->n_hot > s->nslots / 4;
 
-	for (uint64_t step = 0; step < s->nslots && seen < EVICT_SAMPLE; step++) {
-		struct tb_entry *e = &s->entries[s->clock_hand];
-
-		s->clock_hand = (s->clock_hand + 1) % s->nslots;
-		if (!evictable(s, e))
-			continue;
-		seen++;
+	for (unsigned seen = 0; seen < EVICT_SAMPLE && (e = hand_next(s, &steps, s->nslots));
+	     seen++) {
 		if (!e->hot && (!old_in || e->admit < old_in->admit))
 			old_in = e;
 		if (e->hot && (!lru_hot || e->last_use < lru_hot->last_use))
