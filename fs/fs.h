@@ -59,6 +59,7 @@ struct fs_inode {
 	unsigned ra_depth, ra_run; /* the remote home's window and run, in blocks */
 	unsigned gpu_wpins;   /* GPU write pins holding io shared (gpu.c); lock */
 	uint64_t gpu_wpin_ms; /* since when some have (fs_monotonic_ms); lock */
+	uint64_t parent; /* atomic: the folder it was last looked up or made in; 0: none */
 	struct fs_inode *next;
 };
 
@@ -216,7 +217,7 @@ void fs_ctl_root_stat(struct stat *st, uint64_t ino);
  * tell the learner. True when it recorded a step of a known cycle: the
  * caller then wakes the prefetcher (fs_prefetch_kick).
  */
-bool fs_touch(struct fs *fs, uint64_t ino, uint64_t size, uint64_t len, bool write);
+bool fs_touch(struct fs *fs, struct fs_inode *in, uint64_t size, uint64_t len, bool write);
 
 /* prefetch.c: the next files of the learned cycle, and hints */
 int fs_prefetch_start(struct fs *fs);

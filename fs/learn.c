@@ -21,6 +21,16 @@
  *
  * With a cycle known, a file last recorded at position p is next used at
  * p + period; the block cache evicts the blocks used furthest ahead first.
+ *
+ * Each folder's files make a stream of their own, with its own ring, byte
+ * clock and cycle: the offloader's ranks each swap to a folder of their
+ * own (optimizer/rank<R>, <dtype>params/rank<R>), and each rank's uses are
+ * one sequence, where all of them together are not. Eight ranks reach
+ * their files in an order that drifts by more than the jitter from one
+ * iteration to the next, and one sequence of them all held no cycle. A
+ * use's distance is its stream's, scaled to the streams' periods summed
+ * (a fraction of the stream's cycle, as all of them go round once an
+ * iteration): with one stream it is the stream's own.
  */
 #include "learn.h"
 
@@ -40,14 +50,53 @@
 #define FILES_BUCKETS 4096
 #define POSITIONS 4	    /* records of a file remembered: uses per cycle */
 
+/* One sequence of uses: a folder's files. */
+struct learn_stream {
+	uint64_t key;	      /* the folder */
+	uint64_t *ring;	      /* recorded files, by record index % RING */
+	uint8_t *ring_write;  /* whether each record's use began with a write */
+	uint64_t n;	      /* records so far */
+	uint64_t clock;	      /* atomic: bytes read and written in its files */
+	uint64_t period;      /* files in its cycle; 0 while none is known */
+	uint64_t bytes, blocks, tails; /* of the files of one cycle (cycle_size) */
+	double confidence;    /* moving hit rate of the predictions */
+};
+
 struct learn_file {
 	uint64_t ino;
-	uint64_t last_clock; /* the byte clock at its last touch */
-	uint64_t last_pos;   /* record index of its last record, or UINT64_MAX */
+	struct learn_stream *st; /* the stream of its first use */
+	uint64_t last_clock; /* its stream's byte clock at its last touch */
+	uint64_t last_pos;   /* its stream's record index of its last record, or UINT64_MAX */
 	uint64_t pos[POSITIONS]; /* its last records, newest first; UINT64_MAX unused */
 	uint64_t size;
 	struct learn_file *next;
 };
+
+/* The stream of folder key; a new one while there is room, else one shared by hash. */
+static struct learn_stream *stream_get(struct fs_learner *l, uint64_t key)
+{
+	struct learn_stream *st;
+
+	for (unsigned i = 0; i < l->nstreams; i++)
+		if (l->streams[i]->key == key)
+			return l->streams[i];
+	if (l->nstreams == FS_LEARN_STREAMS)
+		return l->streams[key % FS_LEARN_STREAMS];
+	st = calloc(1, sizeof(*st));
+	if (!st)
+		return NULL;
+	st->key = key;
+	st->ring = calloc(RING, sizeof(*st->ring));
+	st->ring_write = calloc(RING, sizeof(*st->ring_write));
+	if (!st->ring || !st->ring_write) {
+		free(st->ring);
+		free(st->ring_write);
+		free(st);
+		return NULL;
+	}
+	l->streams[l->nstreams++] = st;
+	return st;
+}
 
 static struct learn_file *file_get(struct fs_learner *l, uint64_t ino)
 {
@@ -82,10 +131,8 @@ int fs_learn_init(struct fs_learner *l)
 {
 	memset(l, 0, sizeof(*l));
 	pthread_mutex_init(&l->lock, NULL);
-	l->ring = calloc(RING, sizeof(*l->ring));
-	l->ring_write = calloc(RING, sizeof(*l->ring_write));
 	l->files = calloc(FILES_BUCKETS, sizeof(*l->files));
-	return l->ring && l->ring_write && l->files ? 0 : -1;
+	return l->files ? 0 : -1;
 }
 
 void fs_learn_fini(struct fs_learner *l)
@@ -98,14 +145,17 @@ void fs_learn_fini(struct fs_learner *l)
 			free(f);
 		}
 	free(l->files);
-	free(l->ring);
-	free(l->ring_write);
+	for (unsigned i = 0; i < l->nstreams; i++) {
+		free(l->streams[i]->ring);
+		free(l->streams[i]->ring_write);
+		free(l->streams[i]);
+	}
 	pthread_mutex_destroy(&l->lock);
 }
 
-static uint64_t at(const struct fs_learner *l, uint64_t pos)
+static uint64_t at(const struct learn_stream *st, uint64_t pos)
 {
-	return l->ring[pos % RING];
+	return st->ring[pos % RING];
 }
 
 /* How early or late a file may come in a cycle of p records: a small part of it. */
@@ -118,24 +168,25 @@ static uint64_t jitter(uint64_t p)
  * How far from position pos, within j records, ino was recorded: 0 at pos,
  * or j + 1 when it was not.
  */
-static uint64_t recorded_off(const struct fs_learner *l, uint64_t ino, uint64_t pos, uint64_t j)
+static uint64_t recorded_off(const struct learn_stream *st, uint64_t ino, uint64_t pos,
+			     uint64_t j)
 {
 	uint64_t lo = pos > j ? pos - j : 0, hi = pos + j, best = j + 1;
 
-	if (hi >= l->n)
-		hi = l->n - 1;
-	if (l->n - lo > RING)
-		lo = l->n - RING;
+	if (hi >= st->n)
+		hi = st->n - 1;
+	if (st->n - lo > RING)
+		lo = st->n - RING;
 	for (uint64_t i = lo; i <= hi; i++)
-		if (at(l, i) == ino && (i > pos ? i - pos : pos - i) < best)
+		if (at(st, i) == ino && (i > pos ? i - pos : pos - i) < best)
 			best = i > pos ? i - pos : pos - i;
 	return best;
 }
 
 /* Whether ino was recorded within j records of position pos. */
-static bool recorded_near(const struct fs_learner *l, uint64_t ino, uint64_t pos, uint64_t j)
+static bool recorded_near(const struct learn_stream *st, uint64_t ino, uint64_t pos, uint64_t j)
 {
-	return recorded_off(l, ino, pos, j) <= j;
+	return recorded_off(st, ino, pos, j) <= j;
 }
 
 /*
@@ -143,14 +194,14 @@ static bool recorded_near(const struct fs_learner *l, uint64_t ino, uint64_t pos
  * far they lie from where p puts them, in thousandths of a record on
  * average (a record not found counts as a jitter and one).
  */
-static bool period_fits(const struct fs_learner *l, uint64_t p, uint64_t *cost)
+static bool period_fits(const struct learn_stream *st, uint64_t p, uint64_t *cost)
 {
 	uint64_t window = p < MATCH_WINDOW ? p : MATCH_WINDOW, match = 0, off = 0;
 
-	if (p == 0 || p >= RING / 2 || l->n < p + window + jitter(p))
+	if (p == 0 || p >= RING / 2 || st->n < p + window + jitter(p))
 		return false;
 	for (uint64_t j = 1; j <= window; j++) {
-		uint64_t d = recorded_off(l, at(l, l->n - j), l->n - j - p, jitter(p));
+		uint64_t d = recorded_off(st, at(st, st->n - j), st->n - j - p, jitter(p));
 
 		match += d <= jitter(p);
 		off += d;
@@ -159,16 +210,16 @@ static bool period_fits(const struct fs_learner *l, uint64_t p, uint64_t *cost)
 	return match >= MATCH_SHARE * (double)window;
 }
 
-/* Sum the sizes of the files of one period, in bytes and in whole blocks. */
-static void cycle_size(struct fs_learner *l)
+/* Sum the sizes of the files of one of st's periods, in bytes and in whole blocks. */
+static void cycle_size(struct fs_learner *l, struct learn_stream *st)
 {
 	uint64_t sum = 0, blocks = 0, tails = 0;
 
-	for (uint64_t j = 1; j <= l->period; j++) {
-		struct learn_file *f = file_find(l, at(l, l->n - j));
+	for (uint64_t j = 1; j <= st->period; j++) {
+		struct learn_file *f = file_find(l, at(st, st->n - j));
 
 		/* A file used twice in a period is counted at its last record. */
-		if (f && f->last_pos == l->n - j) {
+		if (f && f->st == st && f->last_pos == st->n - j) {
 			sum += f->size;
 			if (l->block) {
 				blocks += (f->size + l->block - 1) / l->block;
@@ -176,9 +227,38 @@ static void cycle_size(struct fs_learner *l)
 			}
 		}
 	}
-	l->bytes = sum;
+	st->bytes = sum;
+	st->blocks = blocks;
+	st->tails = tails;
+}
+
+/* The streams' cycles summed: what the owner and the stats see. */
+static void sums(struct fs_learner *l)
+{
+	uint64_t period = 0, bytes = 0, blocks = 0, tails = 0;
+
+	for (unsigned i = 0; i < l->nstreams; i++) {
+		const struct learn_stream *st = l->streams[i];
+
+		if (!st->period)
+			continue;
+		period += st->period;
+		bytes += st->bytes;
+		blocks += st->blocks;
+		tails += st->tails;
+	}
+	__atomic_store_n(&l->period, period, __ATOMIC_RELAXED);
+	l->bytes = bytes;
 	l->blocks = blocks;
 	l->tails = tails;
+}
+
+/* A distance in st's records, as a share of its cycle in all the streams' records. */
+static uint64_t scaled(const struct fs_learner *l, const struct learn_stream *st, uint64_t d)
+{
+	if (d == FS_LEARN_UNKNOWN || st->period == l->period || !st->period)
+		return d;
+	return (uint64_t)((unsigned __int128)d * l->period / st->period);
 }
 
 /*
@@ -193,68 +273,97 @@ static void cycle_size(struct fs_learner *l)
  * iteration; a period a few records off the true one also fits, within the
  * jitter, and drifts.
  */
-static void find_period(struct fs_learner *l, struct learn_file *f)
+static void find_period(struct learn_stream *st, struct learn_file *f)
 {
 	uint64_t cur, best = 0, best_cost = UINT64_MAX, cost;
-	bool held = l->period && period_fits(l, l->period, &cur);
+	bool held = st->period && period_fits(st, st->period, &cur);
 
 	if (!held)
 		cur = UINT64_MAX;
 
 	for (int i = 1; i < POSITIONS && f->pos[i] != UINT64_MAX; i++) {
-		uint64_t p = l->n - 1 - f->pos[i];
+		uint64_t p = st->n - 1 - f->pos[i];
 
-		if (p == l->period || (held && (p < l->period / 2 || p > 2 * l->period)))
+		if (p == st->period || (held && (p < st->period / 2 || p > 2 * st->period)))
 			continue;
-		if (period_fits(l, p, &cost) && cost < best_cost && cost < cur) {
+		if (period_fits(st, p, &cost) && cost < best_cost && cost < cur) {
 			best = p;
 			best_cost = cost;
 		}
 	}
 	if (best) {
-		l->period = best;
-		l->confidence = MATCH_SHARE;
+		st->period = best;
+		st->confidence = MATCH_SHARE;
 	}
 }
 
 static void record(struct fs_learner *l, struct learn_file *f, bool write)
 {
-	if (l->period) {
-		bool hit = l->n >= l->period &&
-			   recorded_near(l, f->ino, l->n - l->period, jitter(l->period));
+	struct learn_stream *st = f->st;
 
-		l->confidence = (1 - CONF_ALPHA) * l->confidence + CONF_ALPHA * (hit ? 1 : 0);
-		if (l->confidence < CONF_KEEP)
-			l->period = 0;
+	if (st->period) {
+		bool hit = st->n >= st->period &&
+			   recorded_near(st, f->ino, st->n - st->period, jitter(st->period));
+
+		st->confidence = (1 - CONF_ALPHA) * st->confidence + CONF_ALPHA * (hit ? 1 : 0);
+		if (st->confidence < CONF_KEEP)
+			st->period = 0;
 	}
-	l->ring[l->n % RING] = f->ino;
-	l->ring_write[l->n % RING] = write;
-	f->last_pos = l->n;
+	st->ring[st->n % RING] = f->ino;
+	st->ring_write[st->n % RING] = write;
+	f->last_pos = st->n;
 	memmove(f->pos + 1, f->pos, (POSITIONS - 1) * sizeof(f->pos[0]));
-	f->pos[0] = l->n;
+	f->pos[0] = st->n;
+	st->n++;
 	l->n++;
 	l->generation++;
-	find_period(l, f);
-	if (l->period)
-		cycle_size(l);
+	find_period(st, f);
+	if (st->period)
+		cycle_size(l, st);
+	sums(l);
 }
 
-void fs_learn_touch(struct fs_learner *l, uint64_t ino, uint64_t size, uint64_t len, bool write)
+void fs_learn_touch(struct fs_learner *l, uint64_t ino, uint64_t stream, uint64_t size,
+		    uint64_t len, bool write)
 {
-	uint64_t clock = __atomic_add_fetch(&l->clock, len, __ATOMIC_RELAXED) - len;
+	struct learn_stream *st;
 	struct learn_file *f, *prev;
+	uint64_t clock;
 
-	if (__atomic_load_n(&l->last_ino, __ATOMIC_RELAXED) == ino)
-		return; /* the same file again: the common case, no lock */
+	if (__atomic_load_n(&l->last_ino, __ATOMIC_RELAXED) == ino) {
+		/*
+		 * The same file again: the common case, no lock. last_st may
+		 * be a moment behind last_ino, and these bytes then count in
+		 * the stream touched before: a clock a few MiB off, once.
+		 */
+		st = __atomic_load_n(&l->last_st, __ATOMIC_ACQUIRE);
+		if (st) {
+			__atomic_add_fetch(&st->clock, len, __ATOMIC_RELAXED);
+			return;
+		}
+	}
 	pthread_mutex_lock(&l->lock);
-	/* The file touched before was in use until now. */
-	prev = file_find(l, l->last_ino);
-	if (prev && prev->last_clock < clock)
-		prev->last_clock = clock;
-	__atomic_store_n(&l->last_ino, ino, __ATOMIC_RELAXED);
 	l->touches++;
 	f = file_get(l, ino);
-	if (f) {
+	if (f && !f->st)
+		f->st = stream_get(l, stream);
+	if (!f || !f->st) {
+		pthread_mutex_unlock(&l->lock);
+		return; /* out of memory: this touch is not learned */
+	}
+	st = f->st;
+	clock = __atomic_add_fetch(&st->clock, len, __ATOMIC_RELAXED) - len;
+	/* The file touched before was in use until now, by its stream's clock. */
+	prev = file_find(l, l->last_ino);
+	if (prev && prev != f && prev->st) {
+		uint64_t now = __atomic_load_n(&prev->st->clock, __ATOMIC_RELAXED);
+
+		if (prev->last_clock < now)
+			prev->last_clock = now;
+	}
+	__atomic_store_n(&l->last_st, st, __ATOMIC_RELEASE);
+	__atomic_store_n(&l->last_ino, ino, __ATOMIC_RELAXED);
+	{
 		uint64_t gap;
 
 		f->size = size;
@@ -269,6 +378,7 @@ void fs_learn_touch(struct fs_learner *l, uint64_t ino, uint64_t size, uint64_t 
 
 void fs_learn_next_use(struct fs_learner *l, uint64_t ino, struct fs_learn_use *u)
 {
+	const struct learn_stream *st;
 	struct learn_file *f;
 	uint64_t at = 0;
 
@@ -278,26 +388,28 @@ void fs_learn_next_use(struct fs_learner *l, uint64_t ino, struct fs_learn_use *
 	u->size = 0;
 	pthread_mutex_lock(&l->lock);
 	f = file_find(l, ino);
+	st = f ? f->st : NULL;
 	if (f)
 		u->size = f->size;
-	if (f && f->last_pos != UINT64_MAX)
-		u->now = f->last_pos + IN_USE >= l->n;
-	if (l->period && f && f->last_pos != UINT64_MAX) {
+	if (st && f->last_pos != UINT64_MAX)
+		u->now = f->last_pos + IN_USE >= st->n;
+	if (st && st->period && f->last_pos != UINT64_MAX) {
 		/* The soonest of its uses in the last cycle, one cycle on. */
 		for (int i = 0; i < POSITIONS && f->pos[i] != UINT64_MAX; i++) {
-			uint64_t next = f->pos[i] + l->period;
+			uint64_t next = f->pos[i] + st->period;
 
-			if (next < l->n)
+			if (next < st->n)
 				break; /* older than a cycle */
-			if (u->dist == FS_LEARN_UNKNOWN || next - l->n < u->dist) {
-				u->dist = next - l->n;
+			if (u->dist == FS_LEARN_UNKNOWN || next - st->n < u->dist) {
+				u->dist = next - st->n;
 				at = f->pos[i];
 			}
 		}
 		if (u->dist == FS_LEARN_UNKNOWN)
 			u->dist = 0; /* overdue: skipped this round, due any time now */
 		else
-			u->write = l->ring_write[at % RING];
+			u->write = st->ring_write[at % RING];
+		u->dist = scaled(l, st, u->dist);
 	}
 	pthread_mutex_unlock(&l->lock);
 }
@@ -310,49 +422,92 @@ uint64_t fs_learn_distance(struct fs_learner *l, uint64_t ino)
 	return u.dist;
 }
 
+struct next_cand {
+	uint64_t dist, ino;
+};
+
+static int cand_cmp(const void *a, const void *b)
+{
+	const struct next_cand *x = a, *y = b;
+
+	return x->dist < y->dist ? -1 : x->dist > y->dist;
+}
+
 unsigned fs_learn_next(struct fs_learner *l, uint64_t *inos, unsigned max, uint64_t budget,
 		       uint64_t *generation)
 {
-	unsigned k = 0;
+	struct next_cand *cand;
+	unsigned k = 0, nc = 0;
 	uint64_t bytes = 0;
 
 	pthread_mutex_lock(&l->lock);
 	*generation = l->generation;
+	cand = l->nstreams && max ? malloc((size_t)l->nstreams * max * sizeof(*cand)) : NULL;
+	if (!cand) {
+		pthread_mutex_unlock(&l->lock);
+		return 0;
+	}
 	/*
-	 * The file in use now (the newest record) first, for the rest of it;
-	 * then the records after its record one period back come next.
+	 * In each stream, the file in use now (the newest record) first, for
+	 * the rest of it; then the records after its record one period back
+	 * come next. The streams' lists merge by distance (scaled).
 	 */
-	for (uint64_t j = 0; l->period && j < l->period && k < max; j++) {
-		uint64_t pos = j == 0 ? l->n - 1 : l->n - l->period + j - 1;
-		uint64_t ino = at(l, pos);
-		struct learn_file *f = file_find(l, ino);
+	for (unsigned s = 0; s < l->nstreams; s++) {
+		const struct learn_stream *st = l->streams[s];
+		unsigned taken = 0;
+
+		for (uint64_t j = 0; st->period && j < st->period && taken < max; j++) {
+			uint64_t pos = j == 0 ? st->n - 1 : st->n - st->period + j - 1;
+
+			/* A use that begins with a write reads nothing: loading it is waste. */
+			if (st->ring_write[pos % RING])
+				continue;
+			cand[nc++] = (struct next_cand){scaled(l, st, j), at(st, pos)};
+			taken++;
+		}
+	}
+	qsort(cand, nc, sizeof(*cand), cand_cmp);
+	for (unsigned c = 0; c < nc && k < max; c++) {
+		struct learn_file *f = file_find(l, cand[c].ino);
 		bool dup = false;
 
-		/* A use that begins with a write reads nothing: loading it is waste. */
-		if (l->ring_write[pos % RING])
-			continue;
 		for (unsigned i = 0; i < k; i++)
-			dup |= inos[i] == ino;
+			dup |= inos[i] == cand[c].ino;
 		if (dup || !f)
 			continue;
 		if (k && bytes + f->size > budget)
 			break;
 		bytes += f->size;
-		inos[k++] = ino;
+		inos[k++] = cand[c].ino;
 	}
 	pthread_mutex_unlock(&l->lock);
+	free(cand);
 	return k;
 }
 
 void fs_learn_stats(struct fs_learner *l, struct fs_learn_stats *st)
 {
+	double conf = 0;
+	uint64_t position = 0;
+
 	pthread_mutex_lock(&l->lock);
+	/* The least sure of the streams that hold a cycle, and where each is in it. */
+	for (unsigned i = 0; i < l->nstreams; i++) {
+		const struct learn_stream *s = l->streams[i];
+
+		if (!s->period)
+			continue;
+		if (conf == 0 || s->confidence < conf)
+			conf = s->confidence;
+		position += s->n % s->period;
+	}
 	st->period = l->period;
 	st->bytes = l->period ? l->bytes : 0;
 	st->blocks = l->period ? l->blocks : 0;
 	st->tails = l->period ? l->tails : 0;
-	st->confidence = l->period ? l->confidence : 0;
-	st->position = l->period ? l->n % l->period : 0;
+	st->confidence = conf;
+	st->position = position;
 	st->records = l->n;
+	st->streams = l->nstreams;
 	pthread_mutex_unlock(&l->lock);
 }

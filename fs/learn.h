@@ -10,36 +10,45 @@
 
 #define FS_LEARN_UNKNOWN UINT64_MAX
 
+#define FS_LEARN_STREAMS 64 /* folders learned apart; more share them */
+
 struct learn_file;
+struct learn_stream;
 
 struct fs_learner {
-	pthread_mutex_t lock; /* guards all but last_ino */
-	uint64_t last_ino;    /* atomic: the file touched last */
-	uint64_t *ring;	      /* recorded files, by record index % size */
-	uint8_t *ring_write;  /* whether each record's use began with a write */
-	uint64_t n;	      /* records so far */
+	pthread_mutex_t lock;	     /* guards all but last_ino and last_st */
+	uint64_t last_ino;	     /* atomic: the file touched last */
+	struct learn_stream *last_st; /* atomic: its stream */
+	struct learn_stream *streams[FS_LEARN_STREAMS]; /* one per folder (learn.c) */
+	unsigned nstreams;
+	uint64_t n;	      /* records so far, in all streams */
 	uint64_t touches;
-	uint64_t clock;	      /* atomic: bytes read and written so far */
-	uint64_t period;      /* files in the cycle; 0 while none is known */
-	uint64_t bytes;	      /* bytes of the files of one cycle */
+	uint64_t period;      /* atomic: the streams' files in their cycles; 0 while none is known */
+	uint64_t bytes;	      /* bytes of the files of one cycle of each stream */
 	uint64_t block;	      /* the block size, set by the owner (0: blocks not counted) */
-	uint64_t blocks;      /* blocks of the files of one cycle, each file rounded up */
+	uint64_t blocks;      /* blocks of those files, each file rounded up */
 	uint64_t tails;	      /* of them, files' last blocks that the file fills only in part */
-	double confidence;    /* moving hit rate of the predictions */
 	struct learn_file **files;
 	uint64_t generation; /* bumps at every record, for the prefetcher */
 };
 
 struct fs_learn_stats {
-	uint64_t period, bytes, blocks, tails, position, records;
+	uint64_t period, bytes, blocks, tails, position, records, streams;
 	double confidence;
 };
 
 int fs_learn_init(struct fs_learner *l);
 void fs_learn_fini(struct fs_learner *l);
-/* A read or write of len bytes reached file ino (of this size). */
-void fs_learn_touch(struct fs_learner *l, uint64_t ino, uint64_t size, uint64_t len, bool write);
-/* Records until ino is used again, or FS_LEARN_UNKNOWN without a cycle. */
+/*
+ * A read or write of len bytes reached file ino (of this size), in folder
+ * stream: a file's uses are learned in the stream of its first.
+ */
+void fs_learn_touch(struct fs_learner *l, uint64_t ino, uint64_t stream, uint64_t size,
+		    uint64_t len, bool write);
+/*
+ * Records until ino is used again, or FS_LEARN_UNKNOWN without a cycle: its
+ * stream's, scaled to all the streams' (learn.c).
+ */
 uint64_t fs_learn_distance(struct fs_learner *l, uint64_t ino);
 
 /* What the cycle says of a file's next use. */

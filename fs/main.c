@@ -759,7 +759,7 @@ out:
 	if (se)
 		fuse_session_destroy(se);
 	fs_itab_fini(&fs);
-	if (fs.learn.ring)
+	if (fs.learn.files)
 		fs_learn_fini(&fs.learn);
 	free(fo.mountpoint);
 	fuse_opt_free_args(&args);

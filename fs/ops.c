@@ -137,6 +137,7 @@ static void fs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	ret = fs_iget(fs, ino, &in);
 	if (ret)
 		goto err;
+	__atomic_store_n(&in->parent, parent, __ATOMIC_RELAXED);
 	reply_entry_of(fs, req, in);
 	fs_iput(fs, in);
 	return;
@@ -262,7 +263,10 @@ static int make_node(struct fs *fs, fuse_req_t req, uint64_t parent, const char 
 	if (ret)
 		goto out;
 	fs_iput(fs, dir);
-	return fs_iget(fs, ino, out);
+	ret = fs_iget(fs, ino, out);
+	if (ret == 0)
+		__atomic_store_n(&(*out)->parent, parent, __ATOMIC_RELAXED);
+	return ret;
 abort:
 	meta_abort(txn);
 out:
@@ -1198,12 +1202,16 @@ static void read_blk_ready(struct tb_waiter *w, int err)
 		read_finish(c);
 }
 
-/* Tell the learner; when it records a step of a known cycle, wake the prefetcher. */
-bool fs_touch(struct fs *fs, uint64_t ino, uint64_t size, uint64_t len, bool write)
+/*
+ * Tell the learner, in the stream of the file's folder; when it records a
+ * step of a known cycle, wake the prefetcher.
+ */
+bool fs_touch(struct fs *fs, struct fs_inode *in, uint64_t size, uint64_t len, bool write)
 {
 	uint64_t gen = __atomic_load_n(&fs->learn.generation, __ATOMIC_RELAXED);
 
-	fs_learn_touch(&fs->learn, ino, size, len, write);
+	fs_learn_touch(&fs->learn, in->ino, __atomic_load_n(&in->parent, __ATOMIC_RELAXED), size,
+		       len, write);
 	return __atomic_load_n(&fs->learn.generation, __ATOMIC_RELAXED) != gen &&
 	       __atomic_load_n(&fs->learn.period, __ATOMIC_RELAXED);
 }
@@ -1265,7 +1273,7 @@ static void fs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	if ((uint64_t)off + size > fsize)
 		size = (size_t)(fsize - (uint64_t)off);
 	/* The prefetcher is woken once this read has pinned: the cache then knows where it is. */
-	bool moved = fs_touch(fs, ino, fsize, size, false);
+	bool moved = fs_touch(fs, in, fsize, size, false);
 
 	uint64_t first = (uint64_t)off / fs->bs, last = ((uint64_t)off + size - 1) / fs->bs;
 	unsigned nblk = (unsigned)(last - first + 1);
@@ -1418,7 +1426,7 @@ static void fs_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 	privs = in->caps != FS_CAPS_NONE || privs_killed(in->rec.mode, fs_write_flags);
 	pthread_mutex_unlock(&in->lock);
 	/* The file's size, not the end of this write: a rewrite from the start is of all of it. */
-	if (fs_touch(fs, ino, fsize, size, true))
+	if (fs_touch(fs, in, fsize, size, true))
 		fs_prefetch_kick(fs);
 	ret = privs ? drop_privs(fs, in, fs_write_flags) : 0;
 	if (ret == 0) {

@@ -265,6 +265,7 @@ void cache_set_state(struct tb_store *s, struct tb_entry *e, enum entry_state st
 /* e was loaded ahead of use and is now read, dirtied or gone. */
 static void pf_clear(struct tb_store *s, struct tb_entry *e)
 {
+	e->hinted = false;
 	if (e->prefetched) {
 		e->prefetched = false;
 		if (e->deep)
@@ -527,6 +528,7 @@ int cache_start_load(struct tb_store *s, struct tb_entry *e, uint64_t obj, uint6
 		}
 		if (cls == IO_PREFETCH)
 			s->prefetch_inflight++;
+		e->hinted = cls == IO_PREFETCH && !ahead;
 		if (ahead) {
 			e->prefetched = true;
 			if (e->deep)
@@ -732,10 +734,9 @@ int tb_get(struct tb_store *s, uint64_t obj, uint64_t idx, struct tb_ref *ref,
 			e->last_use = ++s->ticks;
 			e->o->last_idx = idx;
 			s->hits++;
-			if (e->prefetched) {
-				pf_clear(s, e);
+			if (e->prefetched)
 				s->pf_used++;
-			}
+			pf_clear(s, e);
 			pthread_mutex_unlock(&s->lock);
 			ref->e = e;
 			ref->data = cache_slot_data(s, e);

@@ -38,6 +38,7 @@ struct tb_entry {
 	enum entry_state state;
 	bool in_hash, dead, ref_bit, reserved, urgent;
 	bool prefetched; /* loaded ahead of use and not yet read */
+	bool hinted;	 /* loaded for a hint (tb_prefetch's hint) and not yet read */
 	bool deep;	 /* prefetched for a reader of remote blocks: counted in n_pf_deep */
 	bool written_back; /* CLEAN by a write-back, not by a load */
 	bool stream;	   /* under the cycle, streams through: written back at once (take_stream) */

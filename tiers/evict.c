@@ -166,7 +166,8 @@ static struct tb_entry *victim_lru(struct tb_store *s)
  * before those that do, in the same order. The flusher cleans
  * dirty blocks in the same order. An object in use right now keeps the
  * blocks past its reader's position, and prefetched blocks not yet read are
- * kept too. Objects are ranked afresh for each choice; their number is what
+ * kept too, as are blocks loaded for a hint (needed now, or the hint would
+ * not be given; outside the cycle they would go first). Objects are ranked afresh for each choice; their number is what
  * is resident, tens to thousands, and at most RANK_MAX of them are looked
  * at. (Ranking objects rewritten next first, since evicting a clean copy
  * that is overwritten before it is read costs nothing, was tried: on the
@@ -298,7 +299,7 @@ static struct tb_entry *obj_victim(struct tb_store *s, const struct rank *r, int
 	for (struct tb_entry *e = r->o->head; e; e = e->onext) {
 		if (!evictable(s, e))
 			continue;
-		if (mode < 2 && (e->prefetched || ahead_of_reader(e, &r->u)))
+		if (mode < 2 && (e->prefetched || e->hinted || ahead_of_reader(e, &r->u)))
 			continue;
 		if (mode == 0 && !outside && evict_kept(s, e))
 			continue;
