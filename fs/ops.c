@@ -1694,6 +1694,7 @@ struct dir_buf {
 	size_t size, len;
 	bool plus;
 	int err;
+	uint64_t dir; /* the folder read */
 };
 
 /* Offsets: "." is followed by 1, ".." by 2, an entry with cookie c by c + 2. */
@@ -1712,8 +1713,11 @@ static int add_dirent(void *arg, const char *name, size_t namelen, uint64_t ino,
 		fill_entry(d->fs, in, &e);
 		need = fuse_add_direntry_plus(d->req, d->buf + d->len, d->size - d->len, name, &e,
 					      (off_t)(cookie + 2));
-		if (need <= d->size - d->len)
+		if (need <= d->size - d->len) {
 			fs_ilookup_add(d->fs, in, 1);
+			/* The kernel looks it up no more: the learner's stream is known here. */
+			__atomic_store_n(&in->parent, d->dir, __ATOMIC_RELAXED);
+		}
 		fs_iput(d->fs, in);
 	} else {
 		struct stat st = {0};
@@ -1759,7 +1763,7 @@ static bool add_dot(struct dir_buf *d, const char *name, uint64_t ino, off_t nex
 static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, bool plus)
 {
 	struct fs *fs = req_fs(req);
-	struct dir_buf d = {fs, req, NULL, size, 0, plus, 0};
+	struct dir_buf d = {fs, req, NULL, size, 0, plus, 0, ino};
 	MDB_txn *txn;
 	int ret;
 

@@ -6,7 +6,8 @@
 # kernel's page cache stays out of it; readahead and prefetch are off there
 # so that every hit is the policy's. Then, with prefetch on, reading file k
 # of the known cycle makes the first blocks of file k+1 resident before it
-# is read, and the rest arrive ahead of its reader.
+# is read, and the rest arrive ahead of its reader. Last, the learner's
+# streams: one per folder, also for files a listing named first.
 . "$(dirname "$0")/lib.sh"
 
 FILES=16
@@ -103,4 +104,25 @@ echo "reading f2 after f1: $((h1 - h0)) hits, $((m1 - m0)) misses in its first $
 [ $((m2 - m1)) -eq 0 ] || fail "the rest of f2 was not prefetched ahead of its reader"
 [ "$used" -gt 0 ] || fail "no prefetched block was used"
 tfs_umount || fail "unmount"
+
+# Each folder's files are a stream of the learner's (an offloader's ranks
+# swap to a folder each): a file's folder is known from the lookup or
+# create that named it, or, when a listing (readdirplus) named it first
+# and the kernel looks it up no more, from that listing. Two folders'
+# files, read after a remount and `ls -l`: two streams (one, before the
+# listing told the folder).
+rm -rf "$NVME" "$META" && mkdir -p "$NVME"
+tfs_mount
+for d in a b; do
+	mkdir "$MNT/$d" || fail "mkdir $d"
+	dd if=/dev/zero of="$MNT/$d/f" bs=1M count=2 status=none || fail "writing $d/f"
+done
+tfs_umount || fail "unmount"
+tfs_mount
+ls -l "$MNT/a" "$MNT/b" >/dev/null || fail "ls -l"
+cat "$MNT/a/f" "$MNT/b/f" >/dev/null || fail "reading a/f and b/f"
+streams=$(tfs_stat_json learner streams) || fail "stats: no learner streams"
+tfs_umount || fail "unmount"
+[ "$streams" -eq 2 ] || fail "two folders' files, met through a listing: $streams learner streams, want 2"
+echo "two folders, their files named by a listing: $streams learner streams"
 echo "PASS: cycle-aware eviction and prefetch"
