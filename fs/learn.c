@@ -6,8 +6,8 @@
  * alone for a while: while more than REPEAT_MIN bytes (or a quarter of the
  * file) went to other files of its folder (its stream, below). Requests of
  * two swappers or aio threads that take turns on several files are so one
- * use of each, and a
- * file read and later written back in one optimizer step is two uses. The
+ * use of each, and a file read and later written back in one optimizer
+ * step is two uses. The
  * sequence of uses is kept in a ring. When a file comes back, the distance
  * to each of its last records is a candidate period; it fits when the
  * records before it match the records one period earlier, each within a
