@@ -24,14 +24,15 @@
  * p + period; the block cache evicts the blocks used furthest ahead first.
  *
  * Each folder's files make a stream of their own, with its own ring, byte
- * clock and cycle: the offloader's ranks each swap to a folder of their
- * own (optimizer/rank<R>, <dtype>params/rank<R>), and each rank's uses are
- * one sequence, where all of them together are not. Eight ranks reach
- * their files in an order that drifts by more than the jitter from one
- * iteration to the next, and one sequence of them all held no cycle. A
- * use's distance is its stream's, scaled to the streams' periods summed
- * (a fraction of the stream's cycle, as all of them go round once an
- * iteration): with one stream it is the stream's own.
+ * clock and cycle (FS_LEARN_STREAMS of them; see stream_get): the
+ * offloader's ranks each swap to a folder of their own (optimizer/rank<R>,
+ * <dtype>params/rank<R>), and each rank's uses are one sequence, where all
+ * of them together are not. Eight ranks reach their files in an order
+ * that drifts by more than the jitter from one iteration to the next, and
+ * one sequence of them all held no cycle. A use's distance is its
+ * stream's, scaled to the streams' periods summed (a fraction of the
+ * stream's cycle, as all of them go round once an iteration): with one
+ * stream it is the stream's own.
  */
 #include "learn.h"
 
@@ -61,6 +62,7 @@ struct learn_stream {
 	uint64_t period;      /* files in its cycle; 0 while none is known */
 	uint64_t bytes, blocks, tails; /* of the files of one cycle (cycle_size) */
 	double confidence;    /* moving hit rate of the predictions */
+	uint64_t last_rec;    /* the learner's record count at its last record */
 };
 
 struct learn_file {
@@ -73,7 +75,13 @@ struct learn_file {
 	struct learn_file *next;
 };
 
-/* The stream of folder key; a new one while there is room, else one shared by hash. */
+/*
+ * The stream of folder key; a new one while there is room. Then a new
+ * folder takes over the stream recorded in least recently, which its old
+ * files still share: a folder of checkpoints of long ago, rather than a
+ * rank's (taken by hash, a rank's stream took a new folder's records
+ * between its own, and both lost their cycles).
+ */
 static struct learn_stream *stream_get(struct fs_learner *l, uint64_t key)
 {
 	struct learn_stream *st;
@@ -81,8 +89,14 @@ static struct learn_stream *stream_get(struct fs_learner *l, uint64_t key)
 	for (unsigned i = 0; i < l->nstreams; i++)
 		if (l->streams[i]->key == key)
 			return l->streams[i];
-	if (l->nstreams == FS_LEARN_STREAMS)
-		return l->streams[key % FS_LEARN_STREAMS];
+	if (l->nstreams == FS_LEARN_STREAMS) {
+		st = l->streams[0];
+		for (unsigned i = 1; i < l->nstreams; i++)
+			if (l->streams[i]->last_rec < st->last_rec)
+				st = l->streams[i];
+		st->key = key;
+		return st;
+	}
 	st = calloc(1, sizeof(*st));
 	if (!st)
 		return NULL;
@@ -316,7 +330,7 @@ static void record(struct fs_learner *l, struct learn_file *f, bool write)
 	memmove(f->pos + 1, f->pos, (POSITIONS - 1) * sizeof(f->pos[0]));
 	f->pos[0] = st->n;
 	st->n++;
-	l->n++;
+	st->last_rec = ++l->n;
 	l->generation++;
 	find_period(st, f);
 	if (st->period)

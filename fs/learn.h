@@ -10,7 +10,7 @@
 
 #define FS_LEARN_UNKNOWN UINT64_MAX
 
-#define FS_LEARN_STREAMS 64 /* folders learned apart; more share them */
+#define FS_LEARN_STREAMS 64 /* folders learned apart; a new one then takes the idlest */
 
 struct learn_file;
 struct learn_stream;

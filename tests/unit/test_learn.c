@@ -286,6 +286,51 @@ static void test_ranks(void)
 	fs_learn_fini(&l);
 }
 
+/*
+ * More folders than streams: 64 folders used once long ago, then two ranks
+ * at once, the second in a 65th folder whose number would share the first
+ * rank's stream by hash. The new folder takes over the stream used least
+ * recently instead, and both ranks hold their cycles.
+ */
+static void test_streams_full(void)
+{
+	static uint64_t ino[2][RANK_RECORDS];
+	static bool wr[2][RANK_RECORDS];
+	struct fs_learner l;
+	struct fs_learn_stats st;
+	unsigned seed = 4242, held = 0;
+
+	CHECK_EQ(fs_learn_init(&l), 0);
+	for (uint64_t k = 0; k < FS_LEARN_STREAMS; k++)
+		fs_learn_touch(&l, 90000 + k, 1000 + k, FILE_BYTES, FILE_BYTES, true);
+	fs_learn_stats(&l, &st);
+	CHECK_EQ(st.streams, FS_LEARN_STREAMS);
+	for (int it = 0; it < 8; it++) {
+		unsigned at[2] = {0}, left = 2;
+
+		for (int r = 0; r < 2; r++)
+			CHECK_EQ(rank_iteration(r, ino[r], wr[r]), RANK_RECORDS);
+		while (left) {
+			int r = (int)(rand_r(&seed) % 2);
+			unsigned run = 1 + rand_r(&seed) % 8;
+
+			for (; run && at[r] < RANK_RECORDS; run--, at[r]++) {
+				/* Rank 0 in folder 1040, the 41st; rank 1 in 1064, the 65th. */
+				fs_learn_touch(&l, ino[r][at[r]], r ? 1064 : 1040, FILE_BYTES,
+					       FILE_BYTES, wr[r][at[r]]);
+				if (at[r] + 1 == RANK_RECORDS)
+					left--;
+			}
+		}
+		fs_learn_stats(&l, &st);
+		if (it >= 3)
+			held += st.period == 2 * RANK_RECORDS;
+	}
+	CHECK_EQ(st.streams, FS_LEARN_STREAMS);
+	CHECK_EQ(held, 5);
+	fs_learn_fini(&l);
+}
+
 int main(void)
 {
 	struct fs_learner l;
@@ -355,5 +400,6 @@ int main(void)
 	test_pipelined();
 	test_period_holds();
 	test_ranks();
+	test_streams_full();
 	return 0;
 }
