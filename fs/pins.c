@@ -250,7 +250,12 @@ static int collect_pin(void *arg, uint64_t ino, const struct meta_inode *rec)
 	struct pin_walk *w = arg;
 	struct pin_entry *p;
 
-	if (!S_ISREG(rec->mode))
+	/*
+	 * An unlinked file's pin goes with its last name, though the inode
+	 * waits for its last reference (the pin's own load, an open): listed
+	 * then, it had no path (seen once in mount-pins, under load).
+	 */
+	if (!S_ISREG(rec->mode) || rec->nlink == 0)
 		return 0;
 	p = realloc(w->pins, (w->npins + 1) * sizeof(*p));
 	if (!p)

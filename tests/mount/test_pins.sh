@@ -94,9 +94,13 @@ tfs_mount "$OPTS"
 want_pins "/keep/p /keep/q " "after kill -9"
 resident_within "$MNT/keep/q" $((8 * MB))
 
-# evict and rm forget pins too.
+# evict and rm forget pins too; rm at once, though q is still open (its
+# inode lives on until the last reference goes: listed then, it had no path).
 tc evict "$MNT/keep/p"
+exec 3<"$MNT/keep/q" || fail "open q"
 rm "$MNT/keep/q" || fail "rm q"
+want_pins "" "after evict and rm, q still open"
+exec 3<&-
 want_pins "" "after evict and rm"
 remount
 want_pins "" "after evict, rm and a remount"
