@@ -220,6 +220,41 @@ static unsigned rank_iteration(int r, uint64_t *ino, bool *wr)
 }
 
 /*
+ * Eight iterations of nranks ranks, rank r in folder key[r], their records
+ * taken in a random order, all done before the next iteration begins.
+ * Returns after how many of the last five every rank's cycle held.
+ */
+static unsigned ranks_run(struct fs_learner *l, int nranks, const uint64_t *key, unsigned seed)
+{
+	static uint64_t ino[RANKS][RANK_RECORDS];
+	static bool wr[RANKS][RANK_RECORDS];
+	struct fs_learn_stats st;
+	unsigned held = 0;
+
+	for (int it = 0; it < 8; it++) {
+		unsigned at[RANKS] = {0}, left = (unsigned)nranks;
+
+		for (int r = 0; r < nranks; r++)
+			CHECK_EQ(rank_iteration(r, ino[r], wr[r]), RANK_RECORDS);
+		while (left) {
+			int r = (int)(rand_r(&seed) % (unsigned)nranks);
+			unsigned run = 1 + rand_r(&seed) % 8;
+
+			for (; run && at[r] < RANK_RECORDS; run--, at[r]++) {
+				fs_learn_touch(l, ino[r][at[r]], key[r], FILE_BYTES, FILE_BYTES,
+					       wr[r][at[r]]);
+				if (at[r] + 1 == RANK_RECORDS)
+					left--;
+			}
+		}
+		fs_learn_stats(l, &st);
+		if (it >= 3)
+			held += st.period == (uint64_t)nranks * RANK_RECORDS;
+	}
+	return held;
+}
+
+/*
  * Eight ranks, each in its own folder: an iteration of each, their records
  * taken in a random order (a rank runs ahead of the others for a while,
  * then falls behind), all of them done before the next iteration begins,
@@ -229,33 +264,16 @@ static unsigned rank_iteration(int r, uint64_t *ino, bool *wr)
  */
 static void test_ranks(void)
 {
-	static uint64_t ino[RANKS][RANK_RECORDS];
-	static bool wr[RANKS][RANK_RECORDS];
+	uint64_t key[RANKS];
 	struct fs_learner l;
 	struct fs_learn_stats st;
-	unsigned seed = 777, held = 0;
+	unsigned held;
 
+	for (int r = 0; r < RANKS; r++)
+		key[r] = 500 + (uint64_t)r;
 	CHECK_EQ(fs_learn_init(&l), 0);
-	for (int it = 0; it < 8; it++) {
-		unsigned at[RANKS] = {0}, left = RANKS;
-
-		for (int r = 0; r < RANKS; r++)
-			CHECK_EQ(rank_iteration(r, ino[r], wr[r]), RANK_RECORDS);
-		while (left) {
-			int r = (int)(rand_r(&seed) % RANKS);
-			unsigned run = 1 + rand_r(&seed) % 8;
-
-			for (; run && at[r] < RANK_RECORDS; run--, at[r]++) {
-				fs_learn_touch(&l, ino[r][at[r]], 500 + (uint64_t)r, FILE_BYTES, FILE_BYTES,
-					       wr[r][at[r]]);
-				if (at[r] + 1 == RANK_RECORDS)
-					left--;
-			}
-		}
-		fs_learn_stats(&l, &st);
-		if (it >= 3)
-			held += st.period == RANKS * RANK_RECORDS;
-	}
+	held = ranks_run(&l, RANKS, key, 777);
+	fs_learn_stats(&l, &st);
 	CHECK_EQ(st.streams, RANKS);
 	CHECK_EQ(held, 5); /* every rank's cycle, after each of the last five iterations */
 	CHECK(st.confidence > 0.7);
@@ -294,38 +312,19 @@ static void test_ranks(void)
  */
 static void test_streams_full(void)
 {
-	static uint64_t ino[2][RANK_RECORDS];
-	static bool wr[2][RANK_RECORDS];
+	/* Rank 0 in folder 1040, the 41st; rank 1 in 1064, the 65th. */
+	const uint64_t key[2] = {1040, 1064};
 	struct fs_learner l;
 	struct fs_learn_stats st;
-	unsigned seed = 4242, held = 0;
+	unsigned held;
 
 	CHECK_EQ(fs_learn_init(&l), 0);
 	for (uint64_t k = 0; k < FS_LEARN_STREAMS; k++)
 		fs_learn_touch(&l, 90000 + k, 1000 + k, FILE_BYTES, FILE_BYTES, true);
 	fs_learn_stats(&l, &st);
 	CHECK_EQ(st.streams, FS_LEARN_STREAMS);
-	for (int it = 0; it < 8; it++) {
-		unsigned at[2] = {0}, left = 2;
-
-		for (int r = 0; r < 2; r++)
-			CHECK_EQ(rank_iteration(r, ino[r], wr[r]), RANK_RECORDS);
-		while (left) {
-			int r = (int)(rand_r(&seed) % 2);
-			unsigned run = 1 + rand_r(&seed) % 8;
-
-			for (; run && at[r] < RANK_RECORDS; run--, at[r]++) {
-				/* Rank 0 in folder 1040, the 41st; rank 1 in 1064, the 65th. */
-				fs_learn_touch(&l, ino[r][at[r]], r ? 1064 : 1040, FILE_BYTES,
-					       FILE_BYTES, wr[r][at[r]]);
-				if (at[r] + 1 == RANK_RECORDS)
-					left--;
-			}
-		}
-		fs_learn_stats(&l, &st);
-		if (it >= 3)
-			held += st.period == 2 * RANK_RECORDS;
-	}
+	held = ranks_run(&l, 2, key, 4242);
+	fs_learn_stats(&l, &st);
 	CHECK_EQ(st.streams, FS_LEARN_STREAMS);
 	CHECK_EQ(held, 5);
 	fs_learn_fini(&l);
