@@ -39,7 +39,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define RING 8192	    /* records kept */
+#define RING_MIN 8192	    /* records a stream keeps at first */
+#define RING_MAX 65536	    /* and at most: periods up to half of it are learned */
 #define REPEAT_MIN (8ULL << 20) /* bytes to other files that end a file's use, at least */
 #define REPEAT_SHARE 4	    /* or this fraction of the file's size */
 #define JITTER 16	    /* records a file may be early or late in the cycle, at most */
@@ -49,18 +50,20 @@
 #define MATCH_SHARE 0.9	    /* of them that must match */
 #define CONF_ALPHA 0.1	    /* weight of the latest prediction */
 #define CONF_KEEP 0.5	    /* below this the cycle is dropped */
-#define FILES_BUCKETS 4096
+#define FILES_BUCKETS 16384
 #define POSITIONS 4	    /* records of a file remembered: uses per cycle */
 
 /* One sequence of uses: a folder's files. */
 struct learn_stream {
 	uint64_t key;	      /* the folder */
-	uint64_t *ring;	      /* recorded files, by record index % RING */
+	uint64_t *ring;	      /* recorded files, by record index % ring_size */
 	uint8_t *ring_write;  /* whether each record's use began with a write */
+	uint64_t ring_size;   /* records kept, a power of two (ring_fit) */
 	uint64_t n;	      /* records so far */
 	uint64_t clock;	      /* atomic: bytes read and written in its files */
 	uint64_t period;      /* files in its cycle; 0 while none is known */
 	uint64_t bytes, blocks, tails; /* of the files of one cycle (cycle_size) */
+	uint64_t sized_n, sized_period; /* n and period when they were summed */
 	double confidence;    /* moving hit rate of the predictions */
 	uint64_t last_rec;    /* the learner's record count at its last record */
 };
@@ -101,8 +104,9 @@ static struct learn_stream *stream_get(struct fs_learner *l, uint64_t key)
 	if (!st)
 		return NULL;
 	st->key = key;
-	st->ring = calloc(RING, sizeof(*st->ring));
-	st->ring_write = calloc(RING, sizeof(*st->ring_write));
+	st->ring_size = RING_MIN;
+	st->ring = calloc(RING_MIN, sizeof(*st->ring));
+	st->ring_write = calloc(RING_MIN, sizeof(*st->ring_write));
 	if (!st->ring || !st->ring_write) {
 		free(st->ring);
 		free(st->ring_write);
@@ -170,7 +174,55 @@ void fs_learn_fini(struct fs_learner *l)
 
 static uint64_t at(const struct learn_stream *st, uint64_t pos)
 {
-	return st->ring[pos % RING];
+	return st->ring[pos & (st->ring_size - 1)];
+}
+
+static bool written_at(const struct learn_stream *st, uint64_t pos)
+{
+	return st->ring_write[pos & (st->ring_size - 1)];
+}
+
+/* How early or late a file may come in a cycle of p records: a small part of it. */
+static uint64_t jitter(uint64_t p);
+
+/*
+ * A file came back after p records: the ring must keep two such periods
+ * (period_fits compares the last records with one period before, and the
+ * prefetcher reads one period back). It starts at RING_MIN records and
+ * doubles, up to RING_MAX, when a file comes back later than that allows:
+ * a large model's optimizer, with many subgroups and a gradient file per
+ * parameter, or a folder of thousands of files read in turn, has a cycle
+ * of more than 4096 uses, and held none with a ring of 8192 (the cache
+ * fell back to 2Q and moved the whole state each pass). The records kept
+ * are copied; the period is found at the file's next return. Failing to
+ * grow keeps the ring as it is.
+ */
+static void ring_fit(struct learn_stream *st, uint64_t p)
+{
+	uint64_t size = st->ring_size;
+	uint64_t *ring;
+	uint8_t *w;
+
+	while (size < RING_MAX && p + MATCH_WINDOW + jitter(p) >= size / 2)
+		size *= 2;
+	if (size == st->ring_size)
+		return;
+	ring = calloc(size, sizeof(*ring));
+	w = calloc(size, sizeof(*w));
+	if (!ring || !w) {
+		free(ring);
+		free(w);
+		return;
+	}
+	for (uint64_t i = st->n > st->ring_size ? st->n - st->ring_size : 0; i < st->n; i++) {
+		ring[i & (size - 1)] = at(st, i);
+		w[i & (size - 1)] = written_at(st, i);
+	}
+	free(st->ring);
+	free(st->ring_write);
+	st->ring = ring;
+	st->ring_write = w;
+	st->ring_size = size;
 }
 
 /* How early or late a file may come in a cycle of p records: a small part of it. */
@@ -190,8 +242,8 @@ static uint64_t recorded_off(const struct learn_stream *st, uint64_t ino, uint64
 
 	if (hi >= st->n)
 		hi = st->n - 1;
-	if (st->n - lo > RING)
-		lo = st->n - RING;
+	if (st->n - lo > st->ring_size)
+		lo = st->n - st->ring_size;
 	for (uint64_t i = lo; i <= hi; i++)
 		if (at(st, i) == ino && (i > pos ? i - pos : pos - i) < best)
 			best = i > pos ? i - pos : pos - i;
@@ -213,7 +265,7 @@ static bool period_fits(const struct learn_stream *st, uint64_t p, uint64_t *cos
 {
 	uint64_t window = p < MATCH_WINDOW ? p : MATCH_WINDOW, match = 0, off = 0;
 
-	if (p == 0 || p >= RING / 2 || st->n < p + window + jitter(p))
+	if (p == 0 || p >= st->ring_size / 2 || st->n < p + window + jitter(p))
 		return false;
 	for (uint64_t j = 1; j <= window; j++) {
 		uint64_t d = recorded_off(st, at(st, st->n - j), st->n - j - p, jitter(p));
@@ -324,8 +376,10 @@ static void record(struct fs_learner *l, struct learn_file *f, bool write)
 		if (st->confidence < CONF_KEEP)
 			st->period = 0;
 	}
-	st->ring[st->n % RING] = f->ino;
-	st->ring_write[st->n % RING] = write;
+	if (f->pos[0] != UINT64_MAX)
+		ring_fit(st, st->n - f->pos[0]);
+	st->ring[st->n & (st->ring_size - 1)] = f->ino;
+	st->ring_write[st->n & (st->ring_size - 1)] = write;
 	f->last_pos = st->n;
 	memmove(f->pos + 1, f->pos, (POSITIONS - 1) * sizeof(f->pos[0]));
 	f->pos[0] = st->n;
@@ -333,8 +387,17 @@ static void record(struct fs_learner *l, struct learn_file *f, bool write)
 	st->last_rec = ++l->n;
 	l->generation++;
 	find_period(st, f);
-	if (st->period)
+	/*
+	 * The cycle's sizes are summed when its period changes and then every
+	 * eighth of a period: the sum walks a period's records, and at every
+	 * record it cost a cycle of 30000 uses a second of CPU per iteration
+	 * for sizes that do not change.
+	 */
+	if (st->period && (st->period != st->sized_period || st->n - st->sized_n > st->period / 8)) {
 		cycle_size(l, st);
+		st->sized_n = st->n;
+		st->sized_period = st->period;
+	}
 	sums(l);
 }
 
@@ -423,7 +486,7 @@ void fs_learn_next_use(struct fs_learner *l, uint64_t ino, struct fs_learn_use *
 		if (u->dist == FS_LEARN_UNKNOWN)
 			u->dist = 0; /* overdue: skipped this round, due any time now */
 		else
-			u->write = st->ring_write[at % RING];
+			u->write = written_at(st, at);
 		u->dist = scaled(l, st, u->dist);
 	}
 	pthread_mutex_unlock(&l->lock);
@@ -475,7 +538,7 @@ unsigned fs_learn_next(struct fs_learner *l, uint64_t *inos, unsigned max, uint6
 			uint64_t pos = j == 0 ? st->n - 1 : st->n - st->period + j - 1;
 
 			/* A use that begins with a write reads nothing: loading it is waste. */
-			if (st->ring_write[pos % RING])
+			if (written_at(st, pos))
 				continue;
 			cand[nc++] = (struct next_cand){scaled(l, st, j), at(st, pos)};
 			taken++;

@@ -4,7 +4,8 @@
  * weights and Adam states read, gradients read, states written back), ranks
  * files by their next use, survives a skipped file, and drops the cycle when
  * the workload changes; and the same for eight ranks at once, each in a
- * folder of its own, whose records interleave differently every time.
+ * folder of its own, whose records interleave differently every time;
+ * and a cycle of more uses than the ring first keeps.
  */
 #include "learn.h"
 #include "test.h"
@@ -330,6 +331,46 @@ static void test_streams_full(void)
 	fs_learn_fini(&l);
 }
 
+/*
+ * A folder of LONG_FILES files read in turn, pass after pass: a cycle of
+ * more uses than the stream's ring first keeps (8192 records, periods up to
+ * 4096), as a large model's optimizer with a gradient file per parameter
+ * makes. It is found once the ring has grown, by the third pass, ranks
+ * the files by their next use, and its sizes are those of every file.
+ */
+#define LONG_FILES 20000
+
+static void test_long_cycle(void)
+{
+	struct fs_learner l;
+	struct fs_learn_stats st;
+	uint64_t next[4], gen;
+	int found = -1;
+
+	CHECK_EQ(fs_learn_init(&l), 0);
+	l.block = 1ULL << 20;
+	for (int pass = 0; pass < 4; pass++) {
+		for (uint64_t i = 0; i < LONG_FILES; i++)
+			fs_learn_touch(&l, 1000000 + i, 0, CHUNK, CHUNK, false);
+		fs_learn_stats(&l, &st);
+		if (found < 0 && st.period)
+			found = pass;
+	}
+	CHECK(found >= 1 && found <= 2);
+	CHECK_EQ(st.period, LONG_FILES);
+	CHECK(st.confidence > 0.9);
+	CHECK_EQ(st.bytes, LONG_FILES * CHUNK);
+	CHECK_EQ(st.blocks, LONG_FILES);
+	/* After a pass, the first file is next, the last furthest. */
+	CHECK_EQ(fs_learn_distance(&l, 1000000), 0);
+	CHECK_EQ(fs_learn_distance(&l, 1000000 + LONG_FILES - 2), LONG_FILES - 2);
+	CHECK_EQ(fs_learn_next(&l, next, 4, 4 * CHUNK, &gen), 4);
+	CHECK_EQ(next[0], 1000000 + LONG_FILES - 1); /* the one in use, for the rest of it */
+	CHECK_EQ(next[1], 1000000);
+	CHECK_EQ(next[2], 1000001);
+	fs_learn_fini(&l);
+}
+
 int main(void)
 {
 	struct fs_learner l;
@@ -400,5 +441,6 @@ int main(void)
 	test_period_holds();
 	test_ranks();
 	test_streams_full();
+	test_long_cycle();
 	return 0;
 }
