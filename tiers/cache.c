@@ -1377,7 +1377,6 @@ int tb_open(const struct tb_config *cfg, const struct tb_owner *owner, struct tb
 	s->ghost = calloc(s->nghost, sizeof(*s->ghost));
 	s->ghost_next = calloc(s->nghost, sizeof(*s->ghost_next));
 	s->ghost_head = calloc((size_t)s->ghost_mask + 1, sizeof(*s->ghost_head));
-	s->rank = calloc(RANK_MAX, sizeof(*s->rank));
 	s->scratch = calloc(s->nslots, sizeof(*s->scratch));
 	/*
 	 * Pins may hold what readers' pins do not need, less a quarter of
@@ -1388,7 +1387,7 @@ int tb_open(const struct tb_config *cfg, const struct tb_owner *owner, struct tb
 			       ? s->nslots - cfg->max_pinned - 16 - s->nslots / 4
 			       : 0;
 	if (!s->zero || !s->spares || !s->entries || !s->hash || !s->lochash || !s->ohash || !s->ghost || !s->ghost_next ||
-	    !s->ghost_head || !s->rank || !s->scratch) {
+	    !s->ghost_head || !s->scratch) {
 		snprintf(err, errlen, "out of memory for %u cache entries", s->nslots);
 		ret = -ENOMEM;
 		goto fail;

@@ -22,7 +22,7 @@
 #define STOP_RETRY_GAP_MS 1000 /* after the stop, failed write-backs are retried this often */
 #define FLUSH_SCAN_MAX 4096 /* dirty blocks the flusher walks from the oldest, at most */
 #define SECTOR TB_LEN_UNIT /* granularity of a partial block's written map and stored lengths */
-#define RANK_MAX 4096	 /* objects the cycle's eviction order ranks */
+#define RANK_COST_SHARE 8 /* a ranking is reused for this many times what it took */
 #define IO_ALIGN 4096	 /* O_DIRECT alignment of a merge's bounce buffer */
 
 enum entry_state { ES_FREE, ES_LOADING, ES_CLEAN, ES_DIRTY, ES_WB };
@@ -122,7 +122,9 @@ struct tb_store {
 	uint64_t ohash_mask;
 	struct tb_obj *objs;   /* every object, for the cycle's eviction order */
 	uint64_t nobjs;
-	struct rank *rank;     /* RANK_MAX, scratch of rank_objects */
+	struct rank *rank;     /* the cycle's eviction order (rank_objects) */
+	size_t rank_n, rank_cap;
+	uint64_t rank_ns, rank_ttl_ns; /* when it was made, and how long it serves */
 	struct tb_entry **scratch; /* nslots, scratch of the flusher's victim choice */
 	struct elist free_list, dirty_list;
 	struct tb_entry *done; /* finished write I/O, for the flusher */
@@ -258,8 +260,13 @@ static inline void elist_remove(struct elist *l, struct tb_entry *e)
 	l->n--;
 }
 
-/* An object and its next use: evict.c ranks objects by it (rank_objects). */
+/*
+ * An object and its next use: evict.c ranks objects by it (rank_objects).
+ * o is looked up again by obj at each use (rank_at): the object may have
+ * gone since.
+ */
 struct rank {
+	uint64_t obj;
 	struct tb_obj *o;
 	struct tb_use u;
 };
