@@ -330,11 +330,12 @@ static json_t *stats_json(struct fs *fs)
 	struct fs_learn_stats ls;
 	fs_learn_stats(&fs->learn, &ls);
 	json_object_set_new(root, "learner",
-			    json_pack("{sssIsIsfsIsIsI}", "policy", policy_names[fs->cfg->policy],
+			    json_pack("{sssIsIsfsIsIsIsI}", "policy", policy_names[fs->cfg->policy],
 				      "cycle_files", (json_int_t)ls.period, "cycle_bytes",
 				      (json_int_t)ls.bytes, "confidence", ls.confidence,
 				      "position", (json_int_t)ls.position, "records",
-				      (json_int_t)ls.records, "streams", (json_int_t)ls.streams));
+				      (json_int_t)ls.records, "streams", (json_int_t)ls.streams,
+				      "files", (json_int_t)ls.files));
 	json_t *f = json_object();
 	struct {
 		const char *name;

@@ -228,6 +228,7 @@ static void purge(struct fs *fs, struct fs_inode *in)
 
 	tb_drop(fs->tb, in->ino, 0, UINT64_MAX);
 	tb_unpin_obj(fs->tb, in->ino); /* its pin goes with its inode record */
+	fs_learn_forget(&fs->learn, in->ino);
 	ret = meta_begin(fs->meta, true, &txn);
 	if (ret == 0) {
 		ret = meta_inode_purge(fs->meta, txn, in->ino, &freed);

@@ -134,6 +134,7 @@ static struct learn_file *file_get(struct fs_learner *l, uint64_t ino)
 		f->pos[i] = UINT64_MAX;
 	f->next = *b;
 	*b = f;
+	l->nfiles++;
 	return f;
 }
 
@@ -144,6 +145,30 @@ static struct learn_file *file_find(struct fs_learner *l, uint64_t ino)
 	while (f && f->ino != ino)
 		f = f->next;
 	return f;
+}
+
+/*
+ * A file's record is kept while the file lives: an offloader that deletes
+ * its activations every iteration makes new files, and new inode numbers,
+ * each time, and their records, kept for ever, grew the learner without
+ * bound and lengthened every lookup's chain.
+ */
+void fs_learn_forget(struct fs_learner *l, uint64_t ino)
+{
+	struct learn_file **p, *f;
+
+	pthread_mutex_lock(&l->lock);
+	for (p = &l->files[(ino * 0x9E3779B97F4A7C15ULL >> 50) % FILES_BUCKETS]; (f = *p);
+	     p = &f->next)
+		if (f->ino == ino) {
+			*p = f->next;
+			free(f);
+			l->nfiles--;
+			break;
+		}
+	if (__atomic_load_n(&l->last_ino, __ATOMIC_RELAXED) == ino)
+		__atomic_store_n(&l->last_ino, 0, __ATOMIC_RELAXED); /* no inode is 0 */
+	pthread_mutex_unlock(&l->lock);
 }
 
 int fs_learn_init(struct fs_learner *l)
@@ -587,5 +612,6 @@ void fs_learn_stats(struct fs_learner *l, struct fs_learn_stats *st)
 	st->position = position;
 	st->records = l->n;
 	st->streams = l->nstreams;
+	st->files = l->nfiles;
 	pthread_mutex_unlock(&l->lock);
 }

@@ -29,11 +29,12 @@ struct fs_learner {
 	uint64_t blocks;      /* blocks of those files, each file rounded up */
 	uint64_t tails;	      /* of them, files' last blocks that the file fills only in part */
 	struct learn_file **files;
+	uint64_t nfiles;      /* files known (fs_learn_forget drops a deleted one) */
 	uint64_t generation; /* bumps at every record, for the prefetcher */
 };
 
 struct fs_learn_stats {
-	uint64_t period, bytes, blocks, tails, position, records, streams;
+	uint64_t period, bytes, blocks, tails, position, records, streams, files;
 	double confidence;
 };
 
@@ -45,6 +46,11 @@ void fs_learn_fini(struct fs_learner *l);
  */
 void fs_learn_touch(struct fs_learner *l, uint64_t ino, uint64_t stream, uint64_t size,
 		    uint64_t len, bool write);
+/*
+ * ino is gone (deleted, and closed by all): its record goes. Its uses
+ * stay in the rings, where they count as a file no longer known.
+ */
+void fs_learn_forget(struct fs_learner *l, uint64_t ino);
 /*
  * Records until ino is used again, or FS_LEARN_UNKNOWN without a cycle: its
  * stream's, scaled to all the streams' (learn.c).

@@ -9,7 +9,8 @@
 #   2. The age limit (dirty_expire_ms) writes back a block dirty that long
 #      and makes it durable: it survives kill -9 without an fsync.
 #   3. Activation offloading (swapbench --workload activations) that fits
-#      in DRAM writes 0 bytes to the devices: every file dies in DRAM.
+#      in DRAM writes 0 bytes to the devices: every file dies in DRAM, and
+#      the learner forgets each (learner.files).
 #   4. Cyclic reads, default options (prefetch and readahead on): 16 files
 #      read in order over DRAM a quarter of their size read at most 0.8 of
 #      the data from the devices per pass (Belady's optimum is 0.75, LRU's
@@ -109,8 +110,11 @@ TFS_DRAM=256M TFS_THREADS=8 tfs_mount
 	--iters 3 >"$T/act.out" 2>&1 || { cat "$T/act.out"; fail "swapbench activations"; }
 w=$(dev_bytes write_bytes)
 [ "$w" -eq 0 ] || fail "activations that fit in DRAM wrote $w bytes to the devices"
+# 96 files made and deleted: the learner keeps no record of any of them.
+kept=$(tfs_stat_json learner files)
+[ "$kept" -eq 0 ] || fail "the learner keeps $kept records of deleted activation files"
 tfs_umount || fail "unmount"
-echo "   0 bytes written to the devices"
+echo "   0 bytes written to the devices; no record kept of the deleted files"
 
 echo "4. cyclic reads with prefetch and readahead on"
 FILES=16

@@ -5,7 +5,8 @@
  * files by their next use, survives a skipped file, and drops the cycle when
  * the workload changes; and the same for eight ranks at once, each in a
  * folder of its own, whose records interleave differently every time;
- * and a cycle of more uses than the ring first keeps.
+ * a cycle of more uses than the ring first keeps; and deleted files
+ * forgotten.
  */
 #include "learn.h"
 #include "test.h"
@@ -371,6 +372,40 @@ static void test_long_cycle(void)
 	fs_learn_fini(&l);
 }
 
+/*
+ * A deleted file's record goes (fs_learn_forget): files made and deleted
+ * every iteration, as activations are, leave none behind, and a cycle of
+ * files that live goes on.
+ */
+static void test_forget(void)
+{
+	struct fs_learner l;
+	struct fs_learn_stats st;
+
+	CHECK_EQ(fs_learn_init(&l), 0);
+	for (int it = 0; it < 4; it++) {
+		iteration(&l, -1);
+		for (uint64_t i = 0; i < 1000; i++) {
+			uint64_t ino = 100000 + (uint64_t)it * 1000 + i;
+
+			use(&l, ino, true);
+			use(&l, ino, false);
+			fs_learn_forget(&l, ino);
+		}
+		fs_learn_stats(&l, &st);
+		CHECK_EQ(st.files, SGS * (3 + GRADS)); /* the cycle's files only */
+	}
+	fs_learn_forget(&l, 42); /* never known: nothing happens */
+	fs_learn_forget(&l, file_id(0, 0));
+	fs_learn_stats(&l, &st);
+	CHECK_EQ(st.files, SGS * (3 + GRADS) - 1);
+	CHECK_EQ(fs_learn_distance(&l, file_id(0, 0)), FS_LEARN_UNKNOWN);
+	use(&l, file_id(0, 0), false); /* a file by that number again: known anew */
+	fs_learn_stats(&l, &st);
+	CHECK_EQ(st.files, SGS * (3 + GRADS));
+	fs_learn_fini(&l);
+}
+
 int main(void)
 {
 	struct fs_learner l;
@@ -442,5 +477,6 @@ int main(void)
 	test_ranks();
 	test_streams_full();
 	test_long_cycle();
+	test_forget();
 	return 0;
 }
