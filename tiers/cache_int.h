@@ -124,6 +124,7 @@ struct tb_store {
 	uint64_t nobjs;
 	struct rank *rank;     /* the cycle's eviction order (rank_objects) */
 	size_t rank_n, rank_cap;
+	size_t rank_pos[3]; /* where each mode of victim_ranked found its last victim */
 	uint64_t rank_ns, rank_ttl_ns; /* when it was made, and how long it serves */
 	struct tb_entry **scratch; /* nslots, scratch of the flusher's victim choice */
 	struct elist free_list, dirty_list;

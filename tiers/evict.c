@@ -239,6 +239,7 @@ static size_t rank_objects(struct tb_store *s, bool force, bool *fresh)
 		qsort(s->rank, n, sizeof(*s->rank), rank_cmp);
 	t1 = dev_now_ns();
 	s->rank_n = n;
+	memset(s->rank_pos, 0, sizeof(s->rank_pos));
 	s->rank_ns = t1;
 	s->rank_ttl_ns = (t1 - t0) * RANK_COST_SHARE;
 	*fresh = true;
@@ -368,6 +369,13 @@ static struct tb_entry *obj_victim(struct tb_store *s, const struct rank *r, int
  * writer dirties the blocks that stream through faster than the devices
  * write them back, and took 16-30 MB of the blocks that stay per iteration
  * at twice the DRAM tier; none since.
+ *
+ * Each mode looks on from the object where it found its last victim, and
+ * round to the start: the objects before it had none then, and a ranking
+ * kept for a while (rank_objects) holds the objects read since its making
+ * last, behind all those whose blocks that do not stay are gone already.
+ * Walking those from the start at every eviction made each one cost a
+ * lookup per resident object.
  */
 static struct tb_entry *victim_ranked(struct tb_store *s, size_t n, struct tb_use *vu,
 				      enum wait_stream wait_stream, bool *waits)
@@ -379,10 +387,11 @@ static struct tb_entry *victim_ranked(struct tb_store *s, size_t n, struct tb_us
 			*waits = true;
 			return NULL;
 		}
-		for (size_t i = 0; i < n; i++) {
+		for (size_t k = 0, i = s->rank_pos[mode]; k < n; k++, i = i + 1 < n ? i + 1 : 0) {
 			struct tb_entry *e = rank_at(s, i, false) ? obj_victim(s, &s->rank[i], mode) : NULL;
 
 			if (e) {
+				s->rank_pos[mode] = i;
 				*vu = s->rank[i].u;
 				if (mode == 2)
 					vu->dist = 0, vu->write = false;
