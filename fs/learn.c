@@ -78,6 +78,70 @@ struct learn_file {
 	struct learn_file *next;
 };
 
+/* How early or late a file may come in a cycle of p records: a small part of it. */
+static uint64_t jitter(uint64_t p)
+{
+	return p / JITTER_SHARE < JITTER ? p / JITTER_SHARE : JITTER;
+}
+
+static uint64_t at(const struct learn_stream *st, uint64_t pos)
+{
+	return st->ring[pos & (st->ring_size - 1)];
+}
+
+static bool written_at(const struct learn_stream *st, uint64_t pos)
+{
+	return st->ring_write[pos & (st->ring_size - 1)];
+}
+
+/*
+ * Give st a ring of size records (a power of two) holding the records it
+ * keeps; -1, and st as it was, when memory is short.
+ */
+static int ring_resize(struct learn_stream *st, uint64_t size)
+{
+	uint64_t *ring = calloc(size, sizeof(*ring));
+	uint8_t *w = calloc(size, sizeof(*w));
+
+	if (!ring || !w) {
+		free(ring);
+		free(w);
+		return -1;
+	}
+	for (uint64_t i = st->n > st->ring_size ? st->n - st->ring_size : 0; i < st->n; i++) {
+		ring[i & (size - 1)] = at(st, i);
+		w[i & (size - 1)] = written_at(st, i);
+	}
+	free(st->ring);
+	free(st->ring_write);
+	st->ring = ring;
+	st->ring_write = w;
+	st->ring_size = size;
+	return 0;
+}
+
+/*
+ * A file came back after p records: the ring must keep two such periods
+ * (period_fits compares the last records with one period before, and the
+ * prefetcher reads one period back). It starts at RING_MIN records and
+ * doubles, up to RING_MAX, when a file comes back later than that allows:
+ * a large model's optimizer, with many subgroups and a gradient file per
+ * parameter, or a folder of thousands of files read in turn, has a cycle
+ * of more than 4096 uses, and held none with a ring of 8192 (the cache
+ * fell back to 2Q and moved the whole state each pass). The records kept
+ * are copied; the period is found at the file's next return. Failing to
+ * grow keeps the ring as it is.
+ */
+static void ring_fit(struct learn_stream *st, uint64_t p)
+{
+	uint64_t size = st->ring_size;
+
+	while (size < RING_MAX && p + MATCH_WINDOW + jitter(p) >= size / 2)
+		size *= 2;
+	if (size != st->ring_size)
+		ring_resize(st, size);
+}
+
 /*
  * The stream of folder key; a new one while there is room. Then a new
  * folder takes over the stream recorded in least recently, which its old
@@ -104,12 +168,7 @@ static struct learn_stream *stream_get(struct fs_learner *l, uint64_t key)
 	if (!st)
 		return NULL;
 	st->key = key;
-	st->ring_size = RING_MIN;
-	st->ring = calloc(RING_MIN, sizeof(*st->ring));
-	st->ring_write = calloc(RING_MIN, sizeof(*st->ring_write));
-	if (!st->ring || !st->ring_write) {
-		free(st->ring);
-		free(st->ring_write);
+	if (ring_resize(st, RING_MIN) < 0) {
 		free(st);
 		return NULL;
 	}
@@ -117,9 +176,15 @@ static struct learn_stream *stream_get(struct fs_learner *l, uint64_t key)
 	return st;
 }
 
+/* The hash chain of ino's record. */
+static struct learn_file **bucket(struct fs_learner *l, uint64_t ino)
+{
+	return &l->files[(ino * 0x9E3779B97F4A7C15ULL >> 50) % FILES_BUCKETS];
+}
+
 static struct learn_file *file_get(struct fs_learner *l, uint64_t ino)
 {
-	struct learn_file **b = &l->files[(ino * 0x9E3779B97F4A7C15ULL >> 50) % FILES_BUCKETS];
+	struct learn_file **b = bucket(l, ino);
 	struct learn_file *f;
 
 	for (f = *b; f; f = f->next)
@@ -140,7 +205,7 @@ static struct learn_file *file_get(struct fs_learner *l, uint64_t ino)
 
 static struct learn_file *file_find(struct fs_learner *l, uint64_t ino)
 {
-	struct learn_file *f = l->files[(ino * 0x9E3779B97F4A7C15ULL >> 50) % FILES_BUCKETS];
+	struct learn_file *f = *bucket(l, ino);
 
 	while (f && f->ino != ino)
 		f = f->next;
@@ -158,8 +223,7 @@ void fs_learn_forget(struct fs_learner *l, uint64_t ino)
 	struct learn_file **p, *f;
 
 	pthread_mutex_lock(&l->lock);
-	for (p = &l->files[(ino * 0x9E3779B97F4A7C15ULL >> 50) % FILES_BUCKETS]; (f = *p);
-	     p = &f->next)
+	for (p = bucket(l, ino); (f = *p); p = &f->next)
 		if (f->ino == ino) {
 			*p = f->next;
 			free(f);
@@ -195,65 +259,6 @@ void fs_learn_fini(struct fs_learner *l)
 		free(l->streams[i]);
 	}
 	pthread_mutex_destroy(&l->lock);
-}
-
-static uint64_t at(const struct learn_stream *st, uint64_t pos)
-{
-	return st->ring[pos & (st->ring_size - 1)];
-}
-
-static bool written_at(const struct learn_stream *st, uint64_t pos)
-{
-	return st->ring_write[pos & (st->ring_size - 1)];
-}
-
-/* How early or late a file may come in a cycle of p records: a small part of it. */
-static uint64_t jitter(uint64_t p);
-
-/*
- * A file came back after p records: the ring must keep two such periods
- * (period_fits compares the last records with one period before, and the
- * prefetcher reads one period back). It starts at RING_MIN records and
- * doubles, up to RING_MAX, when a file comes back later than that allows:
- * a large model's optimizer, with many subgroups and a gradient file per
- * parameter, or a folder of thousands of files read in turn, has a cycle
- * of more than 4096 uses, and held none with a ring of 8192 (the cache
- * fell back to 2Q and moved the whole state each pass). The records kept
- * are copied; the period is found at the file's next return. Failing to
- * grow keeps the ring as it is.
- */
-static void ring_fit(struct learn_stream *st, uint64_t p)
-{
-	uint64_t size = st->ring_size;
-	uint64_t *ring;
-	uint8_t *w;
-
-	while (size < RING_MAX && p + MATCH_WINDOW + jitter(p) >= size / 2)
-		size *= 2;
-	if (size == st->ring_size)
-		return;
-	ring = calloc(size, sizeof(*ring));
-	w = calloc(size, sizeof(*w));
-	if (!ring || !w) {
-		free(ring);
-		free(w);
-		return;
-	}
-	for (uint64_t i = st->n > st->ring_size ? st->n - st->ring_size : 0; i < st->n; i++) {
-		ring[i & (size - 1)] = at(st, i);
-		w[i & (size - 1)] = written_at(st, i);
-	}
-	free(st->ring);
-	free(st->ring_write);
-	st->ring = ring;
-	st->ring_write = w;
-	st->ring_size = size;
-}
-
-/* How early or late a file may come in a cycle of p records: a small part of it. */
-static uint64_t jitter(uint64_t p)
-{
-	return p / JITTER_SHARE < JITTER ? p / JITTER_SHARE : JITTER;
 }
 
 /*
