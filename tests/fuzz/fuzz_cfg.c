@@ -4,16 +4,37 @@
 #include "fuzz_cfg.h"
 #include "log.h"
 
+#include <ftw.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 
+static char home[PATH_MAX];
+
+static int remove_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+	(void)st;
+	(void)flag;
+	(void)ftw;
+	remove(path);
+	return 0;
+}
+
+/* The home and whatever the targets made in it go at exit: each run left one behind. */
+static void remove_home(void)
+{
+	nftw(home, remove_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
 void fuzz_cfg_setup(const char *target, bool env_credentials)
 {
-	static char home[64];
+	const char *tmp = getenv("TMPDIR");
 
-	snprintf(home, sizeof(home), "/tmp/tfs-fuzz-%s.XXXXXX", target);
+	snprintf(home, sizeof(home), "%s/tfs-fuzz-home-%s.XXXXXX", tmp && *tmp ? tmp : "/tmp",
+		 target);
 	if (!mkdtemp(home))
 		abort();
+	atexit(remove_home);
 	setenv("XDG_DATA_HOME", home, 1);
 	unsetenv("AWS_SESSION_TOKEN");
 	if (env_credentials) {

@@ -19,9 +19,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 /*
  * Before the first input: XDG_DATA_HOME in a fresh folder
- * /tmp/tfs-fuzz-TARGET.XXXXXX, so that a default nvme folder is made there
- * and never in a real home; AWS credentials in the environment, or none;
- * only errors logged.
+ * $TMPDIR/tfs-fuzz-home-TARGET.XXXXXX (/tmp without TMPDIR), removed at
+ * exit, so that a default nvme folder is made there and never in a real
+ * home; AWS credentials in the environment, or none; only errors logged.
  */
 void fuzz_cfg_setup(const char *target, bool env_credentials);
 /* Abort unless a resolved configuration is one the daemon can run with. */

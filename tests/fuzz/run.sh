@@ -8,7 +8,8 @@
 # FUZZ_KEEP=1: then the kept corpus is merged with them (-merge=1), which
 # is how the corpus grows. A crash, a leak or a failed check ends the run;
 # the input that did it is kept in BUILD/meson-logs/fuzz-NAME-* and the
-# exit status is non-zero.
+# exit status is non-zero. So does anything the target leaves in the
+# TMPDIR it is given.
 
 set -u
 exe=$1
@@ -19,7 +20,9 @@ corpus="$TFS_SRC/tests/fuzz/corpus/$name"
 dict="$TFS_SRC/tests/fuzz/$name.dict"
 logs="$(dirname "$exe")/../../meson-logs"
 work=$(mktemp -d "${TMPDIR:-/tmp}/tfs-fuzz-$name.XXXXXX")
-trap 'rm -rf "$work"' EXIT
+# The target's own TMPDIR: whatever it leaves there fails the run.
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/tfs-fuzz-tmp-$name.XXXXXX")
+trap 'rm -rf "$work" "$tmp"' EXIT
 
 [ -x "$exe" ] || { echo "no fuzz target $exe"; exit 77; }
 mkdir -p "$corpus" "$logs"
@@ -27,9 +30,15 @@ args=(-max_total_time="${FUZZ_SECONDS:-20}" -timeout=10 -rss_limit_mb=2048
 	-max_len=4096 -print_final_stats=1 -artifact_prefix="$logs/fuzz-$name-")
 [ -f "$dict" ] && args+=(-dict="$dict")
 
-"$exe" "${args[@]}" "$@" "$work" "$corpus"
+TMPDIR="$tmp" "$exe" "${args[@]}" "$@" "$work" "$corpus"
 rc=$?
 if [ $rc -eq 0 ] && [ "${FUZZ_KEEP:-0}" = 1 ]; then
-	"$exe" -merge=1 "$corpus" "$work" >/dev/null 2>&1 && echo "corpus $corpus: $(ls "$corpus" | wc -l) inputs"
+	TMPDIR="$tmp" "$exe" -merge=1 "$corpus" "$work" >/dev/null 2>&1 &&
+		echo "corpus $corpus: $(ls "$corpus" | wc -l) inputs"
+fi
+left=$(ls -A "$tmp")
+if [ -n "$left" ]; then
+	echo "FAIL: $name left in its TMPDIR: $left"
+	[ $rc -eq 0 ] && rc=1
 fi
 exit $rc
