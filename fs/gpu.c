@@ -693,7 +693,8 @@ static int do_pin(struct gpu_conn *c, const struct tfs_gpu_req *req, bool write)
 	p->first = req->off / g->bs;
 	p->n = (uint32_t)got;
 	p->len = ((p->first + got) * g->bs < end ? (p->first + got) * g->bs : end) - req->off;
-	if (fs_touch(fs, in, write ? (size > end ? size : end) : size, p->len, write))
+	if (fs_touch(fs, in, write ? (size > end ? size : end) : size, p->off, p->len,
+		     write))
 		fs_prefetch_kick(fs);
 	ret = write ? pin_write_blocks(fs, in, p, g->bs) : pin_read_blocks(fs, in, p);
 	if (ret)

@@ -7,7 +7,13 @@
  * file) went to other files of its folder (its stream, below). Requests of
  * two swappers or aio threads that take turns on several files are so one
  * use of each, and a file read and later written back in one optimizer
- * step is two uses. The
+ * step is two uses. A touch that goes on where the file's use reached (the
+ * same direction, not from the start, within GO_ON_SLACK of the furthest
+ * byte) is that use still, however many bytes went elsewhere meanwhile: the
+ * pipelined swapper writes one subgroup's state while it reads the next
+ * one's, and a write slowed by the reads was recorded three or four times
+ * in one iteration and once in the next, which kept the learner from
+ * matching the two. The
  * sequence of uses is kept in a ring. When a file comes back, the distance
  * to each of its last records is a candidate period; it fits when the
  * records before it match the records one period earlier, each within a
@@ -43,10 +49,12 @@
 #define RING_MAX 65536	    /* and at most: periods up to half of it are learned */
 #define REPEAT_MIN (8ULL << 20) /* bytes to other files that end a file's use, at least */
 #define REPEAT_SHARE 4	    /* or this fraction of the file's size */
+#define GO_ON_SLACK (64ULL << 20) /* a touch this near where its use reached goes on with it */
 #define JITTER 16	    /* records a file may be early or late in the cycle, at most */
 #define JITTER_SHARE 8	    /* and at most this fraction of the period */
 #define IN_USE 2	    /* a file recorded within this many records is in use */
-#define MATCH_WINDOW 32	    /* records compared to accept a period */
+#define MATCH_WINDOW 32	    /* records compared to accept a period: at most */
+#define MATCH_MIN 8	    /* and at least, several turns of a short one */
 #define MATCH_SHARE 0.9	    /* of them that must match */
 #define CONF_ALPHA 0.1	    /* weight of the latest prediction */
 #define CONF_KEEP 0.5	    /* below this the cycle is dropped */
@@ -75,6 +83,8 @@ struct learn_file {
 	uint64_t last_pos;   /* its stream's record index of its last record, or UINT64_MAX */
 	uint64_t pos[POSITIONS]; /* its last records, newest first; UINT64_MAX unused */
 	uint64_t size;
+	uint64_t use_end;    /* the furthest its current use reached, in bytes */
+	bool use_write;	     /* whether that use writes */
 	struct learn_file *next;
 };
 
@@ -289,11 +299,19 @@ static bool recorded_near(const struct learn_stream *st, uint64_t ino, uint64_t 
 /*
  * Does the period p explain the records before the newest one? *cost: how
  * far they lie from where p puts them, in thousandths of a record on
- * average (a record not found counts as a jitter and one).
+ * average (a record not found counts as a jitter and one). The last p
+ * records are compared, MATCH_MIN at least and MATCH_WINDOW at most: a
+ * period shorter than MATCH_MIN is checked over several of its turns.
+ * Compared over one, a file recorded twice in a row (one whose use other
+ * files' bytes interrupted) made a period of 1 that fit, and it took the
+ * place of a cycle that had stopped fitting for a moment.
  */
 static bool period_fits(const struct learn_stream *st, uint64_t p, uint64_t *cost)
 {
 	uint64_t window = p < MATCH_WINDOW ? p : MATCH_WINDOW, match = 0, off = 0;
+
+	if (window < MATCH_MIN)
+		window = MATCH_MIN;
 
 	if (p == 0 || p >= st->ring_size / 2 || st->n < p + window + jitter(p))
 		return false;
@@ -368,15 +386,16 @@ static uint64_t scaled(const struct fs_learner *l, const struct learn_stream *st
  * optimizer's read and write of one subgroup) fits the last records too,
  * and taking it made the cache evict on the wrong period for part of every
  * iteration; a period a few records off the true one also fits, within the
- * jitter, and drifts.
+ * jitter, and drifts. A period that does not explain the last records for
+ * the moment (a file came late) is still the one to beat: a candidate must
+ * lie closer than it does. Replaced by any candidate that fit at all, the
+ * learner took, in the pipelined swapper's second iteration, a period 11
+ * records short that missed its next predictions, and lost the cycle.
  */
 static void find_period(struct learn_stream *st, struct learn_file *f)
 {
-	uint64_t cur, best = 0, best_cost = UINT64_MAX, cost;
+	uint64_t cur = UINT64_MAX, best = 0, best_cost = UINT64_MAX, cost;
 	bool held = st->period && period_fits(st, st->period, &cur);
-
-	if (!held)
-		cur = UINT64_MAX;
 
 	for (int i = 1; i < POSITIONS && f->pos[i] != UINT64_MAX; i++) {
 		uint64_t p = st->n - 1 - f->pos[i];
@@ -431,8 +450,15 @@ static void record(struct fs_learner *l, struct learn_file *f, bool write)
 	sums(l);
 }
 
+/* Whether a touch at off goes on with f's current use (see the top). */
+static bool goes_on(const struct learn_file *f, uint64_t off, bool write)
+{
+	return f->last_pos != UINT64_MAX && write == f->use_write && off &&
+	       off + GO_ON_SLACK >= f->use_end && off <= f->use_end + GO_ON_SLACK;
+}
+
 void fs_learn_touch(struct fs_learner *l, uint64_t ino, uint64_t stream, uint64_t size,
-		    uint64_t len, bool write)
+		    uint64_t off, uint64_t len, bool write)
 {
 	struct learn_stream *st;
 	struct learn_file *f, *prev;
@@ -443,10 +469,13 @@ void fs_learn_touch(struct fs_learner *l, uint64_t ino, uint64_t stream, uint64_
 		 * The same file again: the common case, no lock. last_st may
 		 * be a moment behind last_ino, and these bytes then count in
 		 * the stream touched before: a clock a few MiB off, once.
+		 * last_end is where the file's use reached, for the next
+		 * touch that takes the lock.
 		 */
 		st = __atomic_load_n(&l->last_st, __ATOMIC_ACQUIRE);
 		if (st) {
 			__atomic_add_fetch(&st->clock, len, __ATOMIC_RELAXED);
+			__atomic_store_n(&l->last_end, off + len, __ATOMIC_RELAXED);
 			return;
 		}
 	}
@@ -463,6 +492,13 @@ void fs_learn_touch(struct fs_learner *l, uint64_t ino, uint64_t stream, uint64_
 	clock = __atomic_add_fetch(&st->clock, len, __ATOMIC_RELAXED) - len;
 	/* The file touched before was in use until now, by its stream's clock. */
 	prev = file_find(l, l->last_ino);
+	if (prev) {
+		/* Where the touches that took no lock took its use. */
+		uint64_t end = __atomic_load_n(&l->last_end, __ATOMIC_RELAXED);
+
+		if (prev->use_end < end)
+			prev->use_end = end;
+	}
 	if (prev && prev != f && prev->st) {
 		uint64_t now = __atomic_load_n(&prev->st->clock, __ATOMIC_RELAXED);
 
@@ -471,13 +507,20 @@ void fs_learn_touch(struct fs_learner *l, uint64_t ino, uint64_t stream, uint64_
 	}
 	__atomic_store_n(&l->last_st, st, __ATOMIC_RELEASE);
 	__atomic_store_n(&l->last_ino, ino, __ATOMIC_RELAXED);
+	__atomic_store_n(&l->last_end, off + len, __ATOMIC_RELAXED);
 	{
 		uint64_t gap;
 
 		f->size = size;
 		gap = size / REPEAT_SHARE > REPEAT_MIN ? size / REPEAT_SHARE : REPEAT_MIN;
-		if (f->last_pos == UINT64_MAX || clock > f->last_clock + gap)
+		if (f->last_pos == UINT64_MAX ||
+		    (clock > f->last_clock + gap && !goes_on(f, off, write))) {
 			record(l, f, write);
+			f->use_write = write;
+			f->use_end = 0;
+		}
+		if (f->use_end < off + len)
+			f->use_end = off + len;
 		if (f->last_clock < clock)
 			f->last_clock = clock;
 	}

@@ -16,9 +16,10 @@ struct learn_file;
 struct learn_stream;
 
 struct fs_learner {
-	pthread_mutex_t lock;	     /* guards all but last_ino and last_st */
+	pthread_mutex_t lock;	     /* guards all but last_ino, last_st and last_end */
 	uint64_t last_ino;	     /* atomic: the file touched last */
 	struct learn_stream *last_st; /* atomic: its stream */
+	uint64_t last_end;	     /* atomic: where its last touch ended */
 	struct learn_stream *streams[FS_LEARN_STREAMS]; /* one per folder (learn.c) */
 	unsigned nstreams;
 	uint64_t n;	      /* records so far, in all streams */
@@ -41,11 +42,11 @@ struct fs_learn_stats {
 int fs_learn_init(struct fs_learner *l);
 void fs_learn_fini(struct fs_learner *l);
 /*
- * A read or write of len bytes reached file ino (of this size), in folder
- * stream: a file's uses are learned in the stream of its first.
+ * A read or write of len bytes at off reached file ino (of this size), in
+ * folder stream: a file's uses are learned in the stream of its first.
  */
 void fs_learn_touch(struct fs_learner *l, uint64_t ino, uint64_t stream, uint64_t size,
-		    uint64_t len, bool write);
+		    uint64_t off, uint64_t len, bool write);
 /*
  * ino is gone (deleted, and closed by all): its record goes. Its uses
  * stay in the rings, where they count as a file no longer known.

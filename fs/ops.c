@@ -1075,7 +1075,7 @@ static void fs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	}
 	/* Drop the open's reference, found again through the table. */
 	if (fs_iget(fs, ino, &in) == 0) {
-		fs_iflush_attr(fs, in);
+		fs_iflush_later(fs, in);
 		fs_iput(fs, in);
 		fs_iput(fs, in);
 	}
@@ -1206,12 +1206,13 @@ static void read_blk_ready(struct tb_waiter *w, int err)
  * Tell the learner, in the stream of the file's folder; when it records a
  * step of a known cycle, wake the prefetcher.
  */
-bool fs_touch(struct fs *fs, struct fs_inode *in, uint64_t size, uint64_t len, bool write)
+bool fs_touch(struct fs *fs, struct fs_inode *in, uint64_t size, uint64_t off, uint64_t len,
+	      bool write)
 {
 	uint64_t gen = __atomic_load_n(&fs->learn.generation, __ATOMIC_RELAXED);
 
 	fs_learn_touch(&fs->learn, in->ino, __atomic_load_n(&in->parent, __ATOMIC_RELAXED), size,
-		       len, write);
+		       off, len, write);
 	return __atomic_load_n(&fs->learn.generation, __ATOMIC_RELAXED) != gen &&
 	       __atomic_load_n(&fs->learn.period, __ATOMIC_RELAXED);
 }
@@ -1273,7 +1274,7 @@ static void fs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	if ((uint64_t)off + size > fsize)
 		size = (size_t)(fsize - (uint64_t)off);
 	/* The prefetcher is woken once this read has pinned: the cache then knows where it is. */
-	bool moved = fs_touch(fs, in, fsize, size, false);
+	bool moved = fs_touch(fs, in, fsize, (uint64_t)off, size, false);
 
 	uint64_t first = (uint64_t)off / fs->bs, last = ((uint64_t)off + size - 1) / fs->bs;
 	unsigned nblk = (unsigned)(last - first + 1);
@@ -1380,7 +1381,7 @@ static int drop_privs(struct fs *fs, struct fs_inode *in, uint32_t write_flags)
 	if (ret) {
 		pthread_mutex_lock(&in->lock);
 		in->caps = FS_CAPS_UNKNOWN;
-		in->attr_dirty = true; /* the mode goes with the next change, or at release */
+		in->attr_dirty = true; /* the mode goes with the next change, or after release */
 		pthread_mutex_unlock(&in->lock);
 		return ret;
 	}
@@ -1426,7 +1427,7 @@ static void fs_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 	privs = in->caps != FS_CAPS_NONE || privs_killed(in->rec.mode, fs_write_flags);
 	pthread_mutex_unlock(&in->lock);
 	/* The file's size, not the end of this write: a rewrite from the start is of all of it. */
-	if (fs_touch(fs, in, fsize, size, true))
+	if (fs_touch(fs, in, fsize, (uint64_t)off, size, true))
 		fs_prefetch_kick(fs);
 	ret = privs ? drop_privs(fs, in, fs_write_flags) : 0;
 	if (ret == 0) {
