@@ -1057,10 +1057,8 @@ static int tally_file(struct tally *t, uint64_t ino)
 
 	if (ret)
 		return ret;
-	/* A file written lately has its size in its inode; the store's may lag. */
-	if (!fs_icached_size(t->fs, ino, &t->size))
-		t->size = rec.size;
-	ret = meta_bmap_walk(t->fs->meta, t->txn, ino, 0, (t->size + t->fs->bs - 1) / t->fs->bs,
+	t->size = rec.size;
+	ret = meta_bmap_walk(t->fs->meta, t->txn, ino, 0, (rec.size + t->fs->bs - 1) / t->fs->bs,
 			     tally_stored, t);
 	if (ret)
 		return ret;

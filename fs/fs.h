@@ -84,12 +84,6 @@ struct fs_counters {
 		errors;
 };
 
-/* A growable list of inode numbers (fs_ino_push); free v when done. */
-struct fs_ino_list {
-	uint64_t *v;
-	size_t n, cap;
-};
-
 struct fs {
 	struct fs_config *cfg;
 	struct fuse_session *se; /* for notices to the kernel */
@@ -100,9 +94,6 @@ struct fs {
 	pthread_mutex_t itab_lock;
 	struct fs_inode **itab;
 	size_t itab_mask;
-	/* Inodes closed with attributes to write at the next sync point (inode.c). */
-	pthread_mutex_t attrq_lock;
-	struct fs_ino_list attrq;
 	struct fs_counters cnt; /* atomic adds */
 	bool new_store; /* created by this start: removed again if the start fails */
 	struct fs_learner learn;
@@ -161,6 +152,11 @@ extern __thread uint32_t fs_write_flags;
 int fs_loop(struct fs *fs, struct fuse_session *se, unsigned nthreads);
 
 /* inode.c */
+/* A growable list of inode numbers; free v when done. */
+struct fs_ino_list {
+	uint64_t *v;
+	size_t n, cap;
+};
 int fs_ino_push(struct fs_ino_list *l, uint64_t ino);
 int fs_itab_init(struct fs *fs);
 void fs_itab_fini(struct fs *fs);
@@ -172,17 +168,6 @@ void fs_iforget(struct fs *fs, uint64_t ino, uint64_t n);
 /* Write dirty attributes (size, times) of one inode, or of all. */
 int fs_iflush_attr(struct fs *fs, struct fs_inode *in);
 int fs_iflush_all(struct fs *fs);
-/*
- * Write them at the next sync point instead (a closed file's), where
- * fs_iflush_queued writes all that wait in one transaction.
- */
-void fs_iflush_later(struct fs *fs, struct fs_inode *in);
-int fs_iflush_queued(struct fs *fs);
-/*
- * The size of ino as the inode table has it, if it is there: the store's
- * lags behind it until the attributes are written.
- */
-bool fs_icached_size(struct fs *fs, uint64_t ino, uint64_t *size);
 /*
  * The blocks a file holds, for st_blocks: those its block map holds (a
  * block shared with other files counts in each) and its dirty blocks not

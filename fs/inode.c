@@ -23,7 +23,6 @@ int fs_itab_init(struct fs *fs)
 	fs->itab_mask = ITAB_BUCKETS - 1;
 	fs->itab = calloc(ITAB_BUCKETS, sizeof(*fs->itab));
 	pthread_mutex_init(&fs->itab_lock, NULL);
-	pthread_mutex_init(&fs->attrq_lock, NULL);
 	return fs->itab ? 0 : -ENOMEM;
 }
 
@@ -41,9 +40,6 @@ void fs_itab_fini(struct fs *fs)
 	}
 	free(fs->itab);
 	fs->itab = NULL;
-	free(fs->attrq.v);
-	fs->attrq = (struct fs_ino_list){0};
-	pthread_mutex_destroy(&fs->attrq_lock);
 }
 
 int fs_ino_push(struct fs_ino_list *l, uint64_t ino)
@@ -221,128 +217,6 @@ int fs_iflush_all(struct fs *fs)
 		pthread_mutex_unlock(&fs->itab_lock);
 	}
 	return ret;
-}
-
-/*
- * A closed file's size and times wait for the next sync point, which
- * writes all that wait in one transaction, rather than a transaction each
- * at release: the store is opened with MDB_NOMETASYNC (meta.c), so that
- * every transaction costs a flush of the store, and the swapper's closes,
- * a few dozen an iteration, queued the flusher's commits behind theirs.
- * A crash loses no more than it did: what a kill -9 before that sync
- * point loses (the attributes of data not yet fsynced) a power cut lost
- * before too. Without memory for the queue, the transaction is made now.
- */
-void fs_iflush_later(struct fs *fs, struct fs_inode *in)
-{
-	bool dirty;
-	int ret;
-
-	pthread_mutex_lock(&in->lock);
-	dirty = in->attr_dirty;
-	pthread_mutex_unlock(&in->lock);
-	if (!dirty)
-		return;
-	pthread_mutex_lock(&fs->attrq_lock);
-	ret = fs_ino_push(&fs->attrq, in->ino); /* twice is harmless: see below */
-	pthread_mutex_unlock(&fs->attrq_lock);
-	if (ret == 0)
-		tb_note_unsynced(fs->tb);
-	else
-		fs_iflush_attr(fs, in);
-}
-
-/*
- * The owner's sync (main.c), one sync at a time: write the attributes
- * that wait, in one transaction. An inode no longer in the table wrote
- * its own when it left it (finish); one whose attributes were written
- * meanwhile (fsync, or its earlier place in the queue) has none left. The
- * inode table's lock is held while an inode's are copied, so that it
- * cannot leave the table meanwhile.
- */
-int fs_iflush_queued(struct fs *fs)
-{
-	struct fs_ino_list q, again = {0};
-	MDB_txn *txn = NULL;
-	bool *taken;
-	int ret;
-
-	pthread_mutex_lock(&fs->attrq_lock);
-	q = fs->attrq;
-	fs->attrq = (struct fs_ino_list){0};
-	pthread_mutex_unlock(&fs->attrq_lock);
-	if (!q.n)
-		return 0;
-	taken = calloc(q.n, sizeof(*taken));
-	ret = taken ? meta_begin(fs->meta, true, &txn) : -ENOMEM;
-	for (size_t i = 0; i < q.n && ret == 0; i++) {
-		struct meta_inode rec;
-		struct fs_inode *in;
-
-		pthread_mutex_lock(&fs->itab_lock);
-		in = find(fs, q.v[i]);
-		if (in) {
-			pthread_mutex_lock(&in->lock);
-			if (in->attr_dirty) {
-				rec = in->rec;
-				in->attr_dirty = false;
-				taken[i] = true;
-			}
-			pthread_mutex_unlock(&in->lock);
-		}
-		pthread_mutex_unlock(&fs->itab_lock);
-		if (taken[i])
-			ret = meta_inode_put(fs->meta, txn, q.v[i], &rec);
-	}
-	if (txn)
-		ret = ret ? (meta_abort(txn), ret) : meta_commit(txn);
-	if (ret) {
-		/* Dirty again, and queued again for the next sync point. */
-		for (size_t i = 0; i < q.n; i++) {
-			struct fs_inode *in;
-			bool requeue = false;
-
-			pthread_mutex_lock(&fs->itab_lock);
-			in = find(fs, q.v[i]);
-			if (in) {
-				pthread_mutex_lock(&in->lock);
-				in->attr_dirty |= taken && taken[i];
-				requeue = in->attr_dirty;
-				pthread_mutex_unlock(&in->lock);
-			}
-			pthread_mutex_unlock(&fs->itab_lock);
-			if (requeue)
-				fs_ino_push(&again, q.v[i]);
-		}
-		/* Without memory for the queue: at the inode's next flush. */
-		pthread_mutex_lock(&fs->attrq_lock);
-		for (size_t i = 0; i < again.n && fs_ino_push(&fs->attrq, again.v[i]) == 0; i++)
-			;
-		pthread_mutex_unlock(&fs->attrq_lock);
-		if (again.n)
-			tb_note_unsynced(fs->tb);
-		log_err("cannot store the attributes of %zu closed files: %s", q.n,
-			strerror(-ret));
-	}
-	free(again.v);
-	free(taken);
-	free(q.v);
-	return ret;
-}
-
-bool fs_icached_size(struct fs *fs, uint64_t ino, uint64_t *size)
-{
-	struct fs_inode *in;
-
-	pthread_mutex_lock(&fs->itab_lock);
-	in = find(fs, ino);
-	if (in) {
-		pthread_mutex_lock(&in->lock);
-		*size = in->rec.size;
-		pthread_mutex_unlock(&in->lock);
-	}
-	pthread_mutex_unlock(&fs->itab_lock);
-	return in != NULL;
 }
 
 /* The inode has no name and no user: drop its cache and its records. */

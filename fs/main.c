@@ -362,14 +362,11 @@ static void owner_next_use(void *ctx, uint64_t obj, struct tb_use *u)
 	u->size = lu.size;
 }
 
-/* The closed files' attributes that wait (inode.c), then the store. */
 static int owner_sync(void *ctx)
 {
 	struct fs *fs = ctx;
-	int ret = fs_iflush_queued(fs);
-	int r = meta_sync(fs->meta);
 
-	return ret ? ret : r;
+	return meta_sync(fs->meta);
 }
 
 /* Threads past this many receive writes into their own buffer and copy them (loop.c). */

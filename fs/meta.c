@@ -8,19 +8,9 @@
  * when its last reference goes; its location is then handed back to the
  * caller, who releases it to the block store once the transaction commits.
  *
- * The environment runs with MDB_NOMETASYNC: a commit flushes the pages it
- * wrote before it writes the meta page that names them, but does not wait
- * for that meta page, which the next commit's flush or meta_sync (fsync,
- * the periodic sync point) makes durable. A kill of the daemon loses
- * nothing committed (the pages are in the kernel); a power cut loses at
- * most the commits since the last flush, and leaves a consistent store.
- * MDB_NOSYNC, which this store ran with before, flushes nothing at a
- * commit: the kernel may write a meta page ahead of the pages it names,
- * and LMDB reuses the pages of the last synced snapshot a few commits
- * later, so a power cut could leave a store that names pages never
- * written. The flush per commit is why commits are few: the flusher
- * commits its write-backs in batches, and closed files' attributes wait
- * for the sync point (inode.c).
+ * The environment runs with MDB_NOSYNC: a kill of the daemon loses nothing
+ * committed (the pages are in the kernel), and meta_sync flushes them for
+ * fsync and at the periodic sync point.
  *
  * LMDB opens data.mdb and lock.mdb by path, through links. The folder is
  * checked first (tiers/storedir.h: ours, writable by nobody else, no link
@@ -424,7 +414,7 @@ int meta_open(struct fs_meta **out, const char *dir, size_t *block_size, bool bl
 		goto fail;
 	had_data = fstatat(m->dir_fd, DATA_NAME, &st, AT_SYMLINK_NOFOLLOW) == 0;
 	env_path(m, path, sizeof(path));
-	rc = env_open(&m->env, path, MDB_NOMETASYNC | MDB_NOTLS);
+	rc = env_open(&m->env, path, MDB_NOSYNC | MDB_NOTLS);
 	if (rc) {
 		snprintf(err, errlen, "meta folder %s: cannot open the metadata store: %s", dir,
 			 mdb_strerror(rc));

@@ -3,10 +3,9 @@
  * in LMDB.
  *
  * Every change to the namespace or to a block map is one LMDB write
- * transaction, so the store is consistent after any crash, power cuts
- * included. A commit flushes its pages but not the meta page that names
- * them (meta.c); meta_sync makes all commits durable and is called at
- * fsync, periodically by the flusher, and at unmount.
+ * transaction, so the store is consistent after any crash. Transactions
+ * commit without an fsync; meta_sync makes all of them durable and is
+ * called at fsync, periodically by the flusher, and at unmount.
  *
  * Sub-databases, keys big-endian so that cursors walk them in order:
  *   inode   ino                   -> struct meta_inode

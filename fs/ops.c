@@ -1075,7 +1075,7 @@ static void fs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	}
 	/* Drop the open's reference, found again through the table. */
 	if (fs_iget(fs, ino, &in) == 0) {
-		fs_iflush_later(fs, in);
+		fs_iflush_attr(fs, in);
 		fs_iput(fs, in);
 		fs_iput(fs, in);
 	}
@@ -1381,7 +1381,7 @@ static int drop_privs(struct fs *fs, struct fs_inode *in, uint32_t write_flags)
 	if (ret) {
 		pthread_mutex_lock(&in->lock);
 		in->caps = FS_CAPS_UNKNOWN;
-		in->attr_dirty = true; /* the mode goes with the next change, or after release */
+		in->attr_dirty = true; /* the mode goes with the next change, or at release */
 		pthread_mutex_unlock(&in->lock);
 		return ret;
 	}

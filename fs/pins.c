@@ -125,7 +125,7 @@ int fs_pin_mark(struct fs *fs, uint64_t ino, bool pinned)
 	}
 	if (ret) {
 		pthread_mutex_lock(&in->lock);
-		in->attr_dirty = true; /* written with the next change, or after release */
+		in->attr_dirty = true; /* written with the next change, or at release */
 		pthread_mutex_unlock(&in->lock);
 		log_err("inode %llu: cannot record its pin: %s", (unsigned long long)ino,
 			strerror(-ret));

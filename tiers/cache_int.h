@@ -158,7 +158,6 @@ struct tb_store {
 	uint64_t stop_ms; /* when tb_close stopped the store (flusher_done) */
 	uint64_t sync_gen;
 	uint64_t commits_since_sync;
-	bool owner_unsynced; /* the owner has changes for the next sync point (tb_note_unsynced) */
 	unsigned urgent_waiters;
 	pthread_t flusher;
 

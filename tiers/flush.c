@@ -556,7 +556,6 @@ int flush_do_sync(struct tb_store *s)
 	s->pending = NULL;
 	s->npending = s->cap_pending = 0;
 	s->commits_since_sync = 0;
-	s->owner_unsynced = false;
 	pthread_mutex_unlock(&s->lock);
 
 	for (unsigned i = 0; i < s->n_devs; i++) {
@@ -664,8 +663,9 @@ void *flush_main(void *arg)
 
 		pthread_mutex_lock(&s->lock);
 		now = now_ms();
-		want_sync = s->sync_req || (now - last_sync >= s->cfg.sync_interval_ms &&
-					    (s->commits_since_sync || s->npending || s->owner_unsynced));
+		want_sync = s->sync_req ||
+			    (now - last_sync >= s->cfg.sync_interval_ms &&
+			     (s->commits_since_sync || s->npending));
 		if (want_sync) {
 			s->sync_req = false;
 			pthread_mutex_unlock(&s->lock);
@@ -677,7 +677,7 @@ void *flush_main(void *arg)
 		if (n || nready || failed || s->done || s->flush_kicks != kicks)
 			continue; /* a kick while the lock was dropped: look again */
 		/* Asleep until something is due: an idle mount costs no CPU. */
-		if ((s->commits_since_sync || s->npending || s->owner_unsynced) &&
+		if ((s->commits_since_sync || s->npending) &&
 		    next_ms > last_sync + s->cfg.sync_interval_ms)
 			next_ms = last_sync + s->cfg.sync_interval_ms;
 		if (next_ms == UINT64_MAX) {
@@ -818,14 +818,4 @@ int tb_sync(struct tb_store *s)
 int tb_durable(struct tb_store *s)
 {
 	return flush_do_sync(s);
-}
-
-void tb_note_unsynced(struct tb_store *s)
-{
-	pthread_mutex_lock(&s->lock);
-	if (!s->owner_unsynced) {
-		s->owner_unsynced = true;
-		flush_kick(s); /* asleep with no deadline, it takes one now */
-	}
-	pthread_mutex_unlock(&s->lock);
 }

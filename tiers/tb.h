@@ -357,11 +357,6 @@ int tb_flush_obj(struct tb_store *s, uint64_t obj);
 int tb_sync(struct tb_store *s);
 /* Make every commit so far durable, without waiting for dirty blocks. */
 int tb_durable(struct tb_store *s);
-/*
- * The owner has changes of its own that its sync writes: a sync point is
- * due at the flusher's next interval, even with no block committed.
- */
-void tb_note_unsynced(struct tb_store *s);
 /* Forget cached blocks idx in [from, to) of obj, dirty ones included. */
 void tb_drop(struct tb_store *s, uint64_t obj, uint64_t from, uint64_t to);
 /*
