@@ -69,6 +69,7 @@ struct learn_stream {
 	uint64_t ring_size;   /* records kept, a power of two (ring_fit) */
 	uint64_t n;	      /* records so far */
 	uint64_t clock;	      /* atomic: bytes read and written in its files */
+	uint64_t last_end;    /* atomic: where its last touch ended (fs_learn_touch) */
 	uint64_t period;      /* files in its cycle; 0 while none is known */
 	uint64_t bytes, blocks, tails; /* of the files of one cycle (cycle_size) */
 	uint64_t sized_n, sized_period; /* n and period when they were summed */
@@ -470,12 +471,13 @@ void fs_learn_touch(struct fs_learner *l, uint64_t ino, uint64_t stream, uint64_
 		 * be a moment behind last_ino, and these bytes then count in
 		 * the stream touched before: a clock a few MiB off, once.
 		 * last_end is where the file's use reached, for the next
-		 * touch that takes the lock.
+		 * touch that takes the lock; it shares the clock's line,
+		 * which this path writes anyway.
 		 */
 		st = __atomic_load_n(&l->last_st, __ATOMIC_ACQUIRE);
 		if (st) {
 			__atomic_add_fetch(&st->clock, len, __ATOMIC_RELAXED);
-			__atomic_store_n(&l->last_end, off + len, __ATOMIC_RELAXED);
+			__atomic_store_n(&st->last_end, off + len, __ATOMIC_RELAXED);
 			return;
 		}
 	}
@@ -492,9 +494,9 @@ void fs_learn_touch(struct fs_learner *l, uint64_t ino, uint64_t stream, uint64_
 	clock = __atomic_add_fetch(&st->clock, len, __ATOMIC_RELAXED) - len;
 	/* The file touched before was in use until now, by its stream's clock. */
 	prev = file_find(l, l->last_ino);
-	if (prev) {
+	if (prev && prev->st) {
 		/* Where the touches that took no lock took its use. */
-		uint64_t end = __atomic_load_n(&l->last_end, __ATOMIC_RELAXED);
+		uint64_t end = __atomic_load_n(&prev->st->last_end, __ATOMIC_RELAXED);
 
 		if (prev->use_end < end)
 			prev->use_end = end;
@@ -507,7 +509,7 @@ void fs_learn_touch(struct fs_learner *l, uint64_t ino, uint64_t stream, uint64_
 	}
 	__atomic_store_n(&l->last_st, st, __ATOMIC_RELEASE);
 	__atomic_store_n(&l->last_ino, ino, __ATOMIC_RELAXED);
-	__atomic_store_n(&l->last_end, off + len, __ATOMIC_RELAXED);
+	__atomic_store_n(&st->last_end, off + len, __ATOMIC_RELAXED);
 	{
 		uint64_t gap;
 

@@ -16,10 +16,9 @@ struct learn_file;
 struct learn_stream;
 
 struct fs_learner {
-	pthread_mutex_t lock;	     /* guards all but last_ino, last_st and last_end */
+	pthread_mutex_t lock;	     /* guards all but last_ino and last_st */
 	uint64_t last_ino;	     /* atomic: the file touched last */
 	struct learn_stream *last_st; /* atomic: its stream */
-	uint64_t last_end;	     /* atomic: where its last touch ended */
 	struct learn_stream *streams[FS_LEARN_STREAMS]; /* one per folder (learn.c) */
 	unsigned nstreams;
 	uint64_t n;	      /* records so far, in all streams */
