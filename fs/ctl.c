@@ -319,9 +319,10 @@ static json_t *stats_json(struct fs *fs)
 			    json_integer((json_int_t)st->kept_evicted_bytes));
 	json_object_set_new(
 		root, "prefetch",
-		json_pack("{sIsIsIsIsIsIsf}", "issued", (json_int_t)st->prefetch_issued, "used",
+		json_pack("{sIsIsIsIsIsIsIsf}", "issued", (json_int_t)st->prefetch_issued, "used",
 			  (json_int_t)st->prefetch_used, "wasted", (json_int_t)st->prefetch_wasted,
-			  "late", (json_int_t)st->prefetch_late, "refused",
+			  "late", (json_int_t)st->prefetch_late, "promoted",
+			  (json_int_t)st->prefetch_promoted, "refused",
 			  (json_int_t)st->prefetch_refused, "depth_blocks",
 			  (json_int_t)st->prefetch_depth, "accuracy",
 			  st->prefetch_issued
@@ -614,6 +615,9 @@ static char *metrics_text(struct fs *fs, size_t *len)
 		(double)st->prefetch_wasted);
 	metric1(f, "prefetch_late_total", "counter",
 		"Demand reads that waited for a prefetch in flight.", (double)st->prefetch_late);
+	metric1(f, "prefetch_promoted_total", "counter",
+		"Late prefetches still queued, moved to the demand class.",
+		(double)st->prefetch_promoted);
 	metric1(f, "learner_cycle_files", "gauge", "Files in the learned access cycle.",
 		(double)ls.period);
 	metric1(f, "learner_cycle_bytes", "gauge", "Bytes in the learned access cycle.",

@@ -406,6 +406,24 @@ static void pin_waiters(struct tb_store *s, struct tb_entry *e, struct tb_waiter
 	}
 }
 
+/*
+ * A reader waits on e, a block loading in the prefetch class: if its read
+ * is still queued, it moves to the demand class, ahead of the prefetches
+ * and write-backs queued. Local devices only: an s3 tier's prefetches go
+ * out in runs, one ranged GET for an object's blocks. Lock held.
+ */
+static void promote(struct tb_store *s, struct tb_entry *e)
+{
+	for (unsigned i = 0; i < s->n_devs; i++) {
+		if (s->dev[i]->eng->alloc)
+			continue;
+		if (dev_promote(s->dev[i], &e->req)) {
+			s->pf_promoted++;
+			break;
+		}
+	}
+}
+
 /* Tell the waiters; the list is theirs from here. No lock held. */
 static void call_waiters(struct tb_waiter *w, int err)
 {
@@ -426,7 +444,8 @@ static void read_done(struct tb_io *r, int err)
 	pthread_mutex_lock(&s->lock);
 	w = e->waiters;
 	e->waiters = NULL;
-	if (e->req.cls == IO_PREFETCH) {
+	if (e->pf_load) {
+		e->pf_load = false;
 		s->prefetch_inflight--;
 		if (w) {
 			s->pf_late++; /* a demand read came before the prefetch finished */
@@ -526,8 +545,10 @@ int cache_start_load(struct tb_store *s, struct tb_entry *e, uint64_t obj, uint6
 			w->next = e->waiters;
 			e->waiters = w;
 		}
-		if (cls == IO_PREFETCH)
+		if (cls == IO_PREFETCH) {
+			e->pf_load = true;
 			s->prefetch_inflight++;
+		}
 		e->hinted = cls == IO_PREFETCH && !ahead;
 		if (ahead) {
 			e->prefetched = true;
@@ -744,6 +765,8 @@ int tb_get(struct tb_store *s, uint64_t obj, uint64_t idx, struct tb_ref *ref,
 		}
 		if (e) { /* loading for someone else */
 			e->o->last_idx = idx;
+			if (e->pf_load)
+				promote(s, e);
 			if (w) {
 				w->next = e->waiters;
 				e->waiters = w;
@@ -1241,6 +1264,7 @@ void tb_get_stats(struct tb_store *s, struct tb_stats *st)
 	st->prefetch_wasted = s->pf_wasted;
 	st->prefetch_late = s->pf_late;
 	st->prefetch_refused = s->pf_refused;
+	st->prefetch_promoted = s->pf_promoted;
 	st->prefetch_depth = s->pf_win.depth;
 	st->unsynced_blocks = s->commits_since_sync + s->npending;
 	st->expired_bytes = s->expired * s->bs;

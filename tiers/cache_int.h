@@ -40,6 +40,7 @@ struct tb_entry {
 	bool prefetched; /* loaded ahead of use and not yet read */
 	bool hinted;	 /* loaded for a hint (tb_prefetch's hint) and not yet read */
 	bool deep;	 /* prefetched for a reader of remote blocks: counted in n_pf_deep */
+	bool pf_load;	 /* LOADING in the prefetch class: counted in prefetch_inflight */
 	bool written_back; /* CLEAN by a write-back, not by a load */
 	bool stream;	   /* under the cycle, streams through: written back at once (take_stream) */
 	bool stream_ready; /* counted in n_stream_ready */
@@ -185,7 +186,7 @@ struct tb_store {
 	uint32_t n_hot;
 	uint64_t ghost_hits;
 	uint64_t n_pinned_res, pin_limit; /* resident blocks of pinned objects */
-	uint64_t pf_issued, pf_used, pf_wasted, pf_late, pf_refused;
+	uint64_t pf_issued, pf_used, pf_wasted, pf_late, pf_refused, pf_promoted;
 	uint64_t dram_read_bytes, dram_write_bytes, dram_read_ops, dram_write_ops;
 	uint64_t swapped_write_bytes;
 	uint32_t *spares, nspares; /* spare slots not taken (tb_spare_take) */

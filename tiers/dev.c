@@ -532,6 +532,32 @@ void dev_submit(struct tb_dev *d, struct tb_io *r)
 	plug.q[i].tail = r;
 }
 
+bool dev_promote(struct tb_dev *d, struct tb_io *r)
+{
+	struct tb_io **pp, *prev = NULL;
+	bool found = false;
+
+	pthread_mutex_lock(&d->lock);
+	for (pp = &d->head[IO_PREFETCH]; *pp; prev = *pp, pp = &(*pp)->next) {
+		if (*pp != r)
+			continue;
+		*pp = r->next;
+		if (d->tail[IO_PREFETCH] == r)
+			d->tail[IO_PREFETCH] = prev;
+		r->next = NULL;
+		r->cls = IO_DEMAND;
+		if (d->tail[IO_DEMAND])
+			d->tail[IO_DEMAND]->next = r;
+		else
+			d->head[IO_DEMAND] = r;
+		d->tail[IO_DEMAND] = r;
+		found = true;
+		break;
+	}
+	pthread_mutex_unlock(&d->lock);
+	return found;
+}
+
 int dev_start(struct tb_dev *d)
 {
 	int ret = d->eng->start(d);

@@ -144,6 +144,12 @@ void dev_stop(struct tb_dev *d);
 void dev_close(struct tb_dev *d);
 
 void dev_submit(struct tb_dev *d, struct tb_io *r);
+/*
+ * A read still queued in the prefetch class moves to the demand class,
+ * behind the demand reads queued: a reader waits on it. Whether it was
+ * queued here (false: in flight, done, or never queued on d).
+ */
+bool dev_promote(struct tb_dev *d, struct tb_io *r);
 int dev_sync(struct tb_dev *d);
 /* A failed start: remove the identity and slab files this open created, if any. */
 void dev_forget_identity(struct tb_dev *d);

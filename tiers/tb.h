@@ -207,6 +207,7 @@ struct tb_stats {
 	uint64_t rewritten_bytes; /* written back, then written again while in DRAM */
 	uint64_t prefetch_issued, prefetch_used, prefetch_wasted, prefetch_late;
 	uint64_t prefetch_refused; /* not issued: every slot held a block needed sooner */
+	uint64_t prefetch_promoted; /* late ones still queued, moved to the demand class */
 	uint64_t prefetch_depth;   /* blocks the cycle's prefetch loads ahead (tb_cycle_pass) */
 	uint64_t partial_created, partial_merged; /* reads saved, and paid later */
 	uint64_t dedup_hits, dedup_verify_mismatch;
