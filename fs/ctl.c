@@ -931,7 +931,7 @@ static int ctl_apply(struct fs *fs, enum fs_ctlverb verb, const struct fs_ino_li
 	else
 		ret = ctl_unpin_files(fs, files, verb == CTL_EVICT);
 	pthread_mutex_unlock(&fs->pin_lock);
-	r = meta_sync(fs->meta); /* a pin, once answered, outlives a crash */
+	r = tb_durable(fs->tb); /* a pin, once answered, outlives a crash */
 	return ret ? ret : r;
 }
 

@@ -12,6 +12,22 @@
  * committed (the pages are in the kernel), and meta_sync flushes them for
  * fsync and at the periodic sync point.
  *
+ * A power cut is another matter. Without a flush per commit, the kernel
+ * may write a commit's meta page before the pages it names (a flush writes
+ * a file's dirty pages in any order; LMDB's meta pages are its first two),
+ * and LMDB opens the newest meta page it finds: the whole tree, fsynced
+ * files too, could be lost. So each sync point records its durable state:
+ * meta_sync pins a reader on the newest commit, so that LMDB reuses none of
+ * its pages, copies that commit's meta page, flushes the environment, and
+ * writes the copy to the `durable` file with a checksum (two slots, the
+ * newer valid one counts), flushed too; then the reader of the sync point
+ * before is let go. When the last stop was unclean and the machine has
+ * started since (the boot id in the lock file is another), meta_open
+ * writes the recorded meta page over both of LMDB's before opening it:
+ * the store is as it was at its last sync point, whose pages are all
+ * there. A daemon killed on a running machine lost no page cache, so its
+ * store opens as it is.
+ *
  * LMDB opens data.mdb and lock.mdb by path, through links. The folder is
  * checked first (tiers/storedir.h: ours, writable by nobody else, no link
  * or foreign file under a store file's name), and LMDB is given the path
@@ -19,11 +35,13 @@
  * folder that was checked.
  */
 #include "meta.h"
+#include "log.h"
 #include "storedir.h"
 #include "tb.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +50,7 @@
 #include <sys/xattr.h>
 #include <time.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #define META_MAP_SIZE (64ULL << 30)
 #define META_MAP_MIN (1ULL << 30) /* the least map taken when the whole is refused */
@@ -41,8 +60,27 @@
 #define DATA_NAME "data.mdb"
 #define LMDB_LOCK_NAME "lock.mdb"
 #define LOCK_NAME "lock"
+#define DURABLE_NAME "durable"
+#define BOOT_ID_LEN 36
+#define BOOT_ID_PATH "/proc/sys/kernel/random/boot_id"
 
-static const char *const meta_files[] = {DATA_NAME, LMDB_LOCK_NAME, LOCK_NAME, NULL};
+/*
+ * A record of the durable file: the header, then LMDB's meta page of the
+ * commit that the sync point made durable. Two slots, DURABLE_STRIDE
+ * apart (room for a 64 KiB page), written in turn; all numbers big-endian.
+ */
+#define DURABLE_MAGIC 0x7466732d64757261ULL /* "tfs-dura" */
+#define DURABLE_VERSION 1
+#define DURABLE_HDR 64
+#define DURABLE_STRIDE (128 * 1024)
+#define DURABLE_PAGE_MAX (DURABLE_STRIDE - DURABLE_HDR)
+/* In LMDB 0.9's meta page (64-bit): the page header is 16 bytes, then MDB_meta. */
+#define LMDB_META_MAGIC 0xBEEFC0DEU
+#define LMDB_META_MAGIC_OFF 16
+#define LMDB_META_TXNID_OFF (16 + 128)
+
+static const char *const meta_files[] = {DATA_NAME, LMDB_LOCK_NAME, LOCK_NAME, DURABLE_NAME,
+					 NULL};
 
 struct meta_format {
 	uint32_t version;
@@ -56,6 +94,16 @@ struct fs_meta {
 	MDB_dbi inode, dirent, dircook, bmap, block, xattr, symlink, info, dedup, nblocks;
 	int lock_fd;
 	int dir_fd;  /* the folder, checked */
+	int data_fd; /* data.mdb, to copy its meta pages */
+	int durable_fd;
+	bool unclean; /* the last stop left its pid in the lock file */
+	bool opened;  /* meta_open succeeded: meta_close records the last state */
+	char boot[BOOT_ID_LEN + 1], last_boot[BOOT_ID_LEN + 1]; /* this boot's id; that stop's */
+	pthread_mutex_t sync_lock;  /* one meta_sync at a time */
+	MDB_txn *pinned;	    /* a reader on the last sync point's commit */
+	uint64_t durable_seq;	    /* records written to the durable file */
+	unsigned char *page;	    /* scratch: a meta page */
+	size_t psize;
 	bool locked; /* we hold the flock, so the pid in the file is ours */
 	bool created; /* this open made the store */
 	bool made_dir, made_lock; /* this open made the folder, the lock file */
@@ -148,10 +196,193 @@ static int take_lock(struct fs_meta *m, const char *dir, char *err, size_t errle
 		return -EBUSY;
 	}
 	m->locked = true;
-	snprintf(buf, sizeof(buf), "%ld\n", (long)getpid());
-	if (ftruncate(m->lock_fd, 0) < 0 || pwrite(m->lock_fd, buf, strlen(buf), 0) < 0)
+	/*
+	 * A clean stop empties the file. What the last one left: its pid, and
+	 * the boot id it ran under (none from before the durable file).
+	 */
+	char prev[128];
+	ssize_t n = pread(m->lock_fd, prev, sizeof(prev) - 1, 0);
+
+	prev[n > 0 ? n : 0] = 0;
+	m->unclean = n > 0;
+	char *boot = strchr(prev, '\n');
+
+	if (boot && strlen(boot + 1) >= BOOT_ID_LEN)
+		snprintf(m->last_boot, sizeof(m->last_boot), "%.*s", BOOT_ID_LEN, boot + 1);
+	char line[32 + sizeof(m->boot)];
+
+	snprintf(line, sizeof(line), "%ld\n%s\n", (long)getpid(), m->boot);
+	if (ftruncate(m->lock_fd, 0) < 0 || pwrite(m->lock_fd, line, strlen(line), 0) < 0)
 		return -errno;
 	return 0;
+}
+
+/* This boot's id, or "" where the kernel does not say. */
+static void read_boot_id(char id[BOOT_ID_LEN + 1])
+{
+	FILE *f = fopen(BOOT_ID_PATH, "re");
+
+	id[0] = 0;
+	if (!f)
+		return;
+	if (!fgets(id, BOOT_ID_LEN + 1, f) || strlen(id) != BOOT_ID_LEN)
+		id[0] = 0;
+	fclose(f);
+}
+
+/* ---- the durable file: the last sync point's meta page ---- */
+
+static uint64_t record_hash(const unsigned char *rec, size_t psize)
+{
+	XXH3_state_t *st = XXH3_createState();
+	uint64_t h;
+
+	if (!st)
+		return 0;
+	XXH3_64bits_reset(st);
+	XXH3_64bits_update(st, rec, 40);
+	XXH3_64bits_update(st, rec + DURABLE_HDR, psize);
+	h = XXH3_64bits_digest(st);
+	XXH3_freeState(st);
+	return h;
+}
+
+/*
+ * The newer valid record of fd into rec (DURABLE_STRIDE bytes): 0 with its
+ * sequence, commit and page size, -ENOENT when neither slot holds one.
+ */
+static int durable_read(int fd, unsigned char *rec, uint64_t *seq, uint64_t *txnid,
+			size_t *psize)
+{
+	unsigned char *slot = malloc(DURABLE_STRIDE);
+	bool found = false;
+
+	if (!slot)
+		return -ENOMEM;
+	for (int i = 0; i < 2; i++) {
+		ssize_t n = pread(fd, slot, DURABLE_STRIDE, (off_t)i * DURABLE_STRIDE);
+		uint64_t ps;
+
+		if (n < DURABLE_HDR || get_be64(slot) != DURABLE_MAGIC ||
+		    get_be64(slot + 8) != DURABLE_VERSION)
+			continue;
+		ps = get_be64(slot + 32);
+		if (!ps || ps > DURABLE_PAGE_MAX || (size_t)n < DURABLE_HDR + ps ||
+		    get_be64(slot + 40) != record_hash(slot, ps))
+			continue;
+		if (found && get_be64(slot + 16) <= *seq)
+			continue;
+		found = true;
+		*seq = get_be64(slot + 16);
+		*txnid = get_be64(slot + 24);
+		*psize = ps;
+		memcpy(rec, slot, DURABLE_HDR + ps);
+	}
+	free(slot);
+	return found ? 0 : -ENOENT;
+}
+
+/* Record page (commit txnid) in the slot after the last one, and flush it. */
+static int durable_write(struct fs_meta *m, uint64_t txnid)
+{
+	size_t len = DURABLE_HDR + m->psize;
+	unsigned char *rec = calloc(1, len);
+	uint64_t seq = m->durable_seq + 1;
+	int ret = 0;
+
+	if (!rec)
+		return -ENOMEM;
+	put_be64(rec, DURABLE_MAGIC);
+	put_be64(rec + 8, DURABLE_VERSION);
+	put_be64(rec + 16, seq);
+	put_be64(rec + 24, txnid);
+	put_be64(rec + 32, m->psize);
+	memcpy(rec + DURABLE_HDR, m->page, m->psize);
+	put_be64(rec + 40, record_hash(rec, m->psize));
+	if (pwrite(m->durable_fd, rec, len, (off_t)(seq & 1) * DURABLE_STRIDE) != (ssize_t)len ||
+	    fdatasync(m->durable_fd) < 0)
+		ret = errno ? -errno : -EIO;
+	else
+		m->durable_seq = seq;
+	free(rec);
+	return ret;
+}
+
+/*
+ * After an unclean stop on an earlier boot, put the recorded meta page in
+ * both of LMDB's slots (see the top of this file). Nothing to do after a
+ * clean stop, a kill on this boot, or with no record (a store from before
+ * the durable file, or one never synced).
+ */
+static int roll_back(struct fs_meta *m, char *err, size_t errlen)
+{
+	unsigned char *rec = NULL, *cur = NULL;
+	uint64_t seq, txnid;
+	size_t psize;
+	bool created, changed = false;
+	int dfd = -1, fd, ret;
+
+	if (!m->unclean || (m->boot[0] && !strcmp(m->boot, m->last_boot)))
+		return 0;
+	fd = storedir_open_file(m->dir_fd, META_WHAT, m->dir, DURABLE_NAME, O_RDONLY, false,
+				&created, err, errlen);
+	if (fd == -ENOENT) {
+		err[0] = 0;
+		return 0;
+	}
+	if (fd < 0)
+		return fd;
+	rec = malloc(DURABLE_STRIDE);
+	cur = malloc(DURABLE_PAGE_MAX);
+	ret = rec && cur ? durable_read(fd, rec, &seq, &txnid, &psize) : -ENOMEM;
+	close(fd);
+	if (ret == -ENOENT) {
+		log_warn("meta folder %s: the last stop was unclean and the machine has started "
+			 "since, but no durable point is recorded: opening the store as it is",
+			 m->dir);
+		ret = 0;
+		goto out;
+	}
+	if (ret < 0)
+		goto out;
+	dfd = storedir_open_file(m->dir_fd, META_WHAT, m->dir, DATA_NAME, O_RDWR, false, &created,
+				 err, errlen);
+	if (dfd == -ENOENT) {
+		err[0] = 0;
+		ret = 0;
+		goto out;
+	}
+	if (dfd < 0) {
+		ret = dfd;
+		goto out;
+	}
+	for (int i = 0; i < 2 && ret == 0; i++) {
+		ssize_t n = pread(dfd, cur, psize, (off_t)(i * psize));
+
+		if (n == (ssize_t)psize && !memcmp(cur, rec + DURABLE_HDR, psize))
+			continue;
+		if (pwrite(dfd, rec + DURABLE_HDR, psize, (off_t)(i * psize)) != (ssize_t)psize)
+			ret = errno ? -errno : -EIO;
+		changed = true;
+	}
+	if (ret == 0 && changed && fdatasync(dfd) < 0)
+		ret = -errno;
+	if (ret < 0) {
+		snprintf(err, errlen, "meta folder %s: cannot roll the store back to its last "
+			 "durable point: %s", m->dir, strerror(-ret));
+		goto out;
+	}
+	if (changed)
+		log_warn("meta folder %s: the last stop was unclean and the machine has started "
+			 "since; the store is rolled back to its last durable point (commit %llu): "
+			 "what was not fsynced or flushed before it is gone",
+			 m->dir, (unsigned long long)txnid);
+out:
+	if (dfd >= 0)
+		close(dfd);
+	free(rec);
+	free(cur);
+	return ret;
 }
 
 /*
@@ -174,6 +405,7 @@ static void remove_made(struct fs_meta *m, bool store)
 	if (store) {
 		unlinkat(m->dir_fd, DATA_NAME, 0);
 		unlinkat(m->dir_fd, LMDB_LOCK_NAME, 0);
+		unlinkat(m->dir_fd, DURABLE_NAME, 0);
 	}
 	if (m->made_lock)
 		unlinkat(m->dir_fd, LOCK_NAME, 0);
@@ -389,6 +621,43 @@ static int env_open(MDB_env **env, const char *path, unsigned flags)
 	return rc;
 }
 
+/*
+ * The files meta_sync needs beside LMDB: data.mdb, to copy meta pages from,
+ * and the durable file, made if missing, with the sequence of its newer
+ * record. LMDB's page size comes from the environment.
+ */
+static int open_durable(struct fs_meta *m, char *err, size_t errlen)
+{
+	unsigned char *rec;
+	uint64_t seq, txnid;
+	size_t psize;
+	MDB_stat st;
+	bool created;
+
+	if (mdb_env_stat(m->env, &st) != 0 || !st.ms_psize || st.ms_psize > DURABLE_PAGE_MAX) {
+		snprintf(err, errlen, "meta folder %s: LMDB's page size is not one we can record",
+			 m->dir);
+		return -EINVAL;
+	}
+	m->psize = st.ms_psize;
+	m->data_fd = storedir_open_file(m->dir_fd, META_WHAT, m->dir, DATA_NAME, O_RDONLY, false,
+					&created, err, errlen);
+	if (m->data_fd < 0)
+		return m->data_fd;
+	m->durable_fd = storedir_open_file(m->dir_fd, META_WHAT, m->dir, DURABLE_NAME, O_RDWR,
+					   true, &created, err, errlen);
+	if (m->durable_fd < 0)
+		return m->durable_fd;
+	rec = malloc(DURABLE_STRIDE);
+	if (!rec)
+		return -ENOMEM;
+	if (durable_read(m->durable_fd, rec, &seq, &txnid, &psize) == 0)
+		m->durable_seq = seq;
+	free(rec);
+	m->page = malloc(m->psize);
+	return m->page ? 0 : -ENOMEM;
+}
+
 int meta_open(struct fs_meta **out, const char *dir, size_t *block_size, bool block_given,
 	      uid_t root_uid, gid_t root_gid, char store_id[40], char *err, size_t errlen)
 {
@@ -403,6 +672,10 @@ int meta_open(struct fs_meta **out, const char *dir, size_t *block_size, bool bl
 		return -ENOMEM;
 	m->lock_fd = -1;
 	m->dir_fd = -1;
+	m->data_fd = -1;
+	m->durable_fd = -1;
+	pthread_mutex_init(&m->sync_lock, NULL);
+	read_boot_id(m->boot);
 	snprintf(m->dir, sizeof(m->dir), "%s", dir);
 	ret = m->dir_fd = storedir_open(META_WHAT, dir, true, &m->made_dir, err, errlen);
 	for (size_t i = 0; ret >= 0 && meta_files[i]; i++)
@@ -410,6 +683,8 @@ int meta_open(struct fs_meta **out, const char *dir, size_t *block_size, bool bl
 	if (ret < 0)
 		goto fail;
 	ret = take_lock(m, dir, err, errlen);
+	if (ret == 0)
+		ret = roll_back(m, err, errlen);
 	if (ret < 0)
 		goto fail;
 	had_data = fstatat(m->dir_fd, DATA_NAME, &st, AT_SYMLINK_NOFOLLOW) == 0;
@@ -424,6 +699,9 @@ int meta_open(struct fs_meta **out, const char *dir, size_t *block_size, bool bl
 	/* Reader slots of a killed daemon would pin old pages forever. */
 	int dead = 0;
 	mdb_reader_check(m->env, &dead);
+	ret = open_durable(m, err, errlen);
+	if (ret < 0)
+		goto fail;
 	rc = mdb_txn_begin(m->env, NULL, 0, &txn);
 	if (rc) {
 		snprintf(err, errlen, "meta folder %s: %s", dir, mdb_strerror(rc));
@@ -443,13 +721,18 @@ int meta_open(struct fs_meta **out, const char *dir, size_t *block_size, bool bl
 	m->next_ino = last_key(txn, m->inode) + 1;
 	m->next_block = last_key(txn, m->block) + 1;
 	rc = mdb_txn_commit(txn);
-	if (rc == 0)
-		rc = mdb_env_sync(m->env, 1);
 	if (rc) {
 		snprintf(err, errlen, "meta folder %s: %s", dir, mdb_strerror(rc));
 		ret = mdb_err(rc);
 		goto fail;
 	}
+	ret = meta_sync(m);
+	if (ret < 0) {
+		snprintf(err, errlen, "meta folder %s: cannot make the store durable: %s", dir,
+			 strerror(-ret));
+		goto fail;
+	}
+	m->opened = true;
 	*out = m;
 	return 0;
 fail:
@@ -466,9 +749,21 @@ void meta_close(struct fs_meta *m)
 	if (!m)
 		return;
 	if (m->env) {
-		mdb_env_sync(m->env, 1);
+		/* A clean stop's last state is recorded too, before the lock file says clean. */
+		if (m->opened)
+			meta_sync(m);
+		else
+			mdb_env_sync(m->env, 1);
+		if (m->pinned)
+			mdb_txn_abort(m->pinned);
 		mdb_env_close(m->env);
 	}
+	if (m->data_fd >= 0)
+		close(m->data_fd);
+	if (m->durable_fd >= 0)
+		close(m->durable_fd);
+	free(m->page);
+	pthread_mutex_destroy(&m->sync_lock);
 	if (m->lock_fd >= 0) {
 		if (m->locked && ftruncate(m->lock_fd, 0) < 0) {
 			/* the lock goes with the fd; a stale pid in the file is harmless */
@@ -495,14 +790,73 @@ void meta_discard(struct fs_meta *m)
 	if (!m)
 		return;
 	m->made_lock = true; /* the whole store goes, its lock file too */
+	m->opened = false; /* nothing of it stays to record */
 	remove_made(m, true);
 	rmdir(m->dir); /* only if we left it empty */
 	meta_close(m);
 }
 
+/*
+ * The newest commit: a reader pinned on it, and its meta page copied into
+ * m->page. Writers are held off meanwhile, so that the page is that
+ * commit's. Returns the commit, or 0 when the page does not look like
+ * LMDB 0.9's meta page of it (nothing is recorded then).
+ */
+static uint64_t pin_newest(struct fs_meta *m, MDB_txn **reader)
+{
+	MDB_txn *w = NULL;
+	MDB_envinfo info;
+	uint64_t txnid = 0, got;
+	uint32_t magic;
+
+	*reader = NULL;
+	if (mdb_txn_begin(m->env, NULL, 0, &w) != 0)
+		return 0;
+	if (mdb_txn_begin(m->env, NULL, MDB_RDONLY, reader) == 0 &&
+	    mdb_env_info(m->env, &info) == 0) {
+		txnid = info.me_last_txnid;
+		if (pread(m->data_fd, m->page, m->psize, (off_t)((txnid & 1) * m->psize)) !=
+		    (ssize_t)m->psize)
+			txnid = 0;
+	}
+	mdb_txn_abort(w);
+	if (!txnid)
+		return 0;
+	memcpy(&magic, m->page + LMDB_META_MAGIC_OFF, sizeof(magic));
+	memcpy(&got, m->page + LMDB_META_TXNID_OFF, sizeof(got));
+	if (magic != LMDB_META_MAGIC || got != txnid) {
+		static bool said;
+
+		if (!said)
+			log_err("meta folder %s: LMDB's meta page is not as expected; sync points "
+				"are not recorded, and a power cut may damage the store", m->dir);
+		said = true;
+		return 0;
+	}
+	return txnid;
+}
+
 int meta_sync(struct fs_meta *m)
 {
-	return mdb_err(mdb_env_sync(m->env, 1));
+	MDB_txn *reader = NULL;
+	uint64_t txnid;
+	int ret;
+
+	pthread_mutex_lock(&m->sync_lock);
+	txnid = m->page ? pin_newest(m, &reader) : 0;
+	ret = mdb_err(mdb_env_sync(m->env, 1));
+	if (ret == 0 && txnid)
+		ret = durable_write(m, txnid);
+	if (ret == 0 && txnid) {
+		/* The new point is durable: the pages of the one before may go. */
+		if (m->pinned)
+			mdb_txn_abort(m->pinned);
+		m->pinned = reader;
+	} else if (reader) {
+		mdb_txn_abort(reader);
+	}
+	pthread_mutex_unlock(&m->sync_lock);
+	return ret;
 }
 
 int meta_begin(struct fs_meta *m, bool write, MDB_txn **txn)

@@ -241,7 +241,7 @@ cmp -s "$T/fresh-nvme/tensorfs.dev" "$T/fresh-dev.orig" || bad "a refused start 
 tfs_mount
 head -c 3000000 /dev/urandom >"$T/before"
 cp "$T/before" "$MNT/before" && sync "$MNT/before" || bad "cannot write to the first mount"
-pid_in_lock=$(tr -d ' \n' <"$META/lock" 2>/dev/null)
+pid_in_lock=$(head -n1 "$META/lock" 2>/dev/null | tr -d ' ')
 [ "$pid_in_lock" = "$TFS_PID" ] || bad "$META/lock holds '$pid_in_lock', daemon pid is $TFS_PID"
 mkdir -p "$T/nvme1"
 next_case; reject "metadata folder in use" 'lock|in use|busy|running|already' "$CM" \
@@ -251,7 +251,7 @@ is_mounted "$MNT" || fail "the first mount is gone after the second was refused"
 cmp -s "$T/before" "$MNT/before" || bad "first mount: file written before reads back wrong"
 echo after >"$MNT/after" && [ "$(cat "$MNT/after")" = after ] || bad "first mount: cannot write after"
 tfs_stat_json block_size >/dev/null || bad "first mount: stats unreadable"
-pid_in_lock=$(tr -d ' \n' <"$META/lock" 2>/dev/null)
+pid_in_lock=$(head -n1 "$META/lock" 2>/dev/null | tr -d ' ')
 [ "$pid_in_lock" = "$TFS_PID" ] || bad "after the refusal, $META/lock holds '$pid_in_lock'"
 tfs_umount || bad "first daemon exited non-zero after unmount"
 

@@ -70,7 +70,7 @@ wait_gone() {
 # lock_pid METADIR: the daemon pid recorded in METADIR/lock, checked.
 lock_pid() {
 	local pid argv0
-	pid=$(tr -d ' \n' <"$1/lock" 2>/dev/null)
+	pid=$(head -n1 "$1/lock" 2>/dev/null | tr -d ' ')
 	[ -n "$pid" ] || fail "$1/lock is missing or empty while mounted"
 	alive "$pid" || fail "$1/lock names pid $pid, which is not running"
 	argv0=$(tr '\0' '\n' <"/proc/$pid/cmdline" | head -n 1)
