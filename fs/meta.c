@@ -102,6 +102,7 @@ struct fs_meta {
 	pthread_mutex_t sync_lock;  /* one meta_sync at a time */
 	MDB_txn *pinned;	    /* a reader on the last sync point's commit */
 	uint64_t durable_seq;	    /* records written to the durable file */
+	uint64_t durable_txnid;	    /* the commit of the newest one */
 	unsigned char *page;	    /* scratch: a meta page */
 	size_t psize;
 	bool locked; /* we hold the flock, so the pid in the file is ours */
@@ -651,8 +652,10 @@ static int open_durable(struct fs_meta *m, char *err, size_t errlen)
 	rec = malloc(DURABLE_STRIDE);
 	if (!rec)
 		return -ENOMEM;
-	if (durable_read(m->durable_fd, rec, &seq, &txnid, &psize) == 0)
+	if (durable_read(m->durable_fd, rec, &seq, &txnid, &psize) == 0) {
 		m->durable_seq = seq;
+		m->durable_txnid = txnid;
+	}
 	free(rec);
 	m->page = malloc(m->psize);
 	return m->page ? 0 : -ENOMEM;
@@ -845,9 +848,16 @@ int meta_sync(struct fs_meta *m)
 	pthread_mutex_lock(&m->sync_lock);
 	txnid = m->page ? pin_newest(m, &reader) : 0;
 	ret = mdb_err(mdb_env_sync(m->env, 1));
+	if (txnid && txnid == m->durable_txnid && m->pinned) {
+		/* Nothing committed since the last record: it and its reader stand. */
+		mdb_txn_abort(reader);
+		pthread_mutex_unlock(&m->sync_lock);
+		return ret;
+	}
 	if (ret == 0 && txnid)
 		ret = durable_write(m, txnid);
 	if (ret == 0 && txnid) {
+		m->durable_txnid = txnid;
 		/* The new point is durable: the pages of the one before may go. */
 		if (m->pinned)
 			mdb_txn_abort(m->pinned);
