@@ -309,6 +309,17 @@ static int durable_write(struct fs_meta *m, uint64_t txnid)
 	return ret;
 }
 
+/* The commit an LMDB 0.9 meta page names, or 0 when it is not one. */
+static uint64_t meta_page_txnid(const unsigned char *page)
+{
+	uint32_t magic;
+	uint64_t txnid;
+
+	memcpy(&magic, page + LMDB_META_MAGIC_OFF, sizeof(magic));
+	memcpy(&txnid, page + LMDB_META_TXNID_OFF, sizeof(txnid));
+	return magic == LMDB_META_MAGIC ? txnid : 0;
+}
+
 /*
  * After an unclean stop on an earlier boot, put the recorded meta page in
  * both of LMDB's slots (see the top of this file). Nothing to do after a
@@ -355,6 +366,25 @@ static int roll_back(struct fs_meta *m, char *err, size_t errlen)
 	}
 	if (dfd < 0) {
 		ret = dfd;
+		goto out;
+	}
+	/*
+	 * The record's commit was flushed before the record was written, and
+	 * LMDB's slots only move forward: one of them names it or a later one.
+	 * A record newer than both belongs to some other copy of the store.
+	 */
+	uint64_t newest = 0;
+
+	for (int i = 0; i < 2; i++)
+		if (pread(dfd, cur, psize, (off_t)(i * psize)) == (ssize_t)psize &&
+		    meta_page_txnid(cur) > newest)
+			newest = meta_page_txnid(cur);
+	if (!meta_page_txnid(rec + DURABLE_HDR) || meta_page_txnid(rec + DURABLE_HDR) != txnid ||
+	    txnid > newest) {
+		log_warn("meta folder %s: the last stop was unclean and the machine has started "
+			 "since, but its durable record (commit %llu) does not belong to this store "
+			 "(its newest commit is %llu): opening the store as it is",
+			 m->dir, (unsigned long long)txnid, (unsigned long long)newest);
 		goto out;
 	}
 	for (int i = 0; i < 2 && ret == 0; i++) {
@@ -809,8 +839,7 @@ static uint64_t pin_newest(struct fs_meta *m, MDB_txn **reader)
 {
 	MDB_txn *w = NULL;
 	MDB_envinfo info;
-	uint64_t txnid = 0, got;
-	uint32_t magic;
+	uint64_t txnid = 0;
 
 	*reader = NULL;
 	if (mdb_txn_begin(m->env, NULL, 0, &w) != 0)
@@ -825,9 +854,7 @@ static uint64_t pin_newest(struct fs_meta *m, MDB_txn **reader)
 	mdb_txn_abort(w);
 	if (!txnid)
 		return 0;
-	memcpy(&magic, m->page + LMDB_META_MAGIC_OFF, sizeof(magic));
-	memcpy(&got, m->page + LMDB_META_TXNID_OFF, sizeof(got));
-	if (magic != LMDB_META_MAGIC || got != txnid) {
+	if (meta_page_txnid(m->page) != txnid) {
 		static bool said;
 
 		if (!said)

@@ -21,7 +21,9 @@
 # reader pinned on the sync point's commit, later commits reuse its pages
 # and B opens a tree written over. Last, a kill -9 with the boot id
 # unchanged (no restart: the page cache kept every page) must keep what was
-# committed after the sync point: a folder made.
+# committed after the sync point: a folder made. And a record that names a
+# commit newer than any of the store's (a durable file from another copy of
+# the store) is refused: the store opens as its own pages say.
 
 . "$(dirname "$0")/lib.sh"
 tfs_extra_cleanup() { :; }
@@ -135,5 +137,18 @@ tfs_kill9
 tfs_mount "$OPTS"
 grep -q "rolled back" "$LOG" && fail "a kill -9 on the same boot rolled the store back"
 [ -d "$MNT/after" ] || fail "a folder made after the sync point is gone after a kill -9"
+tfs_umount || fail "tensorfs exited $? after unmount"
+cp "$META/durable" "$T/late.durable"
+
+echo "a record newer than the store (another copy's): no roll-back"
+cp "$T/snap.mdb" "$META/data.mdb"
+cp --sparse=always "$T/cur.slab" "$NVME/tensorfs.slab"
+cp "$T/late.durable" "$META/durable"
+set_boot "$OTHER_BOOT"
+: >"$LOG"
+tfs_mount "$OPTS"
+grep -q "does not belong to this store" "$LOG" || fail "a foreign record was not refused"
+grep -q "rolled back" "$LOG" && fail "the store was rolled back to a foreign record"
+[ "$(sums "$MNT")" = "$(sums "$SRC")" ] || fail "set A is not as the store's own pages hold it"
 tfs_umount || fail "tensorfs exited $? after unmount"
 echo "PASS"
