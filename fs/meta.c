@@ -105,7 +105,8 @@ struct fs_meta {
 	uint64_t durable_txnid;	    /* the commit of the newest one */
 	unsigned char *page;	    /* scratch: a meta page */
 	size_t psize;
-	bool locked; /* we hold the flock, so the pid in the file is ours */
+	bool locked; /* we hold the flock */
+	bool lock_written; /* and the pid in the file is ours */
 	bool created; /* this open made the store */
 	bool made_dir, made_lock; /* this open made the folder, the lock file */
 	unsigned upgraded_from; /* the format this open upgraded the store from, or 0 */
@@ -210,11 +211,21 @@ static int take_lock(struct fs_meta *m, const char *dir, char *err, size_t errle
 
 	if (boot && strlen(boot + 1) >= BOOT_ID_LEN)
 		snprintf(m->last_boot, sizeof(m->last_boot), "%.*s", BOOT_ID_LEN, boot + 1);
+	return 0;
+}
+
+/*
+ * Our pid and boot in the lock file, once the last stop's are dealt with
+ * (roll_back): an open that failed before leaves them for the next one.
+ */
+static int write_lock(struct fs_meta *m)
+{
 	char line[32 + sizeof(m->boot)];
 
 	snprintf(line, sizeof(line), "%ld\n%s\n", (long)getpid(), m->boot);
 	if (ftruncate(m->lock_fd, 0) < 0 || pwrite(m->lock_fd, line, strlen(line), 0) < 0)
 		return -errno;
+	m->lock_written = true;
 	return 0;
 }
 
@@ -348,6 +359,9 @@ static int roll_back(struct fs_meta *m, char *err, size_t errlen)
 	cur = malloc(DURABLE_PAGE_MAX);
 	ret = rec && cur ? durable_read(fd, rec, &seq, &txnid, &psize) : -ENOMEM;
 	close(fd);
+	if (ret < 0 && ret != -ENOENT)
+		snprintf(err, errlen, "meta folder %s: cannot read %s: %s", m->dir, DURABLE_NAME,
+			 strerror(-ret));
 	if (ret == -ENOENT) {
 		log_warn("meta folder %s: the last stop was unclean and the machine has started "
 			 "since, but no durable point is recorded: opening the store as it is",
@@ -365,6 +379,11 @@ static int roll_back(struct fs_meta *m, char *err, size_t errlen)
 		goto out;
 	}
 	if (dfd < 0) {
+		char why[512];
+
+		snprintf(why, sizeof(why), "%s", err);
+		snprintf(err, errlen, "%s; so the store cannot roll back to its last durable point",
+			 why);
 		ret = dfd;
 		goto out;
 	}
@@ -718,6 +737,8 @@ int meta_open(struct fs_meta **out, const char *dir, size_t *block_size, bool bl
 	ret = take_lock(m, dir, err, errlen);
 	if (ret == 0)
 		ret = roll_back(m, err, errlen);
+	if (ret == 0)
+		ret = write_lock(m);
 	if (ret < 0)
 		goto fail;
 	had_data = fstatat(m->dir_fd, DATA_NAME, &st, AT_SYMLINK_NOFOLLOW) == 0;
@@ -798,7 +819,7 @@ void meta_close(struct fs_meta *m)
 	free(m->page);
 	pthread_mutex_destroy(&m->sync_lock);
 	if (m->lock_fd >= 0) {
-		if (m->locked && ftruncate(m->lock_fd, 0) < 0) {
+		if (m->lock_written && ftruncate(m->lock_fd, 0) < 0) {
 			/* the lock goes with the fd; a stale pid in the file is harmless */
 		}
 		close(m->lock_fd);

@@ -15,7 +15,8 @@
 # sync point names. The lock file's boot id is changed, as a restart
 # would change it. Each mount must then show the store as it was at the
 # sync point: the files flushed before it with their old bytes, the files
-# made after it absent, and fsck clean.
+# made after it absent, and fsck clean. A roll-back that cannot write
+# refuses the mount and leaves the lock file for the next one.
 #
 # Without the record, A opens a tree whose pages are not there; without a
 # reader pinned on the sync point's commit, later commits reuse its pages
@@ -120,6 +121,21 @@ echo "A: the newest meta page over the sync point's pages"
 cp "$T/snap.mdb" "$META/data.mdb" && page_over "$META/data.mdb" "$T/cur.mdb"
 cp "$T/snap.durable" "$META/durable"
 set_boot "$OTHER_BOOT"
+# A roll-back that fails refuses the mount and leaves the lock file as it
+# was, so that the next mount rolls back: data.mdb immutable (chattr +i,
+# where the filesystem has it) cannot be opened for writing, even by root.
+if chattr +i "$META/data.mdb" 2>/dev/null; then
+	: >"$LOG"
+	"$TENSORFS" -f -o "nvme=$NVME,meta=$META,dram=$TFS_DRAM,threads=$TFS_THREADS,$OPTS" \
+		"$MNT" >>"$LOG" 2>&1 && rc=0 || rc=$?
+	chattr -i "$META/data.mdb"
+	is_mounted "$MNT" && fail "A: mounted though the roll-back could not write data.mdb"
+	[ "$rc" -ne 0 ] || fail "A: the refused mount exited 0"
+	grep -q "cannot roll the store back\|cannot roll back to its last durable point" "$LOG" || fail "A: no message for the failed roll-back"
+	[ "$(sed -n 2p "$META/lock")" = "$OTHER_BOOT" ] ||
+		fail "A: the failed roll-back left the lock file saying this boot"
+	echo "   A: a roll-back that cannot write is refused, and left for the next mount"
+fi
 check_rolled_back A
 
 echo "B: every page, with the sync point's meta pages"
