@@ -414,12 +414,12 @@ static void pin_waiters(struct tb_store *s, struct tb_entry *e, struct tb_waiter
  */
 static void promote(struct tb_store *s, struct tb_entry *e)
 {
-	for (unsigned i = 0; i < s->n_devs; i++) {
+	for (unsigned i = 0; i < s->n_devs && !e->pf_promoted; i++) {
 		if (s->dev[i]->eng->alloc)
 			continue;
 		if (dev_promote(s->dev[i], &e->req)) {
+			e->pf_promoted = true;
 			s->pf_promoted++;
-			break;
 		}
 	}
 }
@@ -446,6 +446,7 @@ static void read_done(struct tb_io *r, int err)
 	e->waiters = NULL;
 	if (e->pf_load) {
 		e->pf_load = false;
+		e->pf_promoted = false;
 		s->prefetch_inflight--;
 		if (w) {
 			s->pf_late++; /* a demand read came before the prefetch finished */
@@ -765,7 +766,7 @@ int tb_get(struct tb_store *s, uint64_t obj, uint64_t idx, struct tb_ref *ref,
 		}
 		if (e) { /* loading for someone else */
 			e->o->last_idx = idx;
-			if (e->pf_load)
+			if (e->pf_load && !e->pf_promoted)
 				promote(s, e);
 			if (w) {
 				w->next = e->waiters;

@@ -41,6 +41,7 @@ struct tb_entry {
 	bool hinted;	 /* loaded for a hint (tb_prefetch's hint) and not yet read */
 	bool deep;	 /* prefetched for a reader of remote blocks: counted in n_pf_deep */
 	bool pf_load;	 /* LOADING in the prefetch class: counted in prefetch_inflight */
+	bool pf_promoted; /* and its read moved to the demand class (promote) */
 	bool written_back; /* CLEAN by a write-back, not by a load */
 	bool stream;	   /* under the cycle, streams through: written back at once (take_stream) */
 	bool stream_ready; /* counted in n_stream_ready */
