@@ -362,11 +362,11 @@ static void owner_next_use(void *ctx, uint64_t obj, struct tb_use *u)
 	u->size = lu.size;
 }
 
-static int owner_sync(void *ctx)
+static int owner_sync(void *ctx, int (*flush)(void *arg), void *arg)
 {
 	struct fs *fs = ctx;
 
-	return meta_sync(fs->meta);
+	return meta_sync(fs->meta, flush, arg);
 }
 
 /* Threads past this many receive writes into their own buffer and copy them (loop.c). */
@@ -505,7 +505,7 @@ static int open_stores(struct fs *fs, unsigned nthreads, char *err, size_t errle
 		return ret;
 	}
 	fs_release_locs(fs, &freed);
-	return meta_sync(fs->meta);
+	return meta_sync(fs->meta, NULL, NULL);
 }
 
 /*

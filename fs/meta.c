@@ -18,7 +18,9 @@
  * and LMDB opens the newest meta page it finds: the whole tree, fsynced
  * files too, could be lost. So each sync point records its durable state:
  * meta_sync pins a reader on the newest commit, so that LMDB reuses none of
- * its pages, copies that commit's meta page, flushes the environment, and
+ * its pages, copies that commit's meta page, has the caller flush the
+ * devices (after the pin, so every block the commit names is on them),
+ * flushes the environment, and
  * writes the copy to the `durable` file with a checksum (two slots, the
  * newer valid one counts), flushed too; then the reader of the sync point
  * before is let go. When the last stop was unclean and the machine has
@@ -771,7 +773,7 @@ int meta_open(struct fs_meta **out, const char *dir, size_t *block_size, bool bl
 		ret = mdb_err(rc);
 		goto fail;
 	}
-	ret = meta_sync(m);
+	ret = meta_sync(m, NULL, NULL);
 	if (ret < 0) {
 		snprintf(err, errlen, "meta folder %s: cannot make the store durable: %s", dir,
 			 strerror(-ret));
@@ -796,7 +798,7 @@ void meta_close(struct fs_meta *m)
 	if (m->env) {
 		/* A clean stop's last state is recorded too, before the lock file says clean. */
 		if (m->opened)
-			meta_sync(m);
+			meta_sync(m, NULL, NULL);
 		else
 			mdb_env_sync(m->env, 1);
 		if (m->pinned)
@@ -878,7 +880,7 @@ static uint64_t pin_newest(struct fs_meta *m, MDB_txn **reader)
 	return txnid;
 }
 
-int meta_sync(struct fs_meta *m)
+int meta_sync(struct fs_meta *m, int (*flush)(void *arg), void *arg)
 {
 	MDB_txn *reader = NULL;
 	uint64_t txnid;
@@ -886,13 +888,22 @@ int meta_sync(struct fs_meta *m)
 
 	pthread_mutex_lock(&m->sync_lock);
 	txnid = m->page ? pin_newest(m, &reader) : 0;
-	ret = mdb_err(mdb_env_sync(m->env, 1));
 	if (txnid && txnid == m->durable_txnid && m->pinned) {
 		/* Nothing committed since the last record: it and its reader stand. */
 		mdb_txn_abort(reader);
 		pthread_mutex_unlock(&m->sync_lock);
-		return ret;
+		return 0;
 	}
+	/*
+	 * The devices are flushed only now that the commit to record is
+	 * chosen. Flushed first, a block written back during the flush and
+	 * committed before the pin was named by the record without being
+	 * durable: after a power cut its slot could hold another file's
+	 * bytes.
+	 */
+	ret = flush ? flush(arg) : 0;
+	if (ret == 0)
+		ret = mdb_err(mdb_env_sync(m->env, 1));
 	if (ret == 0 && txnid)
 		ret = durable_write(m, txnid);
 	if (ret == 0 && txnid) {
@@ -906,6 +917,23 @@ int meta_sync(struct fs_meta *m)
 	}
 	pthread_mutex_unlock(&m->sync_lock);
 	return ret;
+}
+
+uint64_t meta_durable_commit(struct fs_meta *m)
+{
+	uint64_t txnid;
+
+	pthread_mutex_lock(&m->sync_lock);
+	txnid = m->durable_txnid;
+	pthread_mutex_unlock(&m->sync_lock);
+	return txnid;
+}
+
+uint64_t meta_last_commit(struct fs_meta *m)
+{
+	MDB_envinfo info;
+
+	return mdb_env_info(m->env, &info) == 0 ? info.me_last_txnid : 0;
 }
 
 int meta_begin(struct fs_meta *m, bool write, MDB_txn **txn)

@@ -94,7 +94,17 @@ bool meta_is_new(const struct fs_meta *m);
 unsigned meta_upgraded_from(const struct fs_meta *m);
 /* Close and delete a store this start created, after a failed start. */
 void meta_discard(struct fs_meta *m);
-int meta_sync(struct fs_meta *m);
+/*
+ * Make every commit so far durable, and record it as the point a power
+ * cut rolls back to. The newest commit is chosen first; flush (when not
+ * NULL) is called after that and must make the devices' data durable:
+ * so every block that a recorded commit names was written before the
+ * flush began. A commit made during the flush is left for the next sync.
+ */
+int meta_sync(struct fs_meta *m, int (*flush)(void *arg), void *arg);
+/* The commit the last sync point recorded (0: none), and the newest commit. */
+uint64_t meta_durable_commit(struct fs_meta *m);
+uint64_t meta_last_commit(struct fs_meta *m);
 
 int meta_begin(struct fs_meta *m, bool write, MDB_txn **txn);
 int meta_commit(MDB_txn *txn);

@@ -542,7 +542,24 @@ static void commit_batch(struct tb_store *s, struct tb_entry **v, size_t n)
 	pthread_mutex_unlock(&s->lock);
 }
 
-/* Device flush, owner sync, then hand released locations back. */
+static int flush_devs(void *arg)
+{
+	struct tb_store *s = arg;
+	int ret = 0;
+
+	for (unsigned i = 0; i < s->n_devs; i++) {
+		int r = dev_sync(s->dev[i]);
+
+		if (r < 0 && !ret)
+			ret = r;
+	}
+	return ret;
+}
+
+/*
+ * The owner's sync, which flushes the devices once it has chosen the
+ * commit to make durable, then hand released locations back.
+ */
 int flush_do_sync(struct tb_store *s)
 {
 	uint64_t *frees;
@@ -558,14 +575,7 @@ int flush_do_sync(struct tb_store *s)
 	s->commits_since_sync = 0;
 	pthread_mutex_unlock(&s->lock);
 
-	for (unsigned i = 0; i < s->n_devs; i++) {
-		int r = dev_sync(s->dev[i]);
-
-		if (r < 0 && !ret)
-			ret = r;
-	}
-	if (!ret)
-		ret = s->owner.sync(s->owner.ctx);
+	ret = s->owner.sync(s->owner.ctx, flush_devs, s);
 
 	pthread_mutex_lock(&s->lock);
 	if (ret == 0) {

@@ -137,8 +137,12 @@ struct tb_owner {
 	/* A stored block with these bytes' hash: 0 with its id, location and length. */
 	int (*dedup_find)(void *ctx, const uint8_t *hash, uint64_t *id, uint64_t *loc,
 			  size_t *len);
-	/* Make every commit so far durable. */
-	int (*sync)(void *ctx);
+	/*
+	 * Make every commit so far durable: choose the commit to make durable
+	 * first, then call flush(arg), which flushes the devices, so that a
+	 * block committed during the flush is not counted durable.
+	 */
+	int (*sync)(void *ctx, int (*flush)(void *arg), void *arg);
 	/*
 	 * For eviction, called with the store lock held (it must take no lock
 	 * of the store's): the period of the learned access cycle in uses of

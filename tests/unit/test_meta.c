@@ -5,7 +5,9 @@
  * block-map walks over a 2^63-byte sparse file that cost what it stores;
  * each file's count of mapped blocks through every change of its map, and
  * the upgrade of a format 1 store, which had none; blocks' stored
- * lengths, and the upgrade of a format 2 store, which had none.
+ * lengths, and the upgrade of a format 2 store, which had none; and
+ * which commit a sync point records when commits come in during its
+ * device flush.
  */
 #include "meta.h"
 #include "tb.h"
@@ -331,6 +333,79 @@ static void check_counts(void)
 	upgraded_once(dir);
 }
 
+/*
+ * The device flush of a sync point: it commits as the flusher does while
+ * a sync flushes the devices, and notes what the store had recorded then.
+ */
+struct during_flush {
+	struct fs_meta *m;
+	uint64_t ino;
+	uint64_t last_at_flush; /* the newest commit when the flush began */
+	int calls;
+	int ret;		/* what the flush returns */
+};
+
+static void put_file(struct fs_meta *m, uint64_t ino)
+{
+	struct meta_inode rec = {.mode = S_IFREG | 0644, .nlink = 1};
+	MDB_txn *txn;
+
+	CHECK_EQ(meta_begin(m, true, &txn), 0);
+	CHECK_EQ(meta_inode_put(m, txn, ino, &rec), 0);
+	CHECK_EQ(meta_commit(txn), 0);
+}
+
+static int commit_during_flush(void *arg)
+{
+	struct during_flush *d = arg;
+
+	d->calls++;
+	d->last_at_flush = meta_last_commit(d->m);
+	put_file(d->m, d->ino);
+	return d->ret;
+}
+
+/*
+ * A sync point records the commit it chose before the devices' flush,
+ * never one made during it: such a commit may name blocks whose writes
+ * finished after the flush began, and so are not durable.
+ */
+static void check_sync_order(struct fs_meta *m)
+{
+	struct during_flush d = {.m = m, .ino = meta_new_ino(m)};
+	uint64_t before;
+
+	CHECK_EQ(meta_sync(m, NULL, NULL), 0);
+	CHECK_EQ(meta_durable_commit(m), meta_last_commit(m));
+	put_file(m, d.ino); /* a commit for the next sync to record */
+	before = meta_last_commit(m);
+	CHECK(before > meta_durable_commit(m));
+
+	CHECK_EQ(meta_sync(m, commit_during_flush, &d), 0);
+	CHECK_EQ(d.calls, 1);
+	CHECK_EQ(d.last_at_flush, before); /* the flush came after the choice... */
+	CHECK_EQ(meta_last_commit(m), before + 1);
+	CHECK_EQ(meta_durable_commit(m), before); /* ...and its commit is not recorded */
+
+	/* The next sync records it; with nothing new, none flushes again. */
+	d.calls = 0;
+	CHECK_EQ(meta_sync(m, NULL, NULL), 0);
+	CHECK_EQ(meta_durable_commit(m), before + 1);
+	d.ino = meta_new_ino(m);
+	CHECK_EQ(meta_sync(m, commit_during_flush, &d), 0);
+	CHECK_EQ(d.calls, 0);
+
+	/* A flush that fails records nothing and says so. */
+	d.ret = -EIO;
+	put_file(m, d.ino);
+	CHECK_EQ(meta_sync(m, commit_during_flush, &d), -EIO);
+	CHECK_EQ(d.calls, 1);
+	CHECK_EQ(meta_durable_commit(m), before + 1);
+	d.ret = 0;
+	CHECK_EQ(meta_sync(m, NULL, NULL), 0);
+	CHECK_EQ(meta_durable_commit(m), meta_last_commit(m));
+}
+
 int main(void)
 {
 	char dir[] = "/tmp/tfs-meta.XXXXXX", cmd[128];
@@ -457,6 +532,7 @@ int main(void)
 	CHECK_EQ(meta_inode_get(m, txn, f1, &got), -ENOENT);
 	CHECK_EQ(meta_xattr_get(m, txn, f1, "user.bb", buf, sizeof(buf), &len), -ENODATA);
 	meta_abort(txn);
+	check_sync_order(m);
 	check_sparse_maps(m);
 	meta_close(m);
 	locvec_free(&freed);
