@@ -5,7 +5,9 @@
 # liburing, LMDB and libcurl, and every library the daemon and gpubench
 # link but the C library's own; the packed daemon runs from the pack's
 # driver; `run test` skips (77) where there is no GPU, as the GPU test
-# does (on a GPU machine it runs it).
+# does (on a GPU machine it runs it). With -f the pack holds fio and its
+# libraries, `run` puts that fio first on PATH, and `run bench` (as root)
+# runs tools/bench's swap matrix on a mount of the packed daemon.
 # Usage: test_gpu_pack.sh SOURCE_ROOT BUILD_ROOT
 set -u
 SRC=$1
@@ -18,7 +20,9 @@ fail() {
 }
 
 [ -x "$BUILD/tools/gpubench/gpubench" ] || { echo "SKIP: built without CUDA"; exit 77; }
-"$SRC/tools/gpu-pack" -b "$BUILD" "$D/pack" >"$D/out" 2>&1 || fail "gpu-pack: $(cat "$D/out")"
+FIO=
+command -v fio >/dev/null && FIO=-f
+"$SRC/tools/gpu-pack" -b "$BUILD" $FIO "$D/pack" >"$D/out" 2>&1 || fail "gpu-pack: $(cat "$D/out")"
 for f in tensorfs tfsctl swapbench gpubench gpu_roundtrip run libtensorfs-cuda.so.0; do
 	[ -e "$D/pack/$f" ] || fail "the pack lacks $f"
 done
@@ -40,4 +44,20 @@ case $out in *tensorfs*) ;; *) fail "the packed daemon's --version said: $out" ;
 (cd "$SRC" && "$D/pack/run" test >"$D/test.out" 2>&1)
 rc=$?
 [ $rc -eq 77 ] || [ $rc -eq 0 ] || fail "run test exited $rc: $(tail -n 5 "$D/test.out")"
+if [ -n "$FIO" ]; then
+	[ -x "$D/pack/fio/fio" ] || fail "gpu-pack -f: the pack lacks fio"
+	[ -e "$D/pack/fio/libaio.so.1" ] || fail "gpu-pack -f: the pack lacks fio's libaio"
+	out=$(cd "$SRC" && "$D/pack/run" shell sh -c 'command -v fio; fio --version' 2>&1) ||
+		fail "the packed fio: $out"
+	case $out in /usr/* | /bin/*) fail "run put the machine's fio first: $out" ;; esac
+	case $out in *fio-*) ;; *) fail "the packed fio's --version said: $out" ;; esac
+	if [ "$(id -u)" -eq 0 ]; then
+		mkdir "$D/bench"
+		(cd "$SRC" && "$D/pack/run" bench swap --targets tfs --params 4e6 --sub-group-size 2e6 \
+			--iters 2 --swap-dram 128M --dir "$D/bench" >"$D/bench.out" 2>&1) ||
+			fail "run bench: $(tail -n 5 "$D/bench.out")"
+		grep -qE '^\| tfs \| [0-9]+\.[0-9]+ \|' "$D/bench.out" ||
+			fail "run bench gave no tfs row: $(tail -n 5 "$D/bench.out")"
+	fi
+fi
 echo "PASS: gpu-pack ($(ls "$D/pack" | wc -l) files; run test exited $rc)"
