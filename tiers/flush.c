@@ -558,7 +558,7 @@ static int flush_devs(void *arg)
 
 /*
  * The owner's sync, which flushes the devices once it has chosen the
- * commit to make durable, then hand released locations back.
+ * commit to make durable; then the released locations go back.
  */
 int flush_do_sync(struct tb_store *s)
 {
