@@ -14,6 +14,7 @@
 #include "log.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -213,7 +214,13 @@ void tb_cycle_pass(struct tb_store *s)
 			if (strcmp(s->dev[i]->kind, "s3") != 0 && a > busiest)
 				busiest = a; /* s3's pool has its own deep window */
 		}
-		tb_pf_window_pass(&s->pf_win, took, issued, late, (unsigned)(busiest * 100 / took));
+		unsigned pct = (unsigned)(busiest * 100 / took);
+		uint64_t was = s->pf_win.depth;
+
+		tb_pf_window_pass(&s->pf_win, took, issued, late, pct);
+		log_debug("prefetch pass: %.3f s, %" PRIu64 " issued, %" PRIu64
+			  " late, busiest device %u%%, window %" PRIu64 " -> %" PRIu64 " blocks",
+			  (double)took / 1e9, issued, late, pct, was, s->pf_win.depth);
 	}
 	s->pass_ns = now;
 	memcpy(s->pass_active_ns, active, n * sizeof(active[0]));

@@ -34,7 +34,9 @@
 #   8. The cycle's prefetch window grows while the devices idle between
 #      the reads (swapbench --compute-ms: the optimizer's compute): from
 #      the few blocks that hide latency until under a tenth of the
-#      prefetches are late. Without compute (5), it stays as it was.
+#      prefetches are late. Without compute (5), it stays as it was. The
+#      debug log's line per pass chains the window from its first depth
+#      through the depths the stats showed.
 #   9. An fsync finds its blocks behind more dirty blocks than the flusher
 #      walks (4096), and writes back those, and only those.
 #  10. A cycle of more uses than the learner's ring first keeps: 6000
@@ -317,7 +319,8 @@ echo "8. the prefetch window with compute between the reads"
 # passes after it, so the window doubles at most every other iteration:
 # 14 iterations take it from 4 blocks to 64 and more.
 rm -rf "$NVME" "$META" && mkdir -p "$NVME"
-TFS_DRAM=256M TFS_THREADS=8 tfs_mount
+log_from=$(($(wc -l <"$LOG") + 1))
+TFS_DRAM=256M TFS_THREADS=8 tfs_mount log_level=debug
 d0=$(tfs_stat_json prefetch depth_blocks) || fail "stats: no prefetch depth_blocks"
 cat >"$T/pf.sh" <<EOF
 python3 -c 'import json, time; s=json.load(open("$MNT/.tensorfs/stats")); p=s["prefetch"]; print(p["depth_blocks"], p["issued"], p["late"], max(t.get("active_ms", 0) for t in s["tiers"].values()), int(time.time() * 1000))' >>"$T/pf"
@@ -339,6 +342,29 @@ sys.exit(0 if rows[-1][0] > d0 and issued > 0 and late * 10 < issued else 1)
 PY
 ) || fail "compute between reads: window ${out%% *} blocks after each iteration (from $d0); late/issued over the last two: ${out#* }; want it grown and under 1/10 late"
 echo "   window after each iteration: ${out%% *} blocks (from $d0); late over the last two: ${out#* }"
+tail -n +"$log_from" "$LOG" | grep 'prefetch pass: ' >"$T/passes" || fail "log_level=debug: no line per pass"
+passes=$(python3 - "$T/passes" "$d0" "${out%% *}" <<'PY'
+import re, sys
+pat = re.compile(r"prefetch pass: [0-9.]+ s, (\d+) issued, (\d+) late, busiest device \d+%, "
+                 r"window (\d+) -> (\d+) blocks$")
+rows = [pat.search(l) for l in open(sys.argv[1])]
+if not rows or None in rows:
+    sys.exit("a pass line not as documented")
+rows = [tuple(map(int, m.groups())) for m in rows]
+seen = {int(x) for x in sys.argv[3].split(",")}
+chain = [rows[0][2]] + [r[3] for r in rows]
+if rows[0][2] != int(sys.argv[2]):
+    sys.exit("the first pass started from %d, not the mount's %s" % (rows[0][2], sys.argv[2]))
+if any(a[3] != b[2] for a, b in zip(rows, rows[1:])):
+    sys.exit("the window jumped between passes: %s" % chain)
+if any(late > issued for issued, late, _, _ in rows):
+    sys.exit("more late than issued in a pass")
+if not seen <= set(chain):
+    sys.exit("the stats showed windows %s that no pass set: %s" % (sorted(seen - set(chain)), chain))
+print("%d passes, window %s" % (len(rows), " ".join(map(str, chain))))
+PY
+) || fail "the debug log's passes: $passes"
+echo "   the debug log: $passes"
 echo "9. an fsync behind more dirty blocks than the flusher scans"
 # 4 KiB blocks: 40 MiB of a are 10240 dirty blocks, kept in DRAM (no age
 # limit), written before b's 16. The flusher walks at most 4096 dirty
