@@ -1,0 +1,101 @@
+#!/bin/bash
+# tools/bench swap's counters. Between iterations swapbench snapshots the
+# mount's stats: the devices' bytes, and the prefetches issued and late.
+# The report gives, per steady iteration, the devices' bytes over the raw
+# folder's, and the late prefetches over those issued, in all the steady
+# iterations and in the last two (where the cycle's window has settled).
+#   1. On snapshots written here, the parsing and the sums come out as
+#      worked by hand: a snapshot with a missing column is dropped, and too
+#      few iterations give no figure rather than a wrong one.
+#   2. As root, with /dev/fuse: a small matrix (the state twice the DRAM
+#      tier) on a real mount prints both tables, with prefetches issued and
+#      no more late than issued.
+# Usage: test_bench_swap.sh SOURCE_ROOT BUILD_ROOT
+# Exit: 0 pass, 1 fail; part 2 is left out (and said so) without root or
+# /dev/fuse.
+set -u
+SRC=$1
+BUILD=$2
+PY=/usr/bin/python3 # tools/bench's interpreter
+W=$(mktemp -d "${TMPDIR:-/var/tmp}/tfs-bench-swap.XXXXXX")
+trap 'rm -rf "$W"' EXIT
+fail() {
+	echo "FAIL: $*" >&2
+	exit 1
+}
+
+echo "1. the snapshots' sums"
+"$PY" - "$SRC/tools/bench" "$W" <<'PY' || fail "the snapshots' sums"
+import importlib.machinery, importlib.util, os, sys
+
+loader = importlib.machinery.SourceFileLoader("bench", sys.argv[1])
+spec = importlib.util.spec_from_loader("bench", loader)
+bench = importlib.util.module_from_spec(spec)
+loader.exec_module(bench)
+snaps = os.path.join(sys.argv[2], "snaps")
+
+
+def rows_of(text):
+    with open(snaps, "w") as f:
+        f.write(text)
+    rows = bench.read_snaps(snaps)
+    assert not os.path.exists(snaps), "read_snaps left its file"
+    return rows
+
+
+# After iterations 1..5 of 6: bytes, issued, late. A torn line is dropped.
+rows = rows_of("100 10 9\n300 30 20\n450 50 25\n12 13\n600 80 28\n760 110 30\n")
+assert rows == [[100, 10, 9], [300, 30, 20], [450, 50, 25], [600, 80, 28],
+                [760, 110, 30]], rows
+# Steady iterations 3, 4, 5 moved 150, 150, 160 bytes; raw moves 100 + 200.
+share = bench.steady_device_share(rows, (100, 200))
+assert abs(share - 0.5) < 1e-9, share
+# Prefetches: 3..5 issued 110 - 30 = 80, late 30 - 20 = 10; the last two
+# (4 and 5) issued 110 - 50 = 60, late 30 - 25 = 5.
+got = bench.steady_prefetch_late(rows)
+assert got == (80, 10, 60, 5), got
+assert bench.late_share(10, 80) == "10/80 (12%)", bench.late_share(10, 80)
+assert bench.late_share(0, 0) == "0/0 (-)", bench.late_share(0, 0)
+# Three snapshots (a run of 4 iterations) cover iteration 3 alone.
+rows = rows_of("100 10 9\n300 30 20\n450 50 25\n")
+assert bench.steady_prefetch_late(rows) == (20, 5, 20, 5), bench.steady_prefetch_late(rows)
+# Two snapshots say nothing of a steady iteration.
+rows = rows_of("100 10 9\n300 30 20\n")
+assert bench.steady_prefetch_late(rows) is None
+assert bench.steady_device_share(rows, (100, 200)) is None
+assert bench.steady_device_share(rows_of("1 2 3\n4 5 6\n7 8 9\n"), (None, 200)) is None
+assert rows_of("not a number\n") == []
+print("   bytes share 0.5; late 10/80 over 3..5 and 5/60 over the last two")
+PY
+
+echo "2. a small matrix on a real mount"
+if [ "$(id -u)" -ne 0 ] || [ ! -c /dev/fuse ]; then
+	echo "   left out: needs root (tools/bench drops the host's caches) and /dev/fuse"
+	echo "PASS: bench-swap (part 1)"
+	exit 0
+fi
+mkdir "$W/bench"
+(cd "$SRC" && "$PY" tools/bench swap --targets raw,tfs --tensorfs "$BUILD/fs/tensorfs" \
+	--swapbench "$BUILD/tools/swapbench/swapbench" --params 1.2e7 --sub-group-size 3e6 \
+	--iters 6 --swap-dram 96M --reps 1 --dir "$W/bench" >"$W/out" 2>"$W/err") ||
+	fail "tools/bench swap: $(tail -n 5 "$W/err")"
+"$PY" - "$W/out" <<'PY' || fail "the report: $(cat "$W/out")"
+import re, sys
+
+text = open(sys.argv[1]).read()
+for swapper in ("partitioned", "pipelined"):
+    m = re.search(r"^\| tfs \| %s \| ([0-9.]+) \| ([0-9.]+) \|$" % swapper, text, re.M)
+    assert m, "no device-bytes row for " + swapper
+    share = float(m.group(1))
+    # The state is twice the DRAM tier: about half the raw folder's bytes.
+    assert 0 < share < 1, "device bytes / raw %s for %s" % (share, swapper)
+    m = re.search(r"^\| tfs \| %s \| (\d+)/(\d+) \([0-9%%-]+\) \| (\d+)/(\d+) \([0-9%%-]+\) \|$"
+                  % swapper, text, re.M)
+    assert m, "no late-prefetch row for " + swapper
+    late, issued, late2, issued2 = map(int, m.groups())
+    assert issued > 0, "no prefetches issued in the steady iterations (%s)" % swapper
+    assert late <= issued and late2 <= issued2 <= issued, m.group(0)
+    print("   %s: device bytes / raw %.2f, late %d/%d, last two %d/%d"
+          % (swapper, share, late, issued, late2, issued2))
+PY
+echo "PASS: bench-swap"
