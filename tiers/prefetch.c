@@ -193,7 +193,8 @@ void tb_pf_window_pass(struct tb_pf_window *w, uint64_t took_ns, uint64_t issued
 void tb_cycle_pass(struct tb_store *s)
 {
 	uint64_t now = dev_now_ns(), active[TB_MAX_DEVS], busiest = 0;
-	unsigned n = s->n_devs;
+	uint64_t took = 0, issued = 0, late = 0, was = 0, depth = 0;
+	unsigned n = s->n_devs, pct = 0;
 
 	for (unsigned i = 0; i < n; i++) {
 		struct tb_dev *d = s->dev[i];
@@ -205,28 +206,29 @@ void tb_cycle_pass(struct tb_store *s)
 	}
 	pthread_mutex_lock(&s->lock);
 	if (s->pass_ns && now > s->pass_ns) {
-		uint64_t took = now - s->pass_ns;
-		uint64_t issued = s->pf_issued - s->pass_issued, late = s->pf_late - s->pass_late;
-
+		took = now - s->pass_ns;
+		issued = s->pf_issued - s->pass_issued;
+		late = s->pf_late - s->pass_late;
 		for (unsigned i = 0; i < n; i++) {
 			uint64_t a = active[i] - s->pass_active_ns[i];
 
 			if (strcmp(s->dev[i]->kind, "s3") != 0 && a > busiest)
 				busiest = a; /* s3's pool has its own deep window */
 		}
-		unsigned pct = (unsigned)(busiest * 100 / took);
-		uint64_t was = s->pf_win.depth;
-
+		pct = (unsigned)(busiest * 100 / took);
+		was = s->pf_win.depth;
 		tb_pf_window_pass(&s->pf_win, took, issued, late, pct);
-		log_debug("prefetch pass: %.3f s, %" PRIu64 " issued, %" PRIu64
-			  " late, busiest device %u%%, window %" PRIu64 " -> %" PRIu64 " blocks",
-			  (double)took / 1e9, issued, late, pct, was, s->pf_win.depth);
+		depth = s->pf_win.depth;
 	}
 	s->pass_ns = now;
 	memcpy(s->pass_active_ns, active, n * sizeof(active[0]));
 	s->pass_issued = s->pf_issued;
 	s->pass_late = s->pf_late;
 	pthread_mutex_unlock(&s->lock);
+	if (took)
+		log_debug("prefetch pass: %.3f s, %" PRIu64 " issued, %" PRIu64
+			  " late, busiest device %u%%, window %" PRIu64 " -> %" PRIu64 " blocks",
+			  (double)took / 1e9, issued, late, pct, was, depth);
 }
 
 int tb_prefetch(struct tb_store *s, uint64_t obj, uint64_t idx, bool hint)
