@@ -7,9 +7,11 @@
 #   1. On snapshots written here, the parsing and the sums come out as
 #      worked by hand: a snapshot with a missing column is dropped, and too
 #      few iterations give no figure rather than a wrong one.
-#   2. As root, with /dev/fuse: a small matrix (the state twice the DRAM
-#      tier) on a real mount prints both tables, with prefetches issued and
-#      no more late than issued.
+#   2. As root, with /dev/fuse: a small matrix (192 MB of state read and
+#      written per iteration over dram=96M, about twice) on a real mount
+#      prints both tables: the devices moved under 0.8 of the raw folder's
+#      bytes (0.57-0.60 here; writing every byte back would be 1), and
+#      prefetches were issued, no more late than issued.
 # Usage: test_bench_swap.sh SOURCE_ROOT BUILD_ROOT
 # Exit: 0 pass, 1 fail; part 2 is left out (and said so) without root or
 # /dev/fuse.
@@ -87,8 +89,8 @@ for swapper in ("partitioned", "pipelined"):
     m = re.search(r"^\| tfs \| %s \| ([0-9.]+) \| ([0-9.]+) \|$" % swapper, text, re.M)
     assert m, "no device-bytes row for " + swapper
     share = float(m.group(1))
-    # The state is twice the DRAM tier: about half the raw folder's bytes.
-    assert 0 < share < 1, "device bytes / raw %s for %s" % (share, swapper)
+    # The state is about twice the DRAM tier: near half the raw folder's bytes.
+    assert 0 < share < 0.8, "device bytes / raw %s for %s" % (share, swapper)
     m = re.search(r"^\| tfs \| %s \| (\d+)/(\d+) \([0-9%%-]+\) \| (\d+)/(\d+) \([0-9%%-]+\) \|$"
                   % swapper, text, re.M)
     assert m, "no late-prefetch row for " + swapper
