@@ -355,10 +355,12 @@ static struct tb_entry *entry_alloc_wait(struct tb_store *s, uint64_t obj, uint6
 		if (e)
 			return e;
 		flush_kick(s);
+		s->slot_waiters++; /* the flusher cleans one for us (flush_starved) */
 		if (!wait_stream)
 			pthread_cond_wait(&s->space_cv, &s->lock);
 		else if (pthread_cond_timedwait(&s->space_cv, &s->lock, &until) == ETIMEDOUT)
 			wait_stream = WAIT_NONE;
+		s->slot_waiters--;
 	}
 }
 

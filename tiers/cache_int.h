@@ -138,7 +138,8 @@ struct tb_store {
 	 * writer (take_stream's next), and in WB.
 	 */
 	uint64_t n_stream_ready, n_stream_wb;
-	uint64_t nclean;       /* CLEAN */
+	uint64_t nclean;       /* CLEAN, pinned or not */
+	uint64_t slot_waiters; /* readers and writers waiting for a slot (entry_alloc_wait) */
 	uint64_t dirty_max;
 	uint64_t clean_low, clean_high; /* free or clean slots the flusher keeps */
 	uint64_t dirty_bg;     /* blind overwrites without a cycle: write-back this far below dirty_max */
@@ -307,6 +308,7 @@ size_t evict_take_lru(struct tb_store *s, struct tb_entry **out, size_t max, uin
 
 /* flush.c: the flusher */
 int64_t flush_dirty_over(struct tb_store *s, uint64_t below);
+int64_t flush_starved(const struct tb_store *s);
 uint64_t flush_dirty_below(struct tb_store *s);
 void flush_kick(struct tb_store *s);
 void flush_kick_cleaner(struct tb_store *s, bool evicted);

@@ -488,6 +488,47 @@ static int evict_order_cmp(const void *a, const void *b)
 }
 
 /*
+ * evict_take_cycle's victims, the objects of the ranking in order; kept
+ * blocks only with all_kept or over the dirty mark (over). Lock held.
+ */
+static size_t take_ranked(struct tb_store *s, struct tb_entry **out, size_t max, size_t nr,
+			  bool all_kept, int64_t over, int64_t *want, uint64_t now,
+			  uint64_t *next_ms)
+{
+	size_t n = 0;
+
+	for (size_t i = 0; i < nr && *want > 0 && n < max; i++) {
+		struct tb_obj *o = rank_at(s, i, true);
+		size_t k = 0, behind;
+
+		if (!o)
+			continue;
+		for (struct tb_entry *e = o->head; e; e = e->onext)
+			if (!ahead_of_reader(e, &s->rank[i].u))
+				s->scratch[k++] = e;
+		behind = k;
+		for (struct tb_entry *e = o->head; e; e = e->onext)
+			if (ahead_of_reader(e, &s->rank[i].u))
+				s->scratch[k++] = e;
+		qsort(s->scratch, behind, sizeof(*s->scratch), evict_order_cmp);
+		qsort(s->scratch + behind, k - behind, sizeof(*s->scratch), evict_order_cmp);
+		for (size_t j = 0; j < k && *want > 0 && n < max; j++) {
+			struct tb_entry *e = s->scratch[j];
+
+			if (!all_kept && s->keep_den && evict_kept(s, e) &&
+			    (over <= 0 || s->n_stream_wb))
+				continue; /* see evict_take_cycle */
+			if (flush_may_clean(s, e, now, next_ms) && s->wb_inflight < s->wb_max) {
+				flush_start_wb(s, e);
+				out[n++] = e;
+				(*want)--;
+			}
+		}
+	}
+	return n;
+}
+
+/*
  * Under the cycle: the blocks that eviction will take next are those of
  * the objects needed furthest ahead; the first clean_high of them in that
  * order must be free or clean (the reserve that evictions take without
@@ -500,7 +541,9 @@ static int evict_order_cmp(const void *a, const void *b)
  * that stays and was written back for the reserve cost a write, and the
  * eviction it was cleaned for a read at its next use; at twice the DRAM
  * tier this was 20-25 blocks of each per iteration, the last of what the
- * devices moved above the cycle's misses.
+ * devices moved above the cycle's misses. Readers and writers waiting for
+ * a slot that nothing in flight will free (flush_starved) get one cleaned
+ * whatever the marks say, a kept block if no other can go.
  */
 size_t evict_take_cycle(struct tb_store *s, struct tb_entry **out, size_t max, uint64_t now,
 			uint64_t *next_ms)
@@ -540,36 +583,20 @@ size_t evict_take_cycle(struct tb_store *s, struct tb_entry **out, size_t max, u
 	over = flush_dirty_over(s, s->clean_low);
 	if (over > want)
 		want = over;
+	if (flush_starved(s) > want)
+		want = flush_starved(s);
 	if (want <= 0)
 		return n;
 	if (!ranked)
 		nr = rank_objects(s, false, &fresh);
-	for (size_t i = 0; i < nr && want > 0 && n < max; i++) {
-		struct tb_obj *o = rank_at(s, i, true);
-		size_t k = 0, behind;
-
-		if (!o)
-			continue;
-		for (struct tb_entry *e = o->head; e; e = e->onext)
-			if (!ahead_of_reader(e, &s->rank[i].u))
-				s->scratch[k++] = e;
-		behind = k;
-		for (struct tb_entry *e = o->head; e; e = e->onext)
-			if (ahead_of_reader(e, &s->rank[i].u))
-				s->scratch[k++] = e;
-		qsort(s->scratch, behind, sizeof(*s->scratch), evict_order_cmp);
-		qsort(s->scratch + behind, k - behind, sizeof(*s->scratch), evict_order_cmp);
-		for (size_t j = 0; j < k && want > 0 && n < max; j++) {
-			struct tb_entry *e = s->scratch[j];
-
-			if (s->keep_den && evict_kept(s, e) && (over <= 0 || s->n_stream_wb))
-				continue; /* see above */
-			if (flush_may_clean(s, e, now, next_ms) && s->wb_inflight < s->wb_max) {
-				flush_start_wb(s, e);
-				out[n++] = e;
-				want--;
-			}
-		}
+	/*
+	 * Pass 1, only while readers or writers wait for a slot that nothing
+	 * in flight will free: kept blocks too, in the same order.
+	 */
+	for (int pass = 0; pass < 2 && want > 0 && n < max; pass++) {
+		if (pass == 1 && (!s->keep_den || flush_starved(s) <= 0))
+			break;
+		n += take_ranked(s, out + n, max - n, nr, pass == 1, over, &want, now, next_ms);
 	}
 	return n;
 }
@@ -589,6 +616,8 @@ size_t evict_take_lru(struct tb_store *s, struct tb_entry **out, size_t max, uin
 
 	if (over > want)
 		want = over;
+	if (flush_starved(s) > want)
+		want = flush_starved(s);
 
 	for (int hot = 0; hot < 2 && want > 0; hot++) {
 		struct tb_entry *e = s->dirty_list.head;

@@ -60,6 +60,20 @@ int64_t flush_dirty_over(struct tb_store *s, uint64_t below)
 }
 
 /*
+ * Slots that readers and writers wait for (entry_alloc_wait) and that no
+ * write-back in flight will free: the flusher cleans this many whatever
+ * the reserve and the dirty mark say. Those count clean blocks, and a
+ * clean block that is pinned cannot be evicted: a GPU client holds its
+ * pins for a whole copy. With 14 of 256 slots read-pinned and the other
+ * 242 dirty, under the flusher's mark (244), the reserve looked full and
+ * a write waited for a slot for ever (tests/cuda/test_gpu_proto.sh).
+ */
+int64_t flush_starved(const struct tb_store *s)
+{
+	return (int64_t)s->slot_waiters - (int64_t)s->wb_inflight;
+}
+
+/*
  * Without a cycle, and when the oldest dirty block was overwritten blind
  * (a whole rewrite of a stored block that was not cached, by a writer that
  * has written the whole file since it last read it: it streams over the
@@ -267,9 +281,14 @@ static size_t take_due(struct tb_store *s, struct tb_entry **out, size_t max, ui
 		} else {
 			if (at < *next_ms)
 				*next_ms = at;
+			/*
+			 * A block a writer holds says nothing of those after
+			 * it: a GPU client's write pin on the oldest kept every
+			 * block behind it from the age limit.
+			 */
 			if (e->urgent || e->retries)
 				again = true;
-			else if (!full)
+			else if (!full && !e->wpins && !e->merging)
 				break; /* younger than the age limit, and so is the rest */
 		}
 		e = next;

@@ -48,6 +48,11 @@
  *       write a file of SIZE bytes through the arena, or (after a remount
  *       has emptied DRAM) read it back, checking every byte: the read must
  *       have asked the daemon to load ahead (PREFETCH)
+ *   gpuproto starve MNT reserve|expire
+ *       a write to a new block gets a slot while read pins hold every
+ *       clean one and the rest are dirty under the flusher's mark
+ *       (mounted with dirty_expire_ms=0); blocks dirty behind a held
+ *       write pin still go back at the age limit (mounted with a short one)
  *
  * Exit status: 0 pass, 1 fail, 77 skip.
  */
@@ -86,22 +91,30 @@ static void sleep_ms(long ms)
 	nanosleep(&ts, NULL);
 }
 
-/* An integer field of MNT/.tensorfs/gpu. */
-static long long gpu_field(const char *key)
+/* An integer of MNT/.tensorfs/FILE, at the path of keys (NULL-ended). */
+static long long ctl_int(const char *file, const char *const *keys)
 {
 	char path[4096];
 	json_error_t e;
 	json_t *j, *v;
 	long long r;
 
-	snprintf(path, sizeof(path), "%s/.tensorfs/gpu", mnt);
+	snprintf(path, sizeof(path), "%s/.tensorfs/%s", mnt, file);
 	j = json_load_file(path, 0, &e);
 	CHECK(j, "%s: %s", path, e.text);
-	v = json_object_get(j, key);
-	CHECK(json_is_integer(v), "%s has no integer %s", path, key);
+	v = j;
+	for (const char *const *k = keys; *k; k++)
+		v = json_object_get(v, *k);
+	CHECK(json_is_integer(v), "%s has no integer at %s...", path, keys[0]);
 	r = json_integer_value(v);
 	json_decref(j);
 	return r;
+}
+
+/* An integer field of MNT/.tensorfs/gpu. */
+static long long gpu_field(const char *key)
+{
+	return ctl_int("gpu", (const char *const[]){key, NULL});
 }
 
 /* Wait, boundedly, for field to read want. */
@@ -1507,6 +1520,184 @@ static int t_nvme(const char *what, size_t size)
 	return 0;
 }
 
+/* ---- starve: a slot is cleaned for whoever waits for one ---- */
+
+#define STARVE_WAIT_MS 20000 /* a write that waits for a slot has one by then */
+#define STARVE_PINS_MAX 64
+
+/* An integer of MNT/.tensorfs/stats, under group (and sub, if not NULL). */
+static long long stats_field(const char *group, const char *sub, const char *key)
+{
+	return sub ? ctl_int("stats", (const char *const[]){group, sub, key, NULL})
+		   : ctl_int("stats", (const char *const[]){group, key, NULL});
+}
+
+/* Write n bytes of data to a new file name, whole, in 1 MiB calls. */
+static int write_file(const char *name, const uint8_t *data, size_t n)
+{
+	int fd = open_in(name, O_RDWR | O_CREAT | O_TRUNC);
+
+	for (size_t off = 0; off < n; off += 1UL << 20)
+		pwrite_all(fd, data + off, n - off < (1UL << 20) ? n - off : 1UL << 20,
+			   (off_t)off);
+	return fd;
+}
+
+static void read_check(int fd, const uint8_t *want, size_t n, const char *what)
+{
+	uint8_t *got = malloc(n);
+
+	CHECK(got, "out of memory");
+	pread_all(fd, got, n, 0);
+	CHECK(memcmp(got, want, n) == 0, "%s does not read back", what);
+	free(got);
+}
+
+/*
+ * The reserve: clean blocks held by read pins, every other slot dirty, and
+ * the dirty blocks under the flusher's mark (the dirty limit less the
+ * clean reserve's low mark, which is half of what the limit leaves: 4 of
+ * 256 slots here). The reserve's count is met by the pinned blocks, which
+ * cannot be evicted. A write to a new block must still get a slot.
+ * Mounted with dirty_expire_ms=0, so that the age limit does not free one.
+ */
+static int starve_reserve(void)
+{
+	struct arena ar;
+	struct tfsc_conn *c = connect_mnt(&ar);
+	size_t bs = ar.bs;
+	uint64_t nslots = (uint64_t)stats_field("tiers", "dram", "capacity") / bs;
+	uint64_t dirty_max = (uint64_t)stats_field("cache", NULL, "dirty_limit_bytes") / bs;
+	uint64_t low = (nslots - dirty_max) / 2, npin = 3 * low + 2, nfill, pins[STARVE_PINS_MAX];
+	unsigned npins = 0;
+	uint8_t *held, *fill, *one;
+	uint64_t s = 19;
+	int hfd, ffd, ofd, status;
+	pid_t pid;
+
+	CHECK(npin <= ar.max_pins && npin < nslots / 2, "%llu slots, %llu clean kept: no room",
+	      (unsigned long long)nslots, (unsigned long long)low);
+	CHECK(stats_field("tiers", "dram", "used") == 0, "the DRAM tier is not empty at the start");
+	held = malloc(npin * bs);
+	fill = malloc(nslots * bs);
+	one = malloc(bs);
+	CHECK(held && fill && one, "out of memory");
+	gt_fill(held, npin * bs, &s);
+	gt_fill(fill, nslots * bs, &s);
+	gt_fill(one, bs, &s);
+
+	hfd = write_file("sv-held", held, npin * bs);
+	CHECK(fsync(hfd) == 0, "fsync: %s", strerror(errno));
+	CHECK(tfsc_grant(c, hfd, ino_of(hfd)) == 0, "GRANT: %s", tfs_gpu_error());
+	for (uint64_t off = 0; off < npin * bs; off += c->rep->nblocks * bs) {
+		CHECK(npins < STARVE_PINS_MAX, "too many pins");
+		CHECK(tfsc_pin(c, false, ino_of(hfd), off, npin * bs - off, 0) == 0 &&
+			      c->rep->nblocks > 0,
+		      "PIN_READ: %s", tfs_gpu_error());
+		pins[npins++] = c->rep->pin;
+	}
+	/* Every slot but the pinned ones, dirty. */
+	nfill = nslots - (uint64_t)stats_field("tiers", "dram", "used") / bs;
+	ffd = write_file("sv-fill", fill, nfill * bs);
+	CHECK(stats_field("tiers", "dram", "used") == (long long)(nslots * bs) &&
+		      stats_field("cache", NULL, "dirty_bytes") == (long long)(nfill * bs) &&
+		      nfill + low <= dirty_max,
+	      "not the case to test: %lld of %llu bytes used, %lld dirty, %llu blocks filled",
+	      stats_field("tiers", "dram", "used"), (unsigned long long)(nslots * bs),
+	      stats_field("cache", NULL, "dirty_bytes"), (unsigned long long)nfill);
+
+	pid = fork();
+	CHECK(pid >= 0, "fork");
+	if (pid == 0) {
+		int fd = open_in("sv-one", O_RDWR | O_CREAT | O_TRUNC);
+
+		alarm(120);
+		_exit(pwrite(fd, one, bs, 0) == (ssize_t)bs && fsync(fd) == 0 ? 0 : 1);
+	}
+	if (!wait_pid_ms(pid, STARVE_WAIT_MS, &status)) {
+		for (unsigned i = 0; i < npins; i++)
+			tfsc_release(c, pins[i], 0);
+		waitpid(pid, &status, 0);
+		gt_die("a write waited %d s for a slot: %llu slots read-pinned, the other %llu dirty",
+		       STARVE_WAIT_MS / 1000, (unsigned long long)npin, (unsigned long long)nfill);
+	}
+	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the write of a new block failed");
+	for (unsigned i = 0; i < npins; i++)
+		CHECK(tfsc_release(c, pins[i], 0) == 0, "RELEASE: %s", tfs_gpu_error());
+	ofd = open_in("sv-one", O_RDONLY);
+	read_check(hfd, held, npin * bs, "the pinned file");
+	read_check(ffd, fill, nfill * bs, "the file that filled DRAM");
+	read_check(ofd, one, bs, "the block written last");
+	tfsc_close(c);
+	munmap(ar.base, ar.bytes);
+	close(hfd);
+	close(ffd);
+	close(ofd);
+	free(held);
+	free(fill);
+	free(one);
+	printf("starve reserve: ok (%llu slots pinned, %llu dirty)\n", (unsigned long long)npin,
+	       (unsigned long long)nfill);
+	return 0;
+}
+
+/*
+ * The age limit: a client holds a write pin on the oldest dirty block;
+ * the blocks written after it still go back once they pass the limit
+ * (dirty_expire_ms, short on this mount), and the pinned one after its
+ * release.
+ */
+static int starve_expire(void)
+{
+	struct arena ar;
+	struct tfsc_conn *c = connect_mnt(&ar);
+	size_t bs = ar.bs, n = 8 * bs;
+	uint8_t *head = malloc(bs), *aged = malloc(n);
+	uint64_t s = 23, pin;
+	long long expired;
+	int hfd, afd;
+
+	CHECK(head && aged, "out of memory");
+	gt_fill(head, bs, &s);
+	gt_fill(aged, n, &s);
+	CHECK(stats_field("cache", NULL, "dirty_bytes") == 0, "dirty blocks at the start");
+	expired = stats_field("cache", NULL, "expired_bytes");
+	hfd = open_in("sv-head", O_RDWR | O_CREAT | O_TRUNC);
+	CHECK(tfsc_grant(c, hfd, ino_of(hfd)) == 0, "GRANT: %s", tfs_gpu_error());
+	CHECK(tfsc_pin(c, true, ino_of(hfd), 0, bs, 0) == 0 && c->rep->nblocks == 1,
+	      "PIN_WRITE: %s", tfs_gpu_error());
+	pin = c->rep->pin;
+	memcpy(ar.base + c->rep->slot[0], head, bs);
+	afd = write_file("sv-aged", aged, n);
+	for (int i = 0; i < WAIT_TRIES && stats_field("cache", NULL, "dirty_bytes") > (long long)bs;
+	     i++)
+		sleep_ms(25);
+	if (stats_field("cache", NULL, "dirty_bytes") > (long long)bs) {
+		long long d = stats_field("cache", NULL, "dirty_bytes");
+
+		tfsc_release(c, pin, 0);
+		gt_die("%lld bytes still dirty past the age limit behind a held write pin, want %zu",
+		       d, bs);
+	}
+	CHECK(stats_field("cache", NULL, "expired_bytes") - expired >= (long long)n,
+	      "the blocks behind the pin went back, but not for the age limit");
+	CHECK(tfsc_release(c, pin, 0) == 0, "RELEASE: %s", tfs_gpu_error());
+	read_check(hfd, head, bs, "the block written through the pin");
+	read_check(afd, aged, n, "the blocks written behind it");
+	for (int i = 0; i < WAIT_TRIES && stats_field("cache", NULL, "dirty_bytes") > 0; i++)
+		sleep_ms(25);
+	CHECK(stats_field("cache", NULL, "dirty_bytes") == 0,
+	      "the released block did not go back for the age limit");
+	tfsc_close(c);
+	munmap(ar.base, ar.bytes);
+	close(hfd);
+	close(afd);
+	free(head);
+	free(aged);
+	printf("starve expire: ok\n");
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 3) {
@@ -1517,8 +1708,9 @@ int main(int argc, char **argv)
 			"       %s fdleak MNT DAEMON-PID\n"
 			"       %s fallback DIR direct|buffered|any\n"
 			"       %s nvme MNT write|read SIZE-MIB\n"
+			"       %s starve MNT reserve|expire\n"
 			"       %s protocol|owner|crash|grantmode|pinwait|refuse MNT\n",
-			argv[0], argv[0], argv[0], argv[0], argv[0], argv[0], argv[0]);
+			argv[0], argv[0], argv[0], argv[0], argv[0], argv[0], argv[0], argv[0]);
 		return 2;
 	}
 	mnt = argv[2];
@@ -1546,6 +1738,10 @@ int main(int argc, char **argv)
 		return t_refuse();
 	if (strcmp(argv[1], "fallback") == 0 && argc >= 4)
 		return t_fallback(argv[3]);
+	if (strcmp(argv[1], "starve") == 0 && argc >= 4 && strcmp(argv[3], "reserve") == 0)
+		return starve_reserve();
+	if (strcmp(argv[1], "starve") == 0 && argc >= 4 && strcmp(argv[3], "expire") == 0)
+		return starve_expire();
 	if (strcmp(argv[1], "nvme") == 0 && argc >= 5)
 		return t_nvme(argv[3], (size_t)strtoull(argv[4], NULL, 10) << 20);
 	fprintf(stderr, "unknown test %s\n", argv[1]);

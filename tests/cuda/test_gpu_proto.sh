@@ -25,6 +25,11 @@
 #    used).
 # 4. cuda = on from a config file, 1M blocks, data resident in DRAM.
 # 5. cuda=maybe is refused, naming the option.
+# 6. The flusher frees a slot for whoever waits for one: with read pins
+#    holding every clean block and the rest dirty under its mark, a write
+#    to a new block goes through (no age limit on that mount); a write pin
+#    held on the oldest dirty block does not keep the blocks behind it
+#    from the age limit.
 
 . "$(dirname "$0")/../mount/lib.sh"
 
@@ -132,4 +137,14 @@ if "$TENSORFS" -f -o "nvme=$NVME,meta=$META,dram=64M,threads=4,cuda=maybe" "$MNT
 	fail "cuda=maybe was accepted"
 fi
 grep -q "cuda" "$T/bad.log" || fail "the refusal of cuda=maybe does not name the option"
+
+# 6.
+rm -rf "$NVME" "$META"
+mkdir -p "$NVME"
+TFS_DRAM=16M TFS_THREADS=4 tfs_mount "cuda=on,block=64K,dirty_expire_ms=0"
+"$GPUPROTO" starve "$MNT" reserve || fail "a write with every unpinned slot dirty"
+tfs_umount || fail "unmount after the reserve case"
+TFS_DRAM=16M TFS_THREADS=4 tfs_mount "cuda=on,block=64K,dirty_expire_ms=1000"
+"$GPUPROTO" starve "$MNT" expire || fail "the age limit behind a held write pin"
+tfs_umount || fail "unmount after the age limit case"
 echo "PASS"
