@@ -111,13 +111,15 @@ void flush_kick(struct tb_store *s)
  * The flusher keeps clean_high free or clean slots ahead of need; wake it
  * when they run short, when dirty data passes the background mark, and
  * after every few evictions while a cycle ranks the victims, since each
- * use moves which blocks lie furthest ahead.
+ * use moves which blocks lie furthest ahead. Also while someone waits for
+ * a slot that nothing in flight frees: a writer letting go of its block
+ * (tb_put_dirty) may have made one it can clean.
  */
 void flush_kick_cleaner(struct tb_store *s, bool evicted)
 {
 	uint64_t below = flush_dirty_below(s);
 
-	if (s->free_list.n + s->nclean < s->clean_high ||
+	if (s->free_list.n + s->nclean < s->clean_high || flush_starved(s) > 0 ||
 	    (below > s->clean_low && flush_dirty_over(s, below) > 0) ||
 	    (evicted && ++s->evict_since_clean >= CLEAN_KICK))
 		flush_kick(s);
