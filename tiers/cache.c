@@ -230,6 +230,8 @@ void cache_set_state(struct tb_store *s, struct tb_entry *e, enum entry_state st
 {
 	if (e->state == ES_CLEAN) {
 		s->nclean--;
+		if (e->pins)
+			s->nclean_pinned--;
 		if (e->in_hash)
 			e->o->nclean--;
 		if (e->in_lochash)
@@ -237,6 +239,8 @@ void cache_set_state(struct tb_store *s, struct tb_entry *e, enum entry_state st
 	}
 	if (st == ES_CLEAN) {
 		s->nclean++;
+		if (e->pins)
+			s->nclean_pinned++;
 		if (e->in_hash)
 			e->o->nclean++;
 		if (e->loc != TB_LOC_NONE)
@@ -336,7 +340,9 @@ static struct tb_entry *entry_alloc(struct tb_store *s, enum wait_stream wait_st
  * Wait for any slot; re-checks the hash, since the wait drops the lock.
  * wait_stream: see victim_cycle. That wait is bounded (STREAM_WAIT_MS):
  * a streaming block that does not go (its object pinned, or a write-back
- * that keeps failing) does not hold a writer.
+ * that keeps failing) does not hold a writer. Only the wait after it
+ * counts as starved: that block is on its way out, and the flusher
+ * would write back another with it for nothing.
  */
 static struct tb_entry *entry_alloc_wait(struct tb_store *s, uint64_t obj, uint64_t idx,
 					 struct tb_entry **found, enum wait_stream wait_stream)
@@ -355,12 +361,14 @@ static struct tb_entry *entry_alloc_wait(struct tb_store *s, uint64_t obj, uint6
 		if (e)
 			return e;
 		flush_kick(s);
-		s->slot_waiters++; /* the flusher cleans one for us (flush_starved) */
-		if (!wait_stream)
+		if (!wait_stream) {
+			/* The flusher cleans one for us (flush_starved). */
+			s->slot_waiters++;
 			pthread_cond_wait(&s->space_cv, &s->lock);
-		else if (pthread_cond_timedwait(&s->space_cv, &s->lock, &until) == ETIMEDOUT)
+			s->slot_waiters--;
+		} else if (pthread_cond_timedwait(&s->space_cv, &s->lock, &until) == ETIMEDOUT) {
 			wait_stream = WAIT_NONE;
-		s->slot_waiters--;
+		}
 	}
 }
 
@@ -402,7 +410,7 @@ static void make_dirty(struct tb_store *s, struct tb_entry *e, bool blind)
 static void pin_waiters(struct tb_store *s, struct tb_entry *e, struct tb_waiter *w)
 {
 	for (; w; w = w->next) {
-		e->pins++;
+		cache_pin(s, e);
 		w->ref.e = e;
 		w->ref.data = cache_slot_data(s, e);
 	}
@@ -753,7 +761,7 @@ int tb_get(struct tb_store *s, uint64_t obj, uint64_t idx, struct tb_ref *ref,
 			continue;
 		}
 		if (e && e->state != ES_LOADING && !e->merging) {
-			e->pins++;
+			cache_pin(s, e);
 			e->ref_bit = true;
 			e->last_use = ++s->ticks;
 			e->o->last_idx = idx;
@@ -793,9 +801,29 @@ int tb_get(struct tb_store *s, uint64_t obj, uint64_t idx, struct tb_ref *ref,
 }
 
 /* Drop a pin of e. Lock held. */
+/*
+ * Pin e, and count it among the clean blocks that cannot be evicted if it
+ * is one (cache_evictable). Lock held.
+ */
+void cache_pin(struct tb_store *s, struct tb_entry *e)
+{
+	if (e->pins++ == 0 && e->state == ES_CLEAN)
+		s->nclean_pinned++;
+}
+
+/* Let go of a pin; true when it was the last. Lock held. */
+static bool unpin_last(struct tb_store *s, struct tb_entry *e)
+{
+	if (--e->pins)
+		return false;
+	if (e->state == ES_CLEAN)
+		s->nclean_pinned--;
+	return true;
+}
+
 static void unpin_locked(struct tb_store *s, struct tb_entry *e)
 {
-	if (--e->pins == 0) {
+	if (unpin_last(s, e)) {
 		if (e->dead)
 			entry_free(s, e);
 		pthread_cond_broadcast(&s->space_cv);
@@ -970,7 +998,7 @@ int tb_get_write(struct tb_store *s, uint64_t obj, uint64_t idx, size_t off, siz
 		make_dirty(s, e, false);
 		break;
 	}
-	e->pins++;
+	cache_pin(s, e);
 	e->wpins++;
 	e->ref_bit = true;
 	e->last_use = ++s->ticks;
@@ -1021,7 +1049,7 @@ void tb_put_dirty(struct tb_store *s, struct tb_ref *ref, size_t off, size_t len
 		}
 		flush_kick(s); /* take_stream */
 	}
-	if (--e->pins == 0 && e->dead)
+	if (unpin_last(s, e) && e->dead)
 		entry_free(s, e);
 	flush_kick_cleaner(s, false);
 	pthread_cond_broadcast(&s->state_cv);

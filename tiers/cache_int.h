@@ -139,6 +139,7 @@ struct tb_store {
 	 */
 	uint64_t n_stream_ready, n_stream_wb;
 	uint64_t nclean;       /* CLEAN, pinned or not */
+	uint64_t nclean_pinned; /* of those, pinned: no victims until let go */
 	uint64_t slot_waiters; /* readers and writers waiting for a slot (entry_alloc_wait) */
 	uint64_t dirty_max;
 	uint64_t clean_low, clean_high; /* free or clean slots the flusher keeps */
@@ -291,7 +292,17 @@ int cache_start_load(struct tb_store *s, struct tb_entry *e, uint64_t obj, uint6
 		     struct tb_waiter *w, enum io_class cls, bool ahead);
 int cache_read_sync(struct tb_store *s, uint64_t loc, size_t len, void *buf);
 int cache_merge_io(struct tb_store *s, struct tb_entry *e);
+void cache_pin(struct tb_store *s, struct tb_entry *e);
 void cache_unpin(struct tb_store *s, struct tb_entry *e);
+
+/*
+ * Free slots and clean ones that eviction may take now: the reserve the
+ * flusher keeps (clean_low to clean_high). Lock held.
+ */
+static inline uint64_t cache_evictable(const struct tb_store *s)
+{
+	return s->free_list.n + s->nclean - s->nclean_pinned;
+}
 
 /* evict.c: the policies */
 void evict_admit(struct tb_store *s, struct tb_entry *e);

@@ -578,8 +578,7 @@ size_t evict_take_cycle(struct tb_store *s, struct tb_entry **out, size_t max, u
 		}
 		s->convert_ms = n ? now : now + CONVERT_MS;
 	}
-	want = (int64_t)s->clean_high - (int64_t)s->free_list.n - (int64_t)s->nclean -
-	       (int64_t)s->wb_inflight;
+	want = (int64_t)s->clean_high - (int64_t)cache_evictable(s) - (int64_t)s->wb_inflight;
 	over = flush_dirty_over(s, s->clean_low);
 	if (over > want)
 		want = over;
@@ -609,7 +608,7 @@ size_t evict_take_cycle(struct tb_store *s, struct tb_entry **out, size_t max, u
 size_t evict_take_lru(struct tb_store *s, struct tb_entry **out, size_t max, uint64_t now,
 		      uint64_t *next_ms)
 {
-	int64_t want = (int64_t)s->clean_high - (int64_t)s->free_list.n - (int64_t)s->nclean -
+	int64_t want = (int64_t)s->clean_high - (int64_t)cache_evictable(s) -
 		       (int64_t)s->wb_inflight,
 		over = flush_dirty_over(s, flush_dirty_below(s));
 	size_t n = 0;

@@ -62,11 +62,13 @@ int64_t flush_dirty_over(struct tb_store *s, uint64_t below)
 /*
  * Slots that readers and writers wait for (entry_alloc_wait) and that no
  * write-back in flight will free: the flusher cleans this many whatever
- * the reserve and the dirty mark say. Those count clean blocks, and a
- * clean block that is pinned cannot be evicted: a GPU client holds its
- * pins for a whole copy. With 14 of 256 slots read-pinned and the other
- * 242 dirty, under the flusher's mark (244), the reserve looked full and
- * a write waited for a slot for ever (tests/cuda/test_gpu_proto.sh).
+ * the reserve and the dirty mark say. Under the cycle, blocks that stay
+ * are not written back for the reserve; with every other slot pinned by
+ * clients or held by writers, a write waited for a slot for ever
+ * (unit-flush_starve). So did one without a cycle, when the reserve still
+ * counted pinned clean blocks (cache_evictable): GPU read pins on 14 of
+ * 256 slots and the other 242 dirty, under the flusher's mark (244),
+ * hung tests/cuda/test_gpu_proto.sh.
  */
 int64_t flush_starved(const struct tb_store *s)
 {
@@ -119,7 +121,7 @@ void flush_kick_cleaner(struct tb_store *s, bool evicted)
 {
 	uint64_t below = flush_dirty_below(s);
 
-	if (s->free_list.n + s->nclean < s->clean_high || flush_starved(s) > 0 ||
+	if (cache_evictable(s) < s->clean_high || flush_starved(s) > 0 ||
 	    (below > s->clean_low && flush_dirty_over(s, below) > 0) ||
 	    (evicted && ++s->evict_since_clean >= CLEAN_KICK))
 		flush_kick(s);
@@ -394,7 +396,7 @@ static bool dedup_match(struct tb_store *s, struct tb_entry *e)
 		pthread_mutex_lock(&s->lock);
 		c = cache_find_loc(s, loc, e);
 		if (c) {
-			c->pins++;
+			cache_pin(s, c);
 			s->dedup_verify_cached++;
 		}
 		pthread_mutex_unlock(&s->lock);

@@ -25,11 +25,11 @@
 #    used).
 # 4. cuda = on from a config file, 1M blocks, data resident in DRAM.
 # 5. cuda=maybe is refused, naming the option.
-# 6. The flusher frees a slot for whoever waits for one: with read pins
-#    holding every clean block and the rest dirty under its mark, a write
-#    to a new block goes through (no age limit on that mount); a write pin
-#    held on the oldest dirty block does not keep the blocks behind it
-#    from the age limit.
+# 6. Pinned blocks are not the flusher's reserve: with read pins holding
+#    every clean block and the rest dirty under its mark, it cleans others
+#    and a write to a new block goes through (no age limit on that mount);
+#    a write pin held on the oldest dirty block does not keep the blocks
+#    behind it from the age limit.
 
 . "$(dirname "$0")/../mount/lib.sh"
 
