@@ -800,7 +800,6 @@ int tb_get(struct tb_store *s, uint64_t obj, uint64_t idx, struct tb_ref *ref,
 	}
 }
 
-/* Drop a pin of e. Lock held. */
 /*
  * Pin e, and count it among the clean blocks that cannot be evicted if it
  * is one (cache_evictable). Lock held.
@@ -821,6 +820,7 @@ static bool unpin_last(struct tb_store *s, struct tb_entry *e)
 	return true;
 }
 
+/* Drop a pin of e. Lock held. */
 static void unpin_locked(struct tb_store *s, struct tb_entry *e)
 {
 	if (unpin_last(s, e)) {

@@ -548,7 +548,7 @@ static size_t take_ranked(struct tb_store *s, struct tb_entry **out, size_t max,
 size_t evict_take_cycle(struct tb_store *s, struct tb_entry **out, size_t max, uint64_t now,
 			uint64_t *next_ms)
 {
-	int64_t want, over;
+	int64_t want, over, starved;
 	size_t n = 0, nr = 0;
 	bool ranked = false, fresh;
 
@@ -582,8 +582,9 @@ size_t evict_take_cycle(struct tb_store *s, struct tb_entry **out, size_t max, u
 	over = flush_dirty_over(s, s->clean_low);
 	if (over > want)
 		want = over;
-	if (flush_starved(s) > want)
-		want = flush_starved(s);
+	starved = flush_starved(s);
+	if (starved > want)
+		want = starved;
 	if (want <= 0)
 		return n;
 	if (!ranked)
@@ -610,13 +611,13 @@ size_t evict_take_lru(struct tb_store *s, struct tb_entry **out, size_t max, uin
 {
 	int64_t want = (int64_t)s->clean_high - (int64_t)cache_evictable(s) -
 		       (int64_t)s->wb_inflight,
-		over = flush_dirty_over(s, flush_dirty_below(s));
+		over = flush_dirty_over(s, flush_dirty_below(s)), starved = flush_starved(s);
 	size_t n = 0;
 
 	if (over > want)
 		want = over;
-	if (flush_starved(s) > want)
-		want = flush_starved(s);
+	if (starved > want)
+		want = starved;
 
 	for (int hot = 0; hot < 2 && want > 0; hot++) {
 		struct tb_entry *e = s->dirty_list.head;

@@ -1533,14 +1533,12 @@ static long long stats_field(const char *group, const char *sub, const char *key
 		   : ctl_int("stats", (const char *const[]){group, key, NULL});
 }
 
-/* Write n bytes of data to a new file name, whole, in 1 MiB calls. */
+/* Write n bytes of data to a new file name; its fd. */
 static int write_file(const char *name, const uint8_t *data, size_t n)
 {
 	int fd = open_in(name, O_RDWR | O_CREAT | O_TRUNC);
 
-	for (size_t off = 0; off < n; off += 1UL << 20)
-		pwrite_all(fd, data + off, n - off < (1UL << 20) ? n - off : 1UL << 20,
-			   (off_t)off);
+	pwrite_all(fd, data, n, 0);
 	return fd;
 }
 

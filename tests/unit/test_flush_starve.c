@@ -268,7 +268,10 @@ static void run_case(const char *dir, bool cycle)
 			usleep(10000);
 		CHECK(can_go(s, npin) >= low);
 	} else {
-		/* Blocks that stay are not written back for the reserve. */
+		/*
+		 * Blocks that stay are not written back for the reserve. A
+		 * negative: the flusher has 100 ms to do what it must not.
+		 */
 		usleep(100000);
 		pthread_mutex_lock(&s->lock);
 		CHECK_EQ(s->free_list.n, 0);
