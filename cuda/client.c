@@ -5,7 +5,9 @@
  * /proc/self/mountinfo) and reads MOUNT/.tensorfs/gpu. Where that names a
  * socket, the first call maps the arena memfd the daemon passes, and
  * registers it with CUDA; the mount, its mapping and a pool of idle
- * connections are kept per process. Then the call pins the range in
+ * connections are kept per process. Every connection first checks that
+ * the server runs as the mount's owner or root (mount_connect), so that a
+ * socket planted at that path receives nothing. Then the call pins the range in
  * batches, copies between the slots and device memory, waits, and
  * releases (cuda/gpu_proto.h has the protocol). Reads pin the next batch
  * while the current one is copied; writes go one batch at a time, since
@@ -229,7 +231,27 @@ static void unescape(char *s)
 	*o = 0;
 }
 
-int tfsc_find_mount(int fd, char *root, size_t rootlen)
+/* The uid in a FUSE mount's super options ("rw,user_id=0,group_id=0,..."); -1 if none. */
+static long mount_owner(const char *opts)
+{
+	const char *p = opts;
+
+	while (p && *p) {
+		if (strncmp(p, "user_id=", 8) == 0) {
+			char *end;
+			unsigned long v = strtoul(p + 8, &end, 10);
+
+			return end > p + 8 && (*end == ',' || *end == 0) && v <= UINT32_MAX
+				   ? (long)v
+				   : -1;
+		}
+		p = strchr(p, ',');
+		p = p ? p + 1 : NULL;
+	}
+	return -1;
+}
+
+int tfsc_find_mount(int fd, char *root, size_t rootlen, uid_t *owner)
 {
 	struct stat st;
 	char *line = NULL;
@@ -244,21 +266,26 @@ int tfsc_find_mount(int fd, char *root, size_t rootlen)
 		return tfsc_fail(-errno, "/proc/self/mountinfo: %s", strerror(errno));
 	while (ret == -ENOENT && getline(&line, &cap, f) > 0) {
 		unsigned maj, min;
-		char fsroot[PATH_MAX], mnt[PATH_MAX], fstype[64];
+		char fsroot[PATH_MAX], mnt[PATH_MAX], fstype[64], opts[PATH_MAX];
 		const char *sep = strstr(line, " - ");
+		long uid;
 
+		/* After " - ": the type, the source (spaces escaped), the super options. */
 		if (!sep ||
 		    sscanf(line, "%*u %*u %u:%u %4095s %4095s", &maj, &min, fsroot, mnt) != 4 ||
-		    sscanf(sep + 3, "%63s", fstype) != 1)
+		    sscanf(sep + 3, "%63s %*s %4095s", fstype, opts) != 2)
 			continue;
 		if (makedev(maj, min) != st.st_dev || strcmp(fstype, FSTYPE) != 0 ||
 		    strcmp(fsroot, "/") != 0)
 			continue;
 		unescape(mnt);
+		uid = mount_owner(opts);
 		if (strlen(mnt) >= rootlen)
 			ret = tfsc_fail(-ENAMETOOLONG, "mount point too long");
+		else if (uid < 0)
+			ret = tfsc_fail(-ENOENT, "%s: the kernel names no owner of the mount", mnt);
 		else
-			ret = (memcpy(root, mnt, strlen(mnt) + 1), 0);
+			ret = (memcpy(root, mnt, strlen(mnt) + 1), *owner = (uid_t)uid, 0);
 	}
 	free(line);
 	fclose(f);
@@ -295,6 +322,7 @@ int tfsc_gpu_file(const char *root, char *sock, size_t socklen, uint64_t *id)
 
 struct tfsc_mount {
 	dev_t dev;
+	uid_t owner; /* the FUSE mount's, as the kernel records it */
 	char sock[sizeof(((struct sockaddr_un *)0)->sun_path)];
 	void *arena;
 	size_t arena_bytes, bs;
@@ -387,6 +415,40 @@ static int mount_map(struct tfsc_mount *m, struct tfsc_conn *c, int arena_fd)
 }
 
 /*
+ * Connect to m's socket, if the daemon's. The path comes from the gpu
+ * file, and another user who could write a folder on it may have put a
+ * socket of their own there, to receive the fds that GRANT sends and the
+ * tensors written into their arena. So the server must run as the
+ * mount's owner (the uid the kernel records for the FUSE mount, from the
+ * mount call: no other user can forge it) or as root; SO_PEERCRED says
+ * who listens, before anything is sent.
+ */
+static int mount_connect(const struct tfsc_mount *m, struct tfsc_conn **out)
+{
+	struct ucred cred;
+	socklen_t len = sizeof(cred);
+	struct tfsc_conn *c;
+	int ret = tfsc_connect(m->sock, &c);
+
+	if (ret)
+		return ret;
+	if (getsockopt(c->fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0)
+		ret = tfsc_fail(-errno, "%s: cannot tell who serves it: %s", m->sock,
+				strerror(errno));
+	else if (cred.uid != m->owner && cred.uid != 0)
+		ret = tfsc_fail(-EPERM,
+				"%s is served by uid %u, not by the mount's owner (uid %u) or "
+				"root: refused",
+				m->sock, (unsigned)cred.uid, (unsigned)m->owner);
+	if (ret) {
+		tfsc_close(c);
+		return ret;
+	}
+	*out = c;
+	return 0;
+}
+
+/*
  * The shared arena of the mount that holds fd, with a reference for the
  * caller; NULL when calls on fd fall back (why is in the debug output).
  */
@@ -396,6 +458,7 @@ static struct tfsc_mount *mount_get(int fd, const struct stat *st)
 	struct tfsc_mount *m, *raced;
 	struct tfsc_conn *c = NULL;
 	uint64_t id;
+	uid_t owner;
 	int afd = -1, ret;
 
 	pthread_mutex_lock(&g_lock);
@@ -408,19 +471,20 @@ static struct tfsc_mount *mount_get(int fd, const struct stat *st)
 	if (m)
 		return m;
 
-	if (tfsc_find_mount(fd, root, sizeof(root)) < 0) {
-		debug("fd %d is not on a tensorfs mount", fd);
+	if (tfsc_find_mount(fd, root, sizeof(root), &owner) < 0) {
+		debug("fd %d is not on a tensorfs mount: %s", fd, errmsg);
 		return NULL;
 	}
 	m = calloc(1, sizeof(*m));
 	if (!m)
 		return NULL;
 	m->dev = st->st_dev;
+	m->owner = owner;
 	ret = tfsc_gpu_file(root, m->sock, sizeof(m->sock), &id);
 	if (ret == 0 && !m->sock[0])
 		ret = tfsc_fail(-EOPNOTSUPP, "%s shares no arena (mounted without cuda=on)", root);
 	if (ret == 0)
-		ret = tfsc_connect(m->sock, &c);
+		ret = mount_connect(m, &c);
 	if (ret == 0)
 		ret = tfsc_hello(c, &afd);
 	if (ret == 0 && c->rep->mount_id != id)
@@ -496,10 +560,12 @@ static int conn_get(struct tfsc_mount *m, struct tfsc_conn **out)
 		*out = c;
 		return 0;
 	}
-	ret = tfsc_connect(m->sock, &c);
+	ret = mount_connect(m, &c);
 	if (ret == 0)
 		ret = tfsc_hello(c, NULL);
 	if (ret) {
+		if (ret == -EPERM)
+			debug("%s", errmsg);
 		tfsc_close(c);
 		/* The socket is gone or refuses us now: as good as a lost connection. */
 		return ret == -EPROTO ? ret : -ENOTCONN;

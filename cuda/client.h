@@ -14,6 +14,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "gpu_proto.h"
 
@@ -40,9 +41,11 @@ int tfsc_prefetch(struct tfsc_conn *c, uint64_t ino, uint64_t off, uint64_t len)
 
 /*
  * The tensorfs mount that holds file fd: its mount point in root (the
- * mount of its filesystem's root). -ENOENT when fd is not on tensorfs.
+ * mount of its filesystem's root) and the uid that owns the mount (its
+ * user_id=, which the kernel records at the mount call). -ENOENT when fd
+ * is not on tensorfs.
  */
-int tfsc_find_mount(int fd, char *root, size_t rootlen);
+int tfsc_find_mount(int fd, char *root, size_t rootlen, uid_t *owner);
 /*
  * What MOUNT/.tensorfs/gpu says: the socket path ("" when the daemon
  * shares no arena) and the mount's id.

@@ -3,8 +3,10 @@
  * (fs/gpu.c) and the GPU client library (cuda/client.c).
  *
  * With -o cuda=on the daemon listens on a unix SOCK_SEQPACKET socket whose
- * path it publishes in MOUNT/.tensorfs/gpu. Only the mount owner's uid may
- * connect (SO_PEERCRED). One message is one struct tfs_gpu_req, or one
+ * path it publishes in MOUNT/.tensorfs/gpu, in a 0700 folder of its own
+ * that no other user can change. Only the mount owner's uid may connect
+ * (SO_PEERCRED); the client, before it sends anything, checks the same
+ * way that the server runs as the uid that owns the FUSE mount, or root. One message is one struct tfs_gpu_req, or one
  * struct tfs_gpu_rep followed by nblocks slot offsets; file descriptors
  * travel as SCM_RIGHTS. Every request has exactly one reply, in order.
  *

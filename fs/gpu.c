@@ -12,7 +12,9 @@
  * so that blocks on nvme load while it copies the window it holds.
  *
  * One thread (tfs-gpu) accepts connections; only the mount owner's uid is
- * served, and a client refused is told why before the hang-up. Each
+ * served, and a client refused is told why before the hang-up. The socket
+ * lies in a 0700 folder that the daemon makes where no other user can
+ * rename or replace it (make_sock_dir). Each
  * connection has its own thread (tfs-gpu-conn), owned and joined by the
  * accept thread or by fs_gpu_stop. A connection thread alone touches its
  * pins; when the client closes or dies the thread releases them all. Pins
@@ -1077,26 +1079,133 @@ static void *accept_main(void *arg)
 
 /* ---- start, stop, and the control file ---- */
 
-/* A private folder for the socket: $XDG_RUNTIME_DIR, else /run/user/UID, else /tmp. */
-static int make_sock_dir(struct fs_gpu *g)
+/* One folder of trusted_dir: 0, or -errno with why set. */
+static int trusted_one(const char *path, uid_t uid, char *why, size_t whylen)
 {
-	const char *rt = getenv("XDG_RUNTIME_DIR");
-	char run[64];
 	struct stat st;
 
+	if (lstat(path, &st) < 0) {
+		int e = errno;
+
+		snprintf(why, whylen, "%s: %s", path, strerror(e));
+		return -e;
+	}
+	if (!S_ISDIR(st.st_mode)) {
+		snprintf(why, whylen, "%s is not a folder", path);
+		return -EPERM;
+	}
+	if (st.st_uid != uid && st.st_uid != 0) {
+		snprintf(why, whylen, "%s is owned by uid %u", path, (unsigned)st.st_uid);
+		return -EPERM;
+	}
+	if ((st.st_mode & (S_IWGRP | S_IWOTH)) && !(st.st_mode & S_ISVTX)) {
+		snprintf(why, whylen, "%s is writable by group or others (mode %04o)", path,
+			 (unsigned)(st.st_mode & 07777));
+		return -EPERM;
+	}
+	return 0;
+}
+
+/*
+ * Whether dir (a resolved path) and every folder above it are beyond other
+ * users' reach: each owned by uid or root, and writable by nobody else
+ * unless sticky (then nobody else can rename or remove what is ours in
+ * it). Else the owner of such a folder could move the socket's folder
+ * aside and put a socket of its own where clients look for the daemon's.
+ * 0, or -EPERM with why set.
+ */
+static int trusted_dir(const char *dir, uid_t uid, char *why, size_t whylen)
+{
+	char path[PATH_MAX];
+	size_t n = strlen(dir);
+	int ret;
+
+	if (dir[0] != '/' || n >= sizeof(path)) {
+		snprintf(why, whylen, "not an absolute path");
+		return -EPERM;
+	}
+	memcpy(path, dir, n + 1);
+	ret = trusted_one("/", uid, why, whylen);
+	for (size_t end = 1; end <= n && !ret; end++) {
+		char keep = path[end];
+
+		if (keep != '/' && keep != 0)
+			continue;
+		path[end] = 0;
+		ret = trusted_one(path, uid, why, whylen);
+		path[end] = keep;
+	}
+	return ret;
+}
+
+/*
+ * A private folder for the socket, made 0700 by the daemon's uid in the
+ * first of $XDG_RUNTIME_DIR, /run/user/UID and /tmp that no other user can
+ * change (trusted_dir). An XDG_RUNTIME_DIR of another user is what su
+ * without - or sudo -E leaves a root daemon: it is passed over, with a
+ * warning.
+ */
+static int make_sock_dir(struct fs_gpu *g, char *err, size_t errlen)
+{
+	const char *xdg = getenv("XDG_RUNTIME_DIR");
+	char run[64], real[PATH_MAX], why[PATH_MAX + 64];
+	const char *cand[3];
+	unsigned ncand = 0;
+	struct stat st;
+	int ret = -EPERM;
+
 	snprintf(run, sizeof(run), "/run/user/%u", (unsigned)g->owner);
-	if (!rt || !*rt)
-		rt = stat(run, &st) == 0 && st.st_uid == g->owner ? run : "/tmp";
-	if ((size_t)snprintf(g->dir, sizeof(g->dir), "%s/tensorfs-gpu-XXXXXX", rt) >=
-	    sizeof(g->dir))
-		return -ENAMETOOLONG;
-	if (!mkdtemp(g->dir)) {
+	if (xdg && *xdg)
+		cand[ncand++] = xdg;
+	cand[ncand++] = run;
+	cand[ncand++] = "/tmp";
+	for (unsigned i = 0; i < ncand; i++) {
+		if (!realpath(cand[i], real)) {
+			ret = -errno;
+			snprintf(why, sizeof(why), "%s: %s", cand[i], strerror(-ret));
+		} else {
+			ret = trusted_dir(real, g->owner, why, sizeof(why));
+		}
+		if (ret == 0)
+			break;
+		if (cand[i] == xdg)
+			log_warn("cuda=on: XDG_RUNTIME_DIR=%s is not used for the GPU socket: %s; "
+				 "another user could replace the socket",
+				 xdg, why);
+	}
+	if (ret) {
+		snprintf(err, errlen,
+			 "cuda=on: no folder for the GPU socket that only uid %u or root can "
+			 "change (%s)",
+			 (unsigned)g->owner, why);
+		return ret;
+	}
+	if ((size_t)snprintf(g->dir, sizeof(g->dir), "%s/tensorfs-gpu-XXXXXX", real) >=
+	    sizeof(g->dir)) {
 		g->dir[0] = 0;
-		return -errno;
+		snprintf(err, errlen, "cuda=on: the GPU socket's path under %s is too long", real);
+		return -ENAMETOOLONG;
+	}
+	if (!mkdtemp(g->dir)) {
+		ret = -errno;
+		snprintf(err, errlen, "cuda=on: cannot make a folder for the GPU socket in %s: %s",
+			 real, strerror(errno));
+		g->dir[0] = 0;
+		return ret;
+	}
+	/* Made by us, 0700: nobody else can enter it or change what is in it. */
+	if (lstat(g->dir, &st) < 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid() ||
+	    (st.st_mode & 077)) {
+		snprintf(err, errlen, "cuda=on: the GPU socket's folder %s is not private", g->dir);
+		return -EPERM;
 	}
 	if ((size_t)snprintf(g->path, sizeof(g->path), "%s/%s", g->dir, GPU_SOCK_NAME) >=
-	    sizeof(g->path))
+	    sizeof(g->path)) {
+		g->path[0] = 0;
+		snprintf(err, errlen, "cuda=on: the GPU socket's path %s/%s is too long", g->dir,
+			 GPU_SOCK_NAME);
 		return -ENAMETOOLONG;
+	}
 	return 0;
 }
 
@@ -1162,7 +1271,7 @@ int fs_gpu_start(struct fs *fs, struct fuse_session *se, char *err, size_t errle
 			 "will read and write through FUSE");
 		return 0;
 	}
-	ret = make_sock_dir(g);
+	ret = make_sock_dir(g, err, errlen);
 	if (ret == 0)
 		ret = listen_sock(g);
 	if (ret == 0 && pipe2(g->wake_pipe, O_CLOEXEC | O_NONBLOCK) < 0)
@@ -1170,8 +1279,9 @@ int fs_gpu_start(struct fs *fs, struct fuse_session *se, char *err, size_t errle
 	if (ret == 0)
 		ret = -pthread_create(&g->thread, NULL, accept_main, g);
 	if (ret) {
-		snprintf(err, errlen, "cuda=on: cannot serve the GPU socket in %s: %s",
-			 g->dir[0] ? g->dir : "the runtime folder", strerror(-ret));
+		if (g->dir[0] && g->path[0])
+			snprintf(err, errlen, "cuda=on: cannot serve the GPU socket in %s: %s",
+				 g->dir, strerror(-ret));
 		fs->gpu = NULL;
 		gpu_free(g);
 		return ret;

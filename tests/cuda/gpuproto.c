@@ -14,6 +14,10 @@
  *   gpuproto owner MNT
  *       a client of another uid is refused (root only: it opens the
  *       socket to others first, so that only SO_PEERCRED stands between)
+ *   gpuproto hijack MNT
+ *       a socket that another uid planted in place of the daemon's (root
+ *       only) receives no request and no fd from a root client, whose
+ *       calls take pread/pwrite and move the right bytes
  *   gpuproto crash MNT
  *       a client that dies holding read and write pins leaves none
  *       behind, and the file it was writing can be truncated
@@ -65,6 +69,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -657,6 +662,225 @@ static int t_owner(void)
 	/* The owner is still served. */
 	tfsc_close(connect_mnt(NULL));
 	printf("owner: ok\n");
+	return 0;
+}
+
+/* ---- hijack: a socket planted by another uid receives nothing ---- */
+
+#define HIJACK_BYTES (256UL << 10)
+#define HIJACK_ARENA (4UL << 20) /* the fake server's own arena */
+#define HIJACK_BLOCK (64UL << 10)
+#define HIJACK_CONNS 16
+
+/*
+ * The fake server's answer to one request: HELLO as the daemon's, with an
+ * arena; a PIN asks for a GRANT first, which is taken (with its fd).
+ */
+static int32_t fake_status(uint16_t op)
+{
+	if (op == TFS_GPU_HELLO || op == TFS_GPU_GRANT)
+		return 0;
+	return op == TFS_GPU_PIN_READ || op == TFS_GPU_PIN_WRITE ? -EACCES : -EIO;
+}
+
+static void fake_reply(int sock, const struct tfs_gpu_req *req, uint64_t id, int arena)
+{
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} u;
+	struct tfs_gpu_rep rep = {.magic = TFS_GPU_MAGIC,
+				  .version = TFS_GPU_VERSION,
+				  .op = req->op,
+				  .status = fake_status(req->op),
+				  .arena_bytes = HIJACK_ARENA,
+				  .block_size = HIJACK_BLOCK,
+				  .mount_id = id,
+				  .max_pins = 64,
+				  .max_write_pins = 32};
+	struct iovec iov = {&rep, sizeof(rep)};
+	struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1};
+
+	if (req->op == TFS_GPU_HELLO && req->want_arena) {
+		struct cmsghdr *cm;
+
+		memset(&u, 0, sizeof(u));
+		m.msg_control = u.buf;
+		m.msg_controllen = sizeof(u.buf);
+		cm = CMSG_FIRSTHDR(&m);
+		cm->cmsg_level = SOL_SOCKET;
+		cm->cmsg_type = SCM_RIGHTS;
+		cm->cmsg_len = CMSG_LEN(sizeof(int));
+		memcpy(CMSG_DATA(cm), &arena, sizeof(int));
+	}
+	if (sendmsg(sock, &m, MSG_NOSIGNAL) < 0) {
+		/* the client hung up: it is counted by what it sent */
+	}
+}
+
+/*
+ * One request on conn: counts it and the fds it carried (closed), and
+ * answers. false when the client hung up.
+ */
+static bool fake_serve(int conn, uint64_t id, int arena, unsigned *requests, unsigned *fds)
+{
+	union {
+		char buf[CMSG_SPACE(8 * sizeof(int))];
+		struct cmsghdr align;
+	} u;
+	struct tfs_gpu_req req;
+	struct iovec iov = {&req, sizeof(req)};
+	struct msghdr m = {.msg_iov = &iov,
+			   .msg_iovlen = 1,
+			   .msg_control = u.buf,
+			   .msg_controllen = sizeof(u.buf)};
+	ssize_t n = recvmsg(conn, &m, MSG_CMSG_CLOEXEC);
+
+	if (n <= 0)
+		return false;
+	(*requests)++;
+	for (struct cmsghdr *cm = CMSG_FIRSTHDR(&m); cm; cm = CMSG_NXTHDR(&m, cm)) {
+		if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+			continue;
+		for (size_t i = 0; i < (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int); i++) {
+			int fd;
+
+			memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
+			close(fd);
+			(*fds)++;
+		}
+	}
+	if (n == (ssize_t)sizeof(req))
+		fake_reply(conn, &req, id, arena);
+	return true;
+}
+
+/*
+ * The child, as OTHER_UID: listen at sock, where the daemon's socket was,
+ * and serve as a daemon would until stop is readable; then write to out
+ * how many requests and fds reached it.
+ */
+static void fake_server(const char *sock, uint64_t id, int ready, int stop, int out)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	struct pollfd pf[2 + HIJACK_CONNS];
+	unsigned requests = 0, fds = 0, nconn = 0;
+	int lfd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	int arena = memfd_create("fake-arena", MFD_CLOEXEC);
+
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", sock);
+	if (lfd < 0 || arena < 0 || ftruncate(arena, HIJACK_ARENA) < 0 ||
+	    bind(lfd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(lfd, HIJACK_CONNS) < 0) {
+		fprintf(stderr, "hijack: the fake server cannot listen at %s: %s\n", sock,
+			strerror(errno));
+		_exit(3);
+	}
+	if (write(ready, "r", 1) != 1)
+		_exit(3);
+	pf[0] = (struct pollfd){lfd, POLLIN, 0};
+	pf[1] = (struct pollfd){stop, POLLIN, 0};
+	while (poll(pf, 2 + nconn, -1) >= 0 && !pf[1].revents) {
+		for (unsigned i = 0; i < nconn; i++) {
+			if (!pf[2 + i].revents ||
+			    fake_serve(pf[2 + i].fd, id, arena, &requests, &fds))
+				continue;
+			close(pf[2 + i].fd);
+			pf[2 + i--] = pf[2 + --nconn];
+		}
+		if ((pf[0].revents & POLLIN) && nconn < HIJACK_CONNS) {
+			int c = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+
+			if (c >= 0)
+				pf[2 + nconn++] = (struct pollfd){c, POLLIN, 0};
+		}
+	}
+	dprintf(out, "%u %u\n", requests, fds);
+	_exit(0);
+}
+
+/*
+ * Another user who can write the socket's folder (an XDG_RUNTIME_DIR of
+ * theirs, under su without -) puts a socket of their own where the gpu
+ * file says the daemon's is. A root client must send it nothing: not
+ * HELLO, and above all not the fd of a root file that GRANT passes; its
+ * calls take pread/pwrite and move the right bytes.
+ */
+static int t_hijack(void)
+{
+	char sock[108], dir[108], counts[64] = "";
+	int ready[2], stop[2], out[2], fd, path;
+	unsigned requests = 99, fds = 99;
+	uint8_t *data, *back;
+	uint64_t id, seed = gt_seed();
+	ssize_t wr, rd;
+	struct pollfd pf;
+	pid_t pid;
+
+	if (geteuid() != 0) {
+		printf("hijack: SKIP: needs root to plant a socket as another uid\n");
+		return 77;
+	}
+	CHECK(tfsc_gpu_file(mnt, sock, sizeof(sock), &id) == 0 && sock[0], "no socket");
+	snprintf(dir, sizeof(dir), "%s", sock);
+	*strrchr(dir, '/') = 0;
+	fd = open_in("hijack", O_RDWR | O_CREAT | O_TRUNC);
+	CHECK(fchmod(fd, 0600) == 0, "fchmod: %s", strerror(errno));
+	/* What the other user could do to a folder of theirs: replace the socket. */
+	CHECK(unlink(sock) == 0 && chown(dir, OTHER_UID, OTHER_UID) == 0,
+	      "cannot hand %s to uid %d: %s", dir, OTHER_UID, strerror(errno));
+	CHECK(pipe2(ready, O_CLOEXEC) == 0 && pipe2(stop, O_CLOEXEC) == 0 &&
+		  pipe2(out, O_CLOEXEC) == 0,
+	      "pipe: %s", strerror(errno));
+	pid = fork_other_uid();
+	if (pid == 0) {
+		/* Only its own ends: stop must read EOF when the parent closes it. */
+		close(fd);
+		close(ready[0]);
+		close(stop[1]);
+		close(out[0]);
+		fake_server(sock, id, ready[1], stop[0], out[1]);
+	}
+	close(ready[1]);
+	close(stop[0]);
+	close(out[1]);
+	pf = (struct pollfd){ready[0], POLLIN, 0};
+	CHECK(poll(&pf, 1, WAIT_TRIES * 25) == 1 && read(ready[0], counts, 1) == 1,
+	      "the fake server did not start");
+
+	data = malloc(HIJACK_BYTES);
+	back = calloc(1, HIJACK_BYTES);
+	CHECK(data && back, "out of memory");
+	printf("hijack: seed %llu\n", (unsigned long long)seed);
+	gt_fill(data, HIJACK_BYTES, &seed);
+	wr = tfs_gpu_write(fd, 0, HIJACK_BYTES, data, NULL);
+	rd = tfs_gpu_read(fd, 0, HIJACK_BYTES, back, NULL);
+	path = tfs_gpu_path(fd);
+
+	close(stop[1]);
+	pf = (struct pollfd){out[0], POLLIN, 0};
+	CHECK(poll(&pf, 1, WAIT_TRIES * 25) == 1 && read(out[0], counts, sizeof(counts) - 1) > 0 &&
+		  sscanf(counts, "%u %u", &requests, &fds) == 2,
+	      "the fake server said nothing");
+	CHECK(child_status(pid) == 0, "the fake server failed");
+	unlink(sock);
+	CHECK(chown(dir, 0, 0) == 0, "chown: %s", strerror(errno));
+	CHECK(fds == 0, "a socket planted by uid %d received %u fds of root's files", OTHER_UID,
+	      fds);
+	CHECK(requests == 0, "a socket planted by uid %d received %u requests from root's client",
+	      OTHER_UID, requests);
+	CHECK(wr == (ssize_t)HIJACK_BYTES, "tfs_gpu_write: %zd (%s)", wr, tfs_gpu_error());
+	CHECK(rd == (ssize_t)HIJACK_BYTES && memcmp(back, data, HIJACK_BYTES) == 0,
+	      "tfs_gpu_read: %zd, or other bytes (%s)", rd, tfs_gpu_error());
+	CHECK(path == TFS_GPU_PATH_FALLBACK, "tfs_gpu_path: %d, not the fallback", path);
+	memset(back, 0, HIJACK_BYTES);
+	pread_all(fd, back, HIJACK_BYTES, 0);
+	CHECK(memcmp(back, data, HIJACK_BYTES) == 0, "the file does not hold what was written");
+	close(fd);
+	close(ready[0]);
+	close(out[0]);
+	free(data);
+	free(back);
+	printf("hijack: ok\n");
 	return 0;
 }
 
@@ -1720,7 +1944,7 @@ int main(int argc, char **argv)
 			"       %s fallback DIR direct|buffered|any\n"
 			"       %s nvme MNT write|read SIZE-MIB\n"
 			"       %s starve MNT reserve|expire\n"
-			"       %s protocol|owner|crash|grantmode|pinwait|refuse MNT\n",
+			"       %s protocol|owner|hijack|crash|grantmode|pinwait|refuse MNT\n",
 			argv[0], argv[0], argv[0], argv[0], argv[0], argv[0], argv[0], argv[0]);
 		return 2;
 	}
@@ -1733,6 +1957,8 @@ int main(int argc, char **argv)
 		return t_protocol();
 	if (strcmp(argv[1], "owner") == 0)
 		return t_owner();
+	if (strcmp(argv[1], "hijack") == 0)
+		return t_hijack();
 	if (strcmp(argv[1], "crash") == 0)
 		return t_crash();
 	if (strcmp(argv[1], "copyfail") == 0 && argc >= 4)

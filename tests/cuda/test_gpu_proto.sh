@@ -30,6 +30,16 @@
 #    and a write to a new block goes through (no age limit on that mount);
 #    a write pin held on the oldest dirty block does not keep the blocks
 #    behind it from the age limit.
+# 7. The socket's folder is the daemon's own, beyond other users' reach
+#    (root only: another user plays the attacker). An XDG_RUNTIME_DIR of
+#    another user (nobody), or below a folder of theirs, is passed over
+#    with a warning, and the socket goes where no other user can change
+#    the folder or any folder above it; one of root's own is used. A
+#    socket that nobody plants in place of the daemon's receives no
+#    request and no fd from a root client (SO_PEERCRED against the
+#    mount's owner), whose calls fall back to pread/pwrite. (Regression:
+#    the socket was made in any XDG_RUNTIME_DIR, and the client handed
+#    whoever listened there the fds of root's files.)
 
 . "$(dirname "$0")/../mount/lib.sh"
 
@@ -147,4 +157,47 @@ tfs_umount || fail "unmount after the reserve case"
 TFS_DRAM=16M TFS_THREADS=4 tfs_mount "cuda=on,block=64K,dirty_expire_ms=1000"
 "$GPUPROTO" starve "$MNT" expire || fail "the age limit behind a held write pin"
 tfs_umount || fail "unmount after the age limit case"
+
+# 7.
+# private_dir DIR: DIR is root's and 0700, and every folder above it is
+# root's and writable by no one else unless sticky.
+private_dir() {
+	local d=$1
+	[ "$(stat -c '%u %a' "$d")" = "0 700" ] || return 1
+	while [ "$d" != / ]; do
+		d=$(dirname "$d")
+		[ "$(stat -c %u "$d")" = 0 ] || return 1
+		[ -z "$(find "$d" -maxdepth 0 -perm /022 ! -perm -1000)" ] || return 1
+	done
+}
+if [ "$(id -u)" = 0 ]; then
+	rm -rf "$NVME" "$META"
+	mkdir -p "$NVME"
+	chmod 755 "$T"
+	mkdir -m 700 "$T/xdg-nobody"
+	chown 65534:65534 "$T/xdg-nobody"
+	mkdir -m 755 "$T/nobodys" && chown 65534:65534 "$T/nobodys"
+	mkdir -m 700 "$T/nobodys/run"
+	mkdir -m 755 "$T/xdg-root"
+	for xdg in "$T/xdg-nobody" "$T/nobodys/run"; do
+		: >"$LOG"
+		XDG_RUNTIME_DIR=$xdg TFS_DRAM=16M TFS_THREADS=4 tfs_mount "cuda=on,block=64K"
+		sock=$(gpu_json socket)
+		[ -S "$sock" ] || fail "XDG_RUNTIME_DIR=$xdg: the gpu file names $sock, not a socket"
+		case $sock in "$T"/*) fail "XDG_RUNTIME_DIR=$xdg of another user: the socket is $sock" ;; esac
+		private_dir "$(dirname "$sock")" ||
+			fail "XDG_RUNTIME_DIR=$xdg: the socket's folder, or one above it, is not root's alone: $sock"
+		grep -qF "XDG_RUNTIME_DIR=$xdg is not used for the GPU socket" "$LOG" ||
+			fail "no warning that XDG_RUNTIME_DIR=$xdg was passed over"
+		"$GPUPROTO" roundtrip "$MNT" zerocopy 20 1 || fail "round trips, the socket in $(dirname "$sock")"
+		tfs_umount || fail "unmount, XDG_RUNTIME_DIR=$xdg"
+		echo "XDG_RUNTIME_DIR=$xdg passed over: the socket was $sock"
+	done
+	XDG_RUNTIME_DIR=$T/xdg-root TFS_DRAM=16M TFS_THREADS=4 tfs_mount "cuda=on,block=64K"
+	sock=$(gpu_json socket)
+	[ "$(dirname "$(dirname "$sock")")" = "$T/xdg-root" ] ||
+		fail "an XDG_RUNTIME_DIR of root's own was not used: the socket is $sock"
+	"$GPUPROTO" hijack "$MNT" || fail "a socket planted by another uid"
+	tfs_umount || fail "unmount after the planted socket"
+fi
 echo "PASS"
