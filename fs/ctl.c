@@ -706,7 +706,10 @@ void fs_ctl_open(struct fs *fs, fuse_req_t req, uint64_t ino, struct fuse_file_i
 		    : ino == FS_CTL_GPU_INO  ? fs_gpu_json(fs)
 		    : ino == FS_CTL_PINS_INO ? fs_pins_json(fs)
 					      : config_json(fs);
-		b->data = j ? json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
+		/* ASCII: a name's control characters come out as \u escapes, never raw. */
+		b->data =
+		    j ? json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_ENSURE_ASCII)
+		      : NULL;
 		json_decref(j);
 		if (b->data)
 			b->len = strlen(b->data);

@@ -16,6 +16,7 @@
  * which owns their encoding.
  */
 #include "fsck.h"
+#include "escape.h"
 #include "meta.h"
 #include "tb.h"
 
@@ -134,15 +135,44 @@ static char *strndup_checked(const char *s, size_t n)
 	return s ? strndup(s, n) : NULL;
 }
 
+/*
+ * One line of the report, after lead. Lines name files, whose names may
+ * hold any byte but '/': each line is escaped whole (escape.h), so that a
+ * name cannot forge a line or send a terminal escape.
+ */
+static void report_line(FILE *out, const char *lead, const char *fmt, va_list ap)
+{
+	char *msg = NULL, *buf = NULL;
+	int n = vasprintf(&msg, fmt, ap);
+
+	if (n >= 0)
+		buf = malloc(ESC_SIZE((size_t)n));
+	if (buf)
+		esc_bytes(msg, (size_t)n, buf, ESC_SIZE((size_t)n));
+	fprintf(out, "%s%s\n", lead, buf ? buf : "(out of memory)");
+	free(buf);
+	free(msg);
+}
+
+static void report(FILE *out, const char *lead, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void report(FILE *out, const char *lead, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	report_line(out, lead, fmt, ap);
+	va_end(ap);
+}
+
 static void problem(struct fsck *f, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void problem(struct fsck *f, const char *fmt, ...)
 {
 	va_list ap;
 
 	va_start(ap, fmt);
-	vfprintf(f->out, fmt, ap);
+	report_line(f->out, "", fmt, ap);
 	va_end(ap);
-	fputc('\n', f->out);
 	f->problems++;
 }
 
@@ -154,11 +184,9 @@ static void repaired(struct fsck *f, const char *fmt, ...)
 
 	if (!f->repair)
 		return;
-	fputs("  repair: ", f->out);
 	va_start(ap, fmt);
-	vfprintf(f->out, fmt, ap);
+	report_line(f->out, "  repair: ", fmt, ap);
 	va_end(ap);
-	fputc('\n', f->out);
 }
 
 /* ---- loading ---- */
@@ -1205,10 +1233,10 @@ static void summary_counts(struct fsck *f, const char *dir)
 		else if (S_ISREG(in[i].rec.mode))
 			files++;
 	}
-	fprintf(f->out,
-		"fsck: %s: block size %zu, %zu inodes (%" PRIu64 " files, %" PRIu64
-		" folders), %zu names, %zu blocks, %zu mappings\n",
-		dir, f->bs, f->inodes.n, files, dirs, f->names.n, f->blocks.n, f->maps.n);
+	report(f->out, "",
+	       "fsck: %s: block size %zu, %zu inodes (%" PRIu64 " files, %" PRIu64
+	       " folders), %zu names, %zu blocks, %zu mappings",
+	       dir, f->bs, f->inodes.n, files, dirs, f->names.n, f->blocks.n, f->maps.n);
 }
 
 /* One pass: load and check in txn; with f->repair, also apply. */
@@ -1234,17 +1262,17 @@ int fs_fsck(const char *dir, bool repair, FILE *out, const char *prog)
 	int ret, status;
 
 	if (meta_check_folder(dir, err, sizeof(err)) < 0) {
-		fprintf(stderr, "%s: %s\n", prog, err);
+		report(stderr, prog, ": %s", err);
 		return FSCK_ERROR;
 	}
 	if (!meta_store_exists(dir)) {
-		fprintf(stderr, "%s: %s: no tensorfs metadata store there\n", prog, dir);
+		report(stderr, prog, ": %s: no tensorfs metadata store there", dir);
 		return FSCK_ERROR;
 	}
 	ret = meta_open(&f.m, dir, &f.bs, false, getuid(), getgid(), store_id, err, sizeof(err));
 	if (ret) {
-		fprintf(stderr, "%s: %s%s\n", prog, err[0] ? err : strerror(-ret),
-			ret == -EBUSY ? "; unmount it first" : "");
+		report(stderr, prog, ": %s%s", err[0] ? err : strerror(-ret),
+		       ret == -EBUSY ? "; unmount it first" : "");
 		return FSCK_ERROR;
 	}
 	ret = meta_begin(f.m, repair, &txn);
@@ -1291,7 +1319,7 @@ int fs_fsck(const char *dir, bool repair, FILE *out, const char *prog)
 	status = again.problems ? FSCK_PROBLEMS : FSCK_CLEAN;
 	goto out;
 error:
-	fprintf(stderr, "%s: %s: %s\n", prog, dir, strerror(-ret));
+	report(stderr, prog, ": %s: %s", dir, strerror(-ret));
 	status = FSCK_ERROR;
 out:
 	free_vecs(&f);

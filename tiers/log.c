@@ -8,8 +8,13 @@
  * Errors and warnings are rate limited per message format: at most
  * BURST lines of one format per second. What is held back is counted and
  * said on the next line of that format that gets through.
+ *
+ * Lines name files, folders and values that users chose: what the format
+ * filled in is escaped (escape.h), so that a name cannot start a line of
+ * its own or send a terminal escape to whoever reads the log.
  */
 #include "log.h"
+#include "escape.h"
 
 #include <pthread.h>
 #include <stdarg.h>
@@ -88,9 +93,9 @@ static bool rl_pass(const char *fmt, unsigned *held)
 
 void log_msg(enum log_level lvl, const char *fmt, ...)
 {
-	char line[1024];
+	char msg[1024], line[ESC_SIZE(sizeof(msg))];
 	unsigned held = 0;
-	int n = 0;
+	int n = 0, m;
 	va_list ap;
 
 	if (lvl > log_level)
@@ -100,10 +105,11 @@ void log_msg(enum log_level lvl, const char *fmt, ...)
 	if (!log_syslog)
 		n = snprintf(line, sizeof(line), "tensorfs: %s: ", level_names[lvl]);
 	va_start(ap, fmt);
-	n += vsnprintf(line + n, sizeof(line) - (size_t)n - 1, fmt, ap);
+	m = vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
-	if (n > (int)sizeof(line) - 2)
-		n = (int)sizeof(line) - 2;
+	if (m > (int)sizeof(msg) - 1)
+		m = (int)sizeof(msg) - 1;
+	n += (int)esc_bytes(msg, m < 0 ? 0 : (size_t)m, line + n, sizeof(line) - (size_t)n - 1);
 	if (held)
 		n += snprintf(line + n, sizeof(line) - (size_t)n - 1,
 			      " (%u more like it held back)", held);

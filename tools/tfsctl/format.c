@@ -1,12 +1,19 @@
 /*
- * format.c - numbers for people, and reading numbers out of the stats.
+ * format.c - numbers and names for people, and reading numbers out of the
+ * stats.
  *
  * Sizes use binary units (K = 1024) as df -h does; rates use decimal ones
- * (GB/s = 10^9 bytes a second) as device data sheets do.
+ * (GB/s = 10^9 bytes a second) as device data sheets do. Names are
+ * whatever bytes their users chose, and are printed escaped (escape.h):
+ * a newline in a file name must not forge a row, nor an escape sequence
+ * act on the terminal.
  */
 #include "tfsctl.h"
+#include "escape.h"
 
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 void fmt_bytes(uint64_t v, char *buf, size_t len)
 {
@@ -58,4 +65,18 @@ double jreal(json_t *obj, const char *key)
 	json_t *v = json_object_get(obj, key);
 
 	return json_is_number(v) ? json_number_value(v) : 0.0;
+}
+
+void print_name(const char *before, const char *name)
+{
+	size_t n = name ? strlen(name) : 0;
+	char *buf = malloc(ESC_SIZE(n));
+
+	if (!buf) {
+		printf("%s?", before);
+		return;
+	}
+	esc_bytes(name ? name : "", n, buf, ESC_SIZE(n));
+	printf("%s%s", before, buf);
+	free(buf);
 }

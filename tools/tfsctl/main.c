@@ -10,6 +10,7 @@
  * fsck); stats and top are in stats.c, where in where.c.
  */
 #include "tfsctl.h"
+#include "escape.h"
 #include "fsck.h"
 
 #include <errno.h>
@@ -21,15 +22,20 @@
 
 const char *prog = "tfsctl";
 
+/* Messages name paths, which may hold any byte: escaped whole (escape.h). */
 void errmsg(const char *fmt, ...)
 {
+	char msg[2 * PATH_MAX], out[ESC_SIZE(sizeof(msg))];
 	va_list ap;
+	int n;
 
-	fprintf(stderr, "%s: ", prog);
 	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
+	n = vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
-	fputc('\n', stderr);
+	if (n > (int)sizeof(msg) - 1)
+		n = (int)sizeof(msg) - 1;
+	esc_bytes(msg, n < 0 ? 0 : (size_t)n, out, sizeof(out));
+	fprintf(stderr, "%s: %s\n", prog, out);
 }
 
 static int cmd_ctl(int argc, char **argv, const struct tfs_args *a);
@@ -342,7 +348,10 @@ static void print_flat(const char *prefix, json_t *v)
 		json_object_foreach(v, key, child) {
 			char name[512];
 
-			snprintf(name, sizeof(name), "%s%s%s", prefix, prefix[0] ? "." : "", key);
+			char ekey[ESC_SIZE(256)];
+
+			snprintf(name, sizeof(name), "%s%s%s", prefix, prefix[0] ? "." : "",
+				 esc_name(key, ekey, sizeof(ekey)));
 			if (secret_key(key))
 				printf("%s = (hidden)\n", name);
 			else
@@ -355,11 +364,11 @@ static void print_flat(const char *prefix, json_t *v)
 		json_array_foreach(v, i, child) {
 			char *s = json_is_string(child) ? NULL : json_dumps(child, JSON_ENCODE_ANY);
 
-			printf("%s%s", i ? "," : "", s ? s : json_string_value(child));
+			print_name(i ? "," : "", s ? s : json_string_value(child));
 			free(s);
 		}
 	} else if (json_is_string(v)) {
-		printf("%s", json_string_value(v));
+		print_name("", json_string_value(v));
 	} else {
 		char *s = json_dumps(v, JSON_ENCODE_ANY);
 
@@ -397,7 +406,7 @@ static int cmd_config(int argc, char **argv, const struct tfs_args *a)
 		return EXIT_RUNTIME;
 	redact(j);
 	if (a->json) {
-		json_dumpf(j, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+		json_dumpf(j, stdout, JSON_OUT);
 		putchar('\n');
 	} else {
 		print_flat("", j);
@@ -441,7 +450,7 @@ static int cmd_pins(int argc, char **argv, const struct tfs_args *a)
 	if (tfs_find_mount(a->mopt, NULL, &m) < 0 || !(j = tfs_read_json(&m, "pins")))
 		return EXIT_RUNTIME;
 	if (a->json) {
-		json_dumpf(j, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+		json_dumpf(j, stdout, JSON_OUT);
 		putchar('\n');
 		json_decref(j);
 		return 0;
@@ -453,7 +462,7 @@ static int cmd_pins(int argc, char **argv, const struct tfs_args *a)
 		printf("%-44s %9s %9s %9s\n", "PATH", "SIZE", "STORED", "RESIDENT");
 	json_array_foreach(list, i, p) {
 		const char *path = json_string_value(json_object_get(p, "path"));
-		char size[16], stored[16], res[16], alt[32];
+		char size[16], stored[16], res[16], alt[32], epath[ESC_SIZE(PATH_MAX)];
 
 		fmt_bytes(jint(p, "size"), size, sizeof(size));
 		fmt_bytes(jint(p, "stored"), stored, sizeof(stored));
@@ -464,8 +473,8 @@ static int cmd_pins(int argc, char **argv, const struct tfs_args *a)
 		}
 		bool active = json_is_true(json_object_get(p, "active"));
 
-		printf("%-44s %9s %9s %9s%s\n", path, size, stored, res,
-		       active ? "" : "  (did not fit at this mount)");
+		printf("%-44s %9s %9s %9s%s\n", esc_name(path, epath, sizeof(epath)), size, stored,
+		       res, active ? "" : "  (did not fit at this mount)");
 	}
 	json_decref(j);
 	return 0;

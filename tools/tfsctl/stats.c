@@ -9,6 +9,7 @@
  * a q without Enter, and restores it on every way out.
  */
 #include "tfsctl.h"
+#include "escape.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -208,19 +209,22 @@ int cmd_stats(int argc, char **argv, const struct tfs_args *a)
 
 	(void)argv;
 	if (argc > 0) {
-		errmsg("stats takes no argument\nusage: tfsctl stats [--json]");
+		errmsg("stats takes no argument");
+		fprintf(stderr, "usage: tfsctl stats [--json]\n");
 		return EXIT_USAGE;
 	}
 	if (tfs_find_mount(a->mopt, NULL, &m) < 0 || !(st = tfs_read_json(&m, "stats")))
 		return EXIT_RUNTIME;
 	if (a->json) {
-		json_dumpf(st, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+		json_dumpf(st, stdout, JSON_OUT);
 		putchar('\n');
 		json_decref(st);
 		return 0;
 	}
 	fmt_bytes(jint(st, "block_size"), bs, sizeof(bs));
-	printf("tensorfs %s at %s, block size %s\n\n", jstr(st, "version", "?"), m.root, bs);
+	print_name("tensorfs ", jstr(st, "version", "?"));
+	print_name(" at ", m.root);
+	printf(", block size %s\n\n", bs);
 	print_tiers(st);
 	print_queues(st);
 	print_summary(st);
@@ -326,11 +330,12 @@ static void top_frame(FILE *f, const struct tfs_mount *m, json_t *st, json_t *pr
 	json_t *pp = prev ? json_object_get(prev, "prefetch") : NULL;
 	json_t *fu = json_object_get(st, "fuse"), *pf = prev ? json_object_get(prev, "fuse") : NULL;
 	const char *name;
-	char a[24], b[24], e[24], g[24], q[24], clock[16], hl[256];
+	char a[24], b[24], e[24], g[24], q[24], clock[16], hl[256], root[ESC_SIZE(PATH_MAX)];
 	time_t now = time(NULL);
 
 	strftime(clock, sizeof(clock), "%H:%M:%S", localtime(&now));
-	line(f, "tensorfs at %-45.45s %8s   q quits", m->root, clock);
+	line(f, "tensorfs at %-45.45s %8s   q quits", esc_name(m->root, root, sizeof(root)),
+	     clock);
 	line(f, "%s", "");
 	line(f, "%-7s %-5s %17s %10s %10s %13s %6s", "TIER", "STATE", "USED / CAPACITY", "READ/s",
 	     "WRITE/s", "QUEUE q/d/p/w", "ERRORS");
@@ -448,7 +453,8 @@ int cmd_top(int argc, char **argv, const struct tfs_args *a)
 
 	(void)argv;
 	if (argc > 0) {
-		errmsg("top takes no argument\nusage: tfsctl top [-n N | --once]");
+		errmsg("top takes no argument");
+		fprintf(stderr, "usage: tfsctl top [-n N | --once]\n");
 		return EXIT_USAGE;
 	}
 	if (tfs_find_mount(a->mopt, NULL, &m) < 0)

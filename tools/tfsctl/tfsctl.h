@@ -54,11 +54,19 @@ int tfs_ctl_write(const struct tfs_mount *m, const char *cmd, bool *opened);
  */
 int tfs_ctl_target(const struct tfs_mount *m, const char *path, char *out, size_t len);
 
+/*
+ * --json output: ASCII only, so that a name's control or bidirectional
+ * characters reach the terminal as \u escapes, never raw.
+ */
+#define JSON_OUT (JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_ENSURE_ASCII)
+
 /* format.c: numbers for people */
 void fmt_bytes(uint64_t v, char *buf, size_t len); /* 1.5G, 512.0M, 12K, 7 */
 void fmt_rate(double bps, char *buf, size_t len);  /* 1.23G/s, 45.6M/s */
 void fmt_pct(double frac, char *buf, size_t len);  /* 93.1% */
 uint64_t jint(json_t *obj, const char *key);	   /* 0 when absent */
+/* format.c: names (paths, file names) printed escaped (escape.h), after before */
+void print_name(const char *before, const char *name);
 double jreal(json_t *obj, const char *key);
 
 /* What the command line says besides a command's operands. */

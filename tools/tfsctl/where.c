@@ -90,7 +90,8 @@ int cmd_where(int argc, char **argv, const struct tfs_args *a)
 	int status = 0;
 
 	if (argc != 1) {
-		errmsg("where takes one PATH\nusage: tfsctl where [--json] PATH");
+		errmsg("where takes one PATH");
+		fprintf(stderr, "usage: tfsctl where [--json] PATH\n");
 		return EXIT_USAGE;
 	}
 	if (tfs_find_mount(a->mopt, argv[0], &m) < 0 ||
@@ -116,7 +117,7 @@ int cmd_where(int argc, char **argv, const struct tfs_args *a)
 				      "size", (json_int_t)sum.size, ALLOCATED,
 				      (json_int_t)sum.allocated, "tiers", sum.tiers);
 
-		json_dumpf(j, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+		json_dumpf(j, stdout, JSON_OUT);
 		putchar('\n');
 		json_decref(j);
 		goto out;
@@ -127,7 +128,8 @@ int cmd_where(int argc, char **argv, const struct tfs_args *a)
 	char h[16];
 
 	fmt_bytes(sum.size, h, sizeof(h));
-	printf("%s: %llu file%s, %s (%llu bytes)\n", argv[0], (unsigned long long)sum.files,
+	print_name("", argv[0]);
+	printf(": %llu file%s, %s (%llu bytes)\n", (unsigned long long)sum.files,
 	       sum.files == 1 ? "" : "s", h, (unsigned long long)sum.size);
 	json_object_foreach(sum.tiers, tier, v) {
 		uint64_t b = (uint64_t)json_integer_value(v);
