@@ -551,18 +551,82 @@ static void report(int fd, char status)
 	}
 }
 
-/* Detach from the terminal once the mount is live. */
-static void detach(struct fs_config *c)
+/* What a file that is not a regular one is, for messages. */
+static const char *file_kind(mode_t mode)
+{
+	return S_ISLNK(mode)			? "a symbolic link"
+	       : S_ISFIFO(mode)			? "a FIFO"
+	       : S_ISSOCK(mode)			? "a socket"
+	       : S_ISDIR(mode)			? "a folder"
+	       : S_ISCHR(mode) || S_ISBLK(mode) ? "a device"
+						: "not a regular file";
+}
+
+/*
+ * Open logfile= (resolved in fs_config_resolve, so no other user's link
+ * leads to it) before the mount is reported, so that a failed open
+ * refuses the start. A root daemon appends to it, and it may lie in a
+ * folder others can write, such as /tmp: a link in its place is not
+ * followed (O_NOFOLLOW), a FIFO does not block the start (O_NONBLOCK,
+ * cleared once checked), and what was opened must be a regular file of
+ * the daemon's user, with one link, that nobody else can write (else
+ * another user's file, or a link to one of root's, would receive root's
+ * log, and others could forge its lines). A descriptor, or -errno.
+ */
+static int open_logfile(const char *path, char *err, size_t errlen)
+{
+	int fd =
+	    open(path, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0600);
+	struct stat st;
+	int ret = -EPERM;
+
+	if (fd < 0) {
+		ret = -errno;
+		if (lstat(path, &st) == 0 && !S_ISREG(st.st_mode))
+			snprintf(err, errlen, "logfile %s is %s: remove it, or log elsewhere", path,
+				 file_kind(st.st_mode));
+		else
+			snprintf(err, errlen, "logfile %s: %s", path, strerror(-ret));
+		return ret;
+	}
+	if (fstat(fd, &st) < 0) {
+		ret = -errno;
+		snprintf(err, errlen, "logfile %s: %s", path, strerror(-ret));
+	} else if (!S_ISREG(st.st_mode)) {
+		snprintf(err, errlen, "logfile %s is %s: remove it, or log elsewhere", path,
+			 file_kind(st.st_mode));
+	} else if (st.st_uid != geteuid()) {
+		snprintf(err, errlen,
+			 "logfile %s is owned by uid %u, not by uid %u (the user tensorfs runs "
+			 "as): remove it if it is not yours, or log elsewhere",
+			 path, (unsigned)st.st_uid, (unsigned)geteuid());
+	} else if (st.st_nlink != 1) {
+		snprintf(err, errlen,
+			 "logfile %s has %lu links: it may be another file under a second name",
+			 path, (unsigned long)st.st_nlink);
+	} else if (st.st_mode & (S_IWGRP | S_IWOTH)) {
+		snprintf(err, errlen,
+			 "logfile %s is writable by group or others (mode %04o): chmod go-w it",
+			 path, (unsigned)(st.st_mode & 07777));
+	} else if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) < 0) {
+		ret = -errno;
+		snprintf(err, errlen, "logfile %s: %s", path, strerror(-ret));
+	} else {
+		return fd;
+	}
+	close(fd);
+	return ret;
+}
+
+/* Detach from the terminal once the mount is live; logfd (or -1) becomes stderr. */
+static void detach(int logfd)
 {
 	int null = open("/dev/null", O_RDWR);
-	int logfd = -1;
 
 	if (setsid() < 0)
 		log_warn("setsid: %s", strerror(errno));
 	if (chdir("/") < 0)
 		log_warn("chdir /: %s", strerror(errno));
-	if (c->logfile)
-		logfd = open(c->logfile, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
 	if (null >= 0) {
 		dup2(null, STDIN_FILENO);
 		dup2(null, STDOUT_FILENO);
@@ -570,8 +634,6 @@ static void detach(struct fs_config *c)
 		if (null > STDERR_FILENO)
 			close(null);
 	}
-	if (logfd > STDERR_FILENO)
-		close(logfd);
 }
 
 /*
@@ -594,8 +656,8 @@ static void hide_secrets(const struct fs_config *c)
 		log_warn("cannot turn off core dumps: %s", strerror(errno));
 }
 
-static int run(struct fs *fs, struct fuse_session *se, struct fuse_cmdline_opts *fo,
-	       int report_fd)
+static int run(struct fs *fs, struct fuse_session *se, struct fuse_cmdline_opts *fo, int report_fd,
+	       int logfd)
 {
 	struct fs_config *c = fs->cfg;
 	char err[1024] = "";
@@ -632,7 +694,7 @@ static int run(struct fs *fs, struct fuse_session *se, struct fuse_cmdline_opts 
 		 c->mountpoint, c->dram >> 20, fs->bs >> 10, c->n_nvme, c->meta);
 	report(report_fd, 0);
 	if (!fo->foreground)
-		detach(c);
+		detach(logfd);
 
 	ret = fs_loop(fs, se, fo->singlethread ? 1 : c->threads);
 	fuse_session_unmount(se);
@@ -680,7 +742,7 @@ int main(int argc, char *argv[])
 	struct fs fs = {0};
 	char err[1024] = "";
 	char fsname[PATH_MAX + 16];
-	int report_fd = -1, ret = 1;
+	int report_fd = -1, logfd = -1, ret = 1;
 
 	signal(SIGPIPE, SIG_IGN);
 	{
@@ -722,6 +784,10 @@ int main(int argc, char *argv[])
 		goto fail;
 	if (fs_config_resolve(&cfg, err, sizeof(err)) < 0 || precheck(&cfg, err, sizeof(err)) < 0)
 		goto fail;
+	/* logfile= is the log once detached; in the foreground it is stderr. */
+	if (!fo.foreground && cfg.logfile &&
+	    (logfd = open_logfile(cfg.logfile, err, sizeof(err))) < 0)
+		goto fail;
 	log_set_level((enum log_level)cfg.log_level);
 	if (cfg.use_syslog)
 		log_use_syslog();
@@ -750,12 +816,14 @@ int main(int argc, char *argv[])
 		snprintf(err, sizeof(err), "cannot fork: %s", strerror(errno));
 		goto fail;
 	}
-	ret = run(&fs, se, &fo, report_fd);
+	ret = run(&fs, se, &fo, report_fd, logfd);
 	goto out;
 fail:
 	fprintf(stderr, "tensorfs: %s\n", err);
 	ret = 1;
 out:
+	if (logfd >= 0)
+		close(logfd);
 	if (se)
 		fuse_session_destroy(se);
 	fs_itab_fini(&fs);

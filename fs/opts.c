@@ -188,6 +188,142 @@ static int on_ini_value(void *user, const char *section, const char *name, const
 	return 0;
 }
 
+#define MAX_LINKS 40 /* links one lookup follows, as the kernel's limit */
+
+/*
+ * Resolve path as the kernel would, into out (PATH_MAX bytes): absolute,
+ * without ".", ".." or links. Components from the first that does not
+ * exist on are kept as written (the daemon makes them), and *missing says
+ * so. A link is followed only when it belongs to the user tensorfs runs
+ * as or to root: one of another user's, in a folder of theirs or planted
+ * in /tmp, would let that user choose where a root daemon writes. what
+ * and shown name the option and its value in messages. 0, or -errno with
+ * err set.
+ */
+static int resolve_path(const char *what, const char *shown, const char *path, char *out,
+			bool *missing, char *err, size_t errlen)
+{
+	char todo[2 * PATH_MAX], link[PATH_MAX], tmp[2 * PATH_MAX];
+	const char *p = todo;
+	unsigned links = 0;
+	size_t len = 0;
+	struct stat st;
+
+	*missing = false;
+	if ((size_t)snprintf(todo, sizeof(todo), "%s", path) >= PATH_MAX)
+		goto too_long;
+	if (path[0] != '/') {
+		if (!getcwd(out, PATH_MAX)) {
+			snprintf(err, errlen, "%s %s: the working directory: %s", what, shown,
+				 strerror(errno));
+			return -errno;
+		}
+		len = strcmp(out, "/") == 0 ? 0 : strlen(out);
+	}
+	out[len] = 0;
+	while (*p) {
+		const char *comp;
+		size_t clen;
+
+		while (*p == '/')
+			p++;
+		comp = p;
+		clen = strcspn(p, "/");
+		p += clen;
+		if (clen == 0 || (clen == 1 && comp[0] == '.'))
+			continue;
+		if (clen == 2 && comp[0] == '.' && comp[1] == '.') {
+			if (*missing) {
+				snprintf(err, errlen, "%s %s: %s does not exist", what, shown, out);
+				return -ENOENT;
+			}
+			len = (size_t)(strrchr(out, '/') ? strrchr(out, '/') - out : 0);
+			out[len] = 0;
+			continue;
+		}
+		if (len + 1 + clen >= PATH_MAX)
+			goto too_long;
+		out[len] = '/';
+		memcpy(out + len + 1, comp, clen);
+		out[len + 1 + clen] = 0;
+		if (!*missing && lstat(out, &st) < 0) {
+			if (errno != ENOENT) {
+				snprintf(err, errlen, "%s %s: %s: %s", what, shown, out,
+					 strerror(errno));
+				return -errno;
+			}
+			*missing = true;
+		}
+		if (*missing || !S_ISLNK(st.st_mode)) {
+			len += 1 + clen;
+			continue;
+		}
+		if (st.st_uid != geteuid() && st.st_uid != 0) {
+			snprintf(err, errlen,
+				 "%s %s: %s is a symbolic link of uid %u: a link of another user "
+				 "must not choose where tensorfs writes; give the real path",
+				 what, shown, out, (unsigned)st.st_uid);
+			return -EPERM;
+		}
+		ssize_t n = readlink(out, link, sizeof(link) - 1);
+
+		if (n < 0 || ++links > MAX_LINKS) {
+			int e = n < 0 ? errno : ELOOP;
+
+			snprintf(err, errlen, "%s %s: %s: %s", what, shown, out, strerror(e));
+			return -e;
+		}
+		link[n] = 0;
+		if ((size_t)snprintf(tmp, sizeof(tmp), "%s/%s", link, p) >= sizeof(tmp))
+			goto too_long;
+		memcpy(todo, tmp, strlen(tmp) + 1);
+		p = todo;
+		len = link[0] == '/' ? 0 : len;
+		out[len] = 0;
+	}
+	if (len == 0)
+		strcpy(out, "/");
+	return 0;
+too_long:
+	snprintf(err, errlen, "%s %s: the path is too long", what, shown);
+	return -ENAMETOOLONG;
+}
+
+/*
+ * Resolve the folder of file path (resolve_path) and keep its last name as
+ * given, into out (PATH_MAX bytes): the file itself is opened with
+ * O_NOFOLLOW, so a link in its place is refused, not followed.
+ */
+static int resolve_file(const char *what, const char *path, char *out, char *err, size_t errlen)
+{
+	const char *slash = strrchr(path, '/'), *name = slash ? slash + 1 : path;
+	char dir[PATH_MAX];
+	bool missing;
+	int ret;
+
+	if (!*name || strcmp(name, ".") == 0 || strcmp(name, "..") == 0) {
+		snprintf(err, errlen, "%s %s names a folder, not a file", what, path);
+		return -EISDIR;
+	}
+	if (!slash)
+		snprintf(dir, sizeof(dir), ".");
+	else if (slash == path)
+		snprintf(dir, sizeof(dir), "/");
+	else
+		snprintf(dir, sizeof(dir), "%.*s", (int)(slash - path), path);
+	ret = resolve_path(what, path, dir, out, &missing, err, errlen);
+	if (ret)
+		return ret;
+	if (strlen(out) + 1 + strlen(name) >= PATH_MAX) {
+		snprintf(err, errlen, "%s %s: the path is too long", what, path);
+		return -ENAMETOOLONG;
+	}
+	if (strcmp(out, "/") != 0)
+		strcat(out, "/");
+	strcat(out, name);
+	return 0;
+}
+
 /*
  * Open the config file for reading, or refuse it: it chooses the folders a
  * root daemon writes into and may hold credentials, so it must be a regular
@@ -197,9 +333,13 @@ static int on_ini_value(void *user, const char *section, const char *name, const
  */
 static int open_config(const char *path, struct stat *st, char *err, size_t errlen)
 {
-	int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-	int ret = -EPERM;
+	char real[PATH_MAX];
+	int fd, ret = resolve_file("config file", path, real, err, errlen);
 
+	if (ret)
+		return ret;
+	ret = -EPERM;
+	fd = open(real, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
 	if (fd < 0) {
 		ret = -errno;
 		if (ret == -ELOOP && lstat(path, st) == 0 && S_ISLNK(st->st_mode))
@@ -353,10 +493,14 @@ static int split_nvme(struct fs_config *c, char *err, size_t errlen)
 			free(list);
 			return -EINVAL;
 		}
-		if (!realpath(tok, real)) {
-			snprintf(err, errlen, "nvme folder %s: %s", tok, strerror(errno));
+		bool missing;
+		int ret = resolve_path("nvme folder", tok, tok, real, &missing, err, errlen);
+
+		if (ret || missing) {
+			if (!ret)
+				snprintf(err, errlen, "nvme folder %s: %s", tok, strerror(ENOENT));
 			free(list);
-			return -ENOENT;
+			return ret ? ret : -ENOENT;
 		}
 		for (unsigned i = 0; i < c->n_nvme; i++)
 			if (strcmp(c->nvme[i], real) == 0) {
@@ -469,6 +613,29 @@ static int check_endpoint(const char *url, char *err, size_t errlen)
 	return ret;
 }
 
+/*
+ * Whether b (blen bytes) can be a bucket name: letters, digits, '.', '-'
+ * and '_' (S3's rules, with the capitals and '_' of old us-east-1 buckets),
+ * 1 to 63 of them. Nothing else: "KEY:SECRET@bucket" is refused here.
+ */
+static bool bucket_name_ok(const char *b, size_t blen)
+{
+	if (blen == 0 || blen > 63)
+		return false;
+	for (size_t i = 0; i < blen; i++)
+		if (!(b[i] >= 'a' && b[i] <= 'z') && !(b[i] >= 'A' && b[i] <= 'Z') &&
+		    !(b[i] >= '0' && b[i] <= '9') && !strchr(".-_", b[i]))
+			return false;
+	return true;
+}
+
+/*
+ * remote=s3://BUCKET[/PREFIX]. The bucket and prefix are shown in the log,
+ * in stats and in the config, so a value that is refused is never printed:
+ * s3://KEY:SECRET@bucket, a user and password where a URL has them, is
+ * what people write, and the secret may hold '/' (where the prefix would
+ * start) as AWS's do; so an '@' anywhere in it is refused.
+ */
 static int resolve_s3(struct fs_config *c, const char *url, unsigned timeout_ms, char *err,
 		      size_t errlen)
 {
@@ -476,10 +643,24 @@ static int resolve_s3(struct fs_config *c, const char *url, unsigned timeout_ms,
 	const char *b = url + 5, *slash = strchr(b, '/');
 	size_t blen = slash ? (size_t)(slash - b) : strlen(b);
 
-	if (c->has_s3)
-		return bad(err, errlen, "remote", url, "only one s3 tier per mount");
-	if (blen == 0 || blen > 63)
-		return bad(err, errlen, "remote", url, "no bucket name");
+	if (c->has_s3) {
+		snprintf(err, errlen, "bad remote=s3://...: only one s3 tier per mount");
+		return -EINVAL;
+	}
+	if (strchr(url, '@')) {
+		snprintf(err, errlen,
+			 "bad remote=s3://...: a user or password in it ('@') is refused, and "
+			 "not shown; give credentials in AWS_* variables or the [s3] section of "
+			 "the config file");
+		return -EINVAL;
+	}
+	if (!bucket_name_ok(b, blen)) {
+		snprintf(err, errlen,
+			 "bad remote=s3://...: not a bucket name (1 to 63 letters, digits, '.', "
+			 "'-' or '_') before the first '/'; the value is not shown, as it may "
+			 "hold a secret");
+		return -EINVAL;
+	}
 	c->s3_bucket = strndup(b, blen);
 	c->s3_prefix = strdup(slash ? slash + 1 : "");
 	c->s3_key = env_or(c->s3_key, "AWS_ACCESS_KEY_ID");
@@ -487,9 +668,9 @@ static int resolve_s3(struct fs_config *c, const char *url, unsigned timeout_ms,
 	c->s3_token = env_or(c->s3_token, "AWS_SESSION_TOKEN");
 	if (!c->s3_key || !c->s3_secret) {
 		snprintf(err, errlen,
-			 "remote=%s needs credentials: AWS_ACCESS_KEY_ID and "
+			 "remote=s3://%s needs credentials: AWS_ACCESS_KEY_ID and "
 			 "AWS_SECRET_ACCESS_KEY, or an [s3] section in the config file",
-			 url);
+			 c->s3_bucket);
 		return -EINVAL;
 	}
 	if (c->s3_addressing_s && strcmp(c->s3_addressing_s, "path") &&
@@ -520,8 +701,13 @@ static int resolve_pfs(struct fs_config *c, const char *dir, char *err, size_t e
 
 	if (c->n_pfs == FS_MAX_REMOTES)
 		return bad(err, errlen, "remote", dir, "too many remote folders");
-	if (!realpath(dir, real)) {
-		snprintf(err, errlen, "remote folder %s: %s", dir, strerror(errno));
+	bool missing;
+	int ret = resolve_path("remote folder", dir, dir, real, &missing, err, errlen);
+
+	if (ret)
+		return ret;
+	if (missing) {
+		snprintf(err, errlen, "remote folder %s: %s", dir, strerror(ENOENT));
 		return -ENOENT;
 	}
 	for (unsigned i = 0; i < c->n_nvme; i++)
@@ -607,6 +793,12 @@ static int resolve_devices(struct fs_config *c, char *err, size_t errlen)
 				c->devs[c->n_devs++] = (struct tb_dev_spec){
 					TB_KIND_PFS, c->remote_path[c->n_pfs - 1],
 					pfs_bw ? pfs_bw : remote_bw, pfs_cap ? pfs_cap : remote_cap};
+		} else if (strchr(r, '@') || strstr(r, "://")) {
+			/* S3://KEY:SECRET@bucket, say: not shown. */
+			snprintf(err, errlen,
+				 "bad remote=: must be s3://bucket[/prefix] (lowercase s3) or a "
+				 "folder; not shown, as it may hold a secret");
+			ret = -EINVAL;
 		} else {
 			ret = bad(err, errlen, "remote", r,
 				  "must be s3://bucket[/prefix] or an absolute folder");
@@ -616,19 +808,27 @@ static int resolve_devices(struct fs_config *c, char *err, size_t errlen)
 	return ret;
 }
 
-/* Make *path absolute against the working directory, in place. */
-static int make_absolute(char **path)
+/*
+ * Resolve *path in place: as a folder (resolve_path), or as a file in a
+ * folder (resolve_file).
+ */
+static int resolve_in_place(const char *what, char **path, bool file, char *err, size_t errlen)
 {
-	char cwd[PATH_MAX], *abs;
+	char real[PATH_MAX], *dup;
+	bool missing;
+	int ret;
 
-	if (!*path || (*path)[0] == '/')
+	if (!*path)
 		return 0;
-	if (!getcwd(cwd, sizeof(cwd)))
-		return -errno;
-	if (asprintf(&abs, "%s/%s", cwd, *path) < 0)
+	ret = file ? resolve_file(what, *path, real, err, errlen)
+		   : resolve_path(what, *path, *path, real, &missing, err, errlen);
+	if (ret)
+		return ret;
+	dup = strdup(real);
+	if (!dup)
 		return -ENOMEM;
 	free(*path);
-	*path = abs;
+	*path = dup;
 	return 0;
 }
 
@@ -792,15 +992,14 @@ int fs_config_resolve(struct fs_config *c, char *err, size_t errlen)
 		return -ENOMEM;
 	/*
 	 * In the background the daemon moves to /, where a relative logfile=
-	 * or meta= would name another file than the one meant.
+	 * or meta= would name another file than the one meant; and another
+	 * user's link on the way must not choose where a root daemon writes.
 	 */
 	if (c->logfile && !c->logfile[0])
 		return bad(err, errlen, "logfile", c->logfile, "empty");
-	ret = make_absolute(&c->logfile);
+	ret = resolve_in_place("logfile", &c->logfile, true, err, errlen);
 	if (!ret)
-		ret = make_absolute(&c->meta);
-	if (ret)
-		snprintf(err, errlen, "cannot resolve a relative path: %s", strerror(-ret));
+		ret = resolve_in_place("meta folder", &c->meta, false, err, errlen);
 	return ret;
 }
 
