@@ -387,6 +387,8 @@ static json_t *config_json(struct fs *fs)
 	json_object_set_new(root, "nvme", nvme);
 	json_object_set_new(root, "block", json_integer((json_int_t)fs->bs));
 	json_object_set_new(root, "meta", json_string(c->meta));
+	json_object_set_new(root, "pid", json_integer(getpid()));
+	json_object_set_new(root, "lock_wait", json_integer(c->lock_wait_secs));
 	json_object_set_new(root, "threads", json_integer(c->threads));
 	json_object_set_new(root, "nvme_engine", json_string(engines[c->engine]));
 	json_object_set_new(root, "dirty", json_integer((json_int_t)c->dirty));

@@ -1269,10 +1269,13 @@ int fs_fsck(const char *dir, bool repair, FILE *out, const char *prog)
 		report(stderr, prog, ": %s: no tensorfs metadata store there", dir);
 		return FSCK_ERROR;
 	}
-	ret = meta_open(&f.m, dir, &f.bs, false, getuid(), getgid(), store_id, err, sizeof(err));
+	/* A daemon still writing back after its unmount is waited for, as a mount does. */
+	ret = meta_wait_holder(dir, META_LOCK_WAIT_S, prog, err, sizeof(err));
+	if (!ret)
+		ret = meta_open(&f.m, dir, &f.bs, false, getuid(), getgid(), store_id, err,
+				sizeof(err));
 	if (ret) {
-		report(stderr, prog, ": %s%s", err[0] ? err : strerror(-ret),
-		       ret == -EBUSY ? "; unmount it first" : "");
+		report(stderr, prog, ": %s", err[0] ? err : strerror(-ret));
 		return FSCK_ERROR;
 	}
 	ret = meta_begin(f.m, repair, &txn);

@@ -11,6 +11,7 @@
  */
 #include "fs.h"
 #include "log.h"
+#include "mounts.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -49,6 +50,7 @@ static const struct fuse_opt tfs_opts[] = {
 	OPT("sync_interval_ms=%s", sync_interval_s),
 	OPT("dirty_expire_ms=%s", dirty_expire_s),
 	OPT("logfile=%s", logfile),
+	OPT("lock_wait=%s", lock_wait_s),
 	OPT("log_level=%s", log_level_s),
 	FUSE_OPT_KEY("remote=", KEY_REMOTE),
 	OPT("endpoint=%s", endpoint_s),
@@ -118,6 +120,9 @@ static void usage(const char *prog)
 	       "write-back (100)\n"
 	       "    -o sync_interval_ms=N  how often write-backs are made durable (1000)\n"
 	       "    -o logfile=FILE        log here when running in the background\n"
+	       "    -o lock_wait=SECONDS   wait this long for the daemon of the store's last\n"
+	       "                           mount to finish writing back after its unmount\n"
+	       "                           (600; 0: refuse at once)\n"
 	       "    -o log_level=L         error, warning, info (default) or debug\n"
 	       "    -o syslog              log to syslog (facility daemon), not stderr\n"
 	       "    -o remote=URL          remote tier: s3://BUCKET[/PREFIX] or /pfs/folder;\n"
@@ -203,11 +208,15 @@ static int check_mountpoint(struct fs_config *c, char *err, size_t errlen)
 	struct stat st;
 	DIR *d;
 	struct dirent *de;
+	int ret;
 
 	if (!c->mountpoint) {
 		snprintf(err, errlen, "no mount point given (see --help)");
 		return -EINVAL;
 	}
+	ret = fs_mount_check_point(c->mountpoint, err, errlen);
+	if (ret < 0)
+		return ret;
 	if (stat(c->mountpoint, &st) < 0) {
 		snprintf(err, errlen, "mount point %s: %s", c->mountpoint, strerror(errno));
 		return -errno;
@@ -379,6 +388,23 @@ static unsigned max_pinned(const struct fs_config *c, size_t bs)
 	       (unsigned)((1U << 20) / bs > 1 ? (1U << 20) / bs : 1);
 }
 
+/* No store folder on a tensorfs mount (mounts.c says why). */
+static int check_off_tensorfs(const struct fs_config *c, char *err, size_t errlen)
+{
+	for (unsigned i = 0; i < c->n_devs; i++) {
+		int ret;
+
+		if (c->devs[i].kind == TB_KIND_S3)
+			continue;
+		ret = fs_mount_check_folder(c->devs[i].kind == TB_KIND_NVME ? "nvme folder"
+									    : "remote folder",
+					    c->devs[i].path, err, errlen);
+		if (ret)
+			return ret;
+	}
+	return fs_mount_check_folder("meta folder", c->meta, err, errlen);
+}
+
 /*
  * What can be checked before the store is touched, so that a refused start
  * creates nothing. (The store's block size, if it exists, is checked again.)
@@ -406,6 +432,9 @@ static int precheck(const struct fs_config *c, char *err, size_t errlen)
 		if (ret)
 			return ret;
 	}
+	ret = check_off_tensorfs(c, err, errlen);
+	if (ret)
+		return ret;
 	return meta_check_folder(c->meta, err, errlen);
 }
 
@@ -440,6 +469,9 @@ static int open_stores(struct fs *fs, unsigned nthreads, char *err, size_t errle
 	size_t bs = c->block;
 	int ret;
 
+	ret = meta_wait_holder(c->meta, c->lock_wait_secs, "tensorfs", err, errlen);
+	if (ret)
+		return ret;
 	ret = meta_open(&fs->meta, c->meta, &bs, c->block_given, getuid(), getgid(), store_id, err,
 			errlen);
 	if (ret)
@@ -508,6 +540,33 @@ static int open_stores(struct fs *fs, unsigned nthreads, char *err, size_t errle
 	return meta_sync(fs->meta, NULL, NULL);
 }
 
+/* What the store's lock file says this daemon does (meta_lock_note). */
+static void note_state(struct fs *fs, const char *state)
+{
+	int ret = fs->meta ? meta_lock_note(fs->meta, state, fs->cfg->mountpoint) : 0;
+
+	if (ret)
+		log_warn("meta folder %s: cannot note \"%s\" in the lock file: %s", fs->cfg->meta,
+			 state, strerror(-ret));
+}
+
+/*
+ * The mount is gone; what is dirty goes to the devices before the exit.
+ * Say so in the lock file, for a start that waits for the store. A signal
+ * no longer ends anything that matters: it would only lose the data, so
+ * only SIGKILL does that now.
+ */
+static void begin_stop(struct fs *fs)
+{
+	note_state(fs, "stopping");
+	signal(SIGINT, SIG_IGN);
+	signal(SIGTERM, SIG_IGN);
+	signal(SIGHUP, SIG_IGN);
+	log_info("unmounted %s; writing back what is dirty before the exit (signals other than "
+		 "SIGKILL wait for it)",
+		 fs->cfg->mountpoint);
+}
+
 /*
  * failed: the start did not finish, so a store it created is removed again.
  * Returns -EIO when dirty blocks could not be written back.
@@ -530,6 +589,8 @@ static int close_stores(struct fs *fs, bool failed)
 			log_err("errors while writing back at unmount; see above: "
 				"what was not written back is lost");
 			ret = -EIO;
+			if (!failed)
+				note_state(fs, "failed");
 		}
 		fs->tb = NULL;
 	}
@@ -690,6 +751,7 @@ static int run(struct fs *fs, struct fuse_session *se, struct fuse_cmdline_opts 
 		fuse_remove_signal_handlers(se);
 		goto fail;
 	}
+	note_state(fs, "mounted");
 	log_info("mounted %s: dram %zu MiB, block %zu KiB, %u nvme folder(s), meta %s",
 		 c->mountpoint, c->dram >> 20, fs->bs >> 10, c->n_nvme, c->meta);
 	report(report_fd, 0);
@@ -699,9 +761,10 @@ static int run(struct fs *fs, struct fuse_session *se, struct fuse_cmdline_opts 
 	ret = fs_loop(fs, se, fo->singlethread ? 1 : c->threads);
 	fuse_session_unmount(se);
 	fuse_remove_signal_handlers(se);
+	begin_stop(fs);
 	if (close_stores(fs, false) < 0 && ret == 0)
 		ret = -EIO; /* exit 1: the unmount lost data */
-	log_info("unmounted %s", c->mountpoint);
+	log_info("stopped: %s", ret ? "with errors (see above)" : "all written back and synced");
 	return ret < 0 ? 1 : 0;
 fail:
 	fprintf(stderr, "tensorfs: %s\n", err[0] ? err : strerror(-ret));

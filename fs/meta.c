@@ -38,6 +38,7 @@
  */
 #include "meta.h"
 #include "log.h"
+#include "mounts.h"
 #include "storedir.h"
 #include "tb.h"
 
@@ -65,6 +66,7 @@
 #define DURABLE_NAME "durable"
 #define BOOT_ID_LEN 36
 #define BOOT_ID_PATH "/proc/sys/kernel/random/boot_id"
+#define LOCK_POLL_MS 100 /* how often a start waiting for the store looks again */
 
 /*
  * A record of the durable file: the header, then LMDB's meta page of the
@@ -109,6 +111,7 @@ struct fs_meta {
 	size_t psize;
 	bool locked; /* we hold the flock */
 	bool lock_written; /* and the pid in the file is ours */
+	bool keep_note;		  /* the stop failed: the lock file keeps saying so */
 	bool created; /* this open made the store */
 	bool made_dir, made_lock; /* this open made the folder, the lock file */
 	unsigned upgraded_from; /* the format this open upgraded the store from, or 0 */
@@ -180,9 +183,67 @@ int meta_check_folder(const char *dir, char *err, size_t errlen)
 	return storedir_check(META_WHAT, dir, meta_files, err, errlen);
 }
 
+/*
+ * ---- the holder of a store ----
+ *
+ * The lock file holds the holder's pid, the boot id it runs under, and a
+ * line that says what it is doing: "mounted MOUNTPOINT" while its mount is
+ * live; "stopping MOUNTPOINT" once the mount is gone and it writes back
+ * what is dirty (fusermount3 -u and umount return before that ends);
+ * "failed MOUNTPOINT" when that write-back failed, which stays after the
+ * daemon has exited, for tfsctl unmount to tell. No line: it is starting,
+ * or it is tfsctl fsck. A clean stop empties the file.
+ */
+void meta_read_holder(int fd, struct meta_holder *h)
+{
+	char buf[PATH_MAX + 128], *line;
+	ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
+
+	memset(h, 0, sizeof(*h));
+	buf[n > 0 ? n : 0] = 0;
+	h->pid = strtol(buf, NULL, 10);
+	line = strchr(buf, '\n');
+	line = line ? strchr(line + 1, '\n') : NULL; /* past the boot id */
+	if (!line || sscanf(line + 1, "%15s", h->state) != 1)
+		return;
+	line += 1 + strlen(h->state);
+	if (*line == ' ')
+		snprintf(h->point, sizeof(h->point), "%.*s", (int)strcspn(line + 1, "\n"),
+			 line + 1);
+}
+
+/* Its mount is live, where we can see: then the store is in use, not waited for. */
+static bool holder_serves(const struct meta_holder *h)
+{
+	return strcmp(h->state, "mounted") == 0 && fs_mount_is_tensorfs(h->point) == 1;
+}
+
+/* Why the store in dir cannot be taken now, for a message. */
+static void describe_holder(const struct meta_holder *h, const char *dir, char *buf, size_t len)
+{
+	char pid[32] = "pid unknown";
+
+	if (h->pid > 0)
+		snprintf(pid, sizeof(pid), "pid %ld", h->pid);
+	if (holder_serves(h))
+		snprintf(buf, len,
+			 "meta folder %s is in use by tensorfs %s, mounted on %s; unmount it first "
+			 "(tfsctl unmount %s)",
+			 dir, pid, h->point, h->point);
+	else if (h->state[0])
+		snprintf(buf, len,
+			 "meta folder %s is in use by tensorfs %s, which is still writing back "
+			 "after the unmount of %s; wait for it to exit (tfsctl unmount waits)",
+			 dir, pid, h->point);
+	else
+		snprintf(buf, len,
+			 "meta folder %s is in use by another tensorfs or tfsctl fsck (%s)", dir,
+			 pid);
+}
+
 static int take_lock(struct fs_meta *m, const char *dir, char *err, size_t errlen)
 {
-	char buf[32];
+	char buf[2 * PATH_MAX + 256];
 	int fd;
 
 	fd = storedir_open_file(m->dir_fd, META_WHAT, dir, LOCK_NAME, O_RDWR, true, &m->made_lock,
@@ -191,12 +252,11 @@ static int take_lock(struct fs_meta *m, const char *dir, char *err, size_t errle
 		return fd;
 	m->lock_fd = fd;
 	if (flock(m->lock_fd, LOCK_EX | LOCK_NB) < 0) {
-		ssize_t n = pread(m->lock_fd, buf, sizeof(buf) - 1, 0);
+		struct meta_holder h;
 
-		buf[n > 0 ? n : 0] = 0;
-		buf[strcspn(buf, "\n")] = 0;
-		snprintf(err, errlen, "meta folder %s is in use by another tensorfs (pid %s)", dir,
-			 buf[0] ? buf : "unknown");
+		meta_read_holder(m->lock_fd, &h);
+		describe_holder(&h, dir, buf, sizeof(buf));
+		snprintf(err, errlen, "%s", buf);
 		return -EBUSY;
 	}
 	m->locked = true;
@@ -211,7 +271,7 @@ static int take_lock(struct fs_meta *m, const char *dir, char *err, size_t errle
 	m->unclean = n > 0;
 	char *boot = strchr(prev, '\n');
 
-	if (boot && strlen(boot + 1) >= BOOT_ID_LEN)
+	if (boot && strcspn(boot + 1, "\n") == BOOT_ID_LEN)
 		snprintf(m->last_boot, sizeof(m->last_boot), "%.*s", BOOT_ID_LEN, boot + 1);
 	return 0;
 }
@@ -229,6 +289,76 @@ static int write_lock(struct fs_meta *m)
 		return -errno;
 	m->lock_written = true;
 	return 0;
+}
+
+int meta_lock_note(struct fs_meta *m, const char *state, const char *point)
+{
+	char *line;
+	int len, ret = 0;
+
+	if (!m->lock_written)
+		return 0;
+	if (strchr(point, '\n'))
+		point = ""; /* the note is one line; such a mount point goes unnamed */
+	len = asprintf(&line, "%ld\n%s\n%s %s\n", (long)getpid(), m->boot, state, point);
+	if (len < 0)
+		return -ENOMEM;
+	/* Over the old content, then cut: a reader never finds the file empty. */
+	errno = 0;
+	if (pwrite(m->lock_fd, line, (size_t)len, 0) != len || ftruncate(m->lock_fd, len) < 0)
+		ret = errno ? -errno : -EIO;
+	free(line);
+	m->keep_note = ret == 0 && strcmp(state, "failed") == 0;
+	return ret;
+}
+
+/*
+ * Wait, polling, until no daemon holds the store in dir, as long as the one
+ * that does is not serving a mount that we can see. Its lock goes with its
+ * descriptor, so a dead daemon's is free at once.
+ */
+int meta_wait_holder(const char *dir, unsigned wait_s, const char *prog, char *err, size_t errlen)
+{
+	char ignored[512];
+	struct meta_holder h;
+	bool said = false;
+	int dfd, fd, ret = 0;
+
+	dfd = storedir_open(META_WHAT, dir, false, NULL, ignored, sizeof(ignored));
+	if (dfd < 0)
+		return 0; /* no store yet, or one meta_open refuses, saying why */
+	fd = storedir_open_file(dfd, META_WHAT, dir, LOCK_NAME, O_RDONLY, false, NULL, ignored,
+				sizeof(ignored));
+	close(dfd);
+	if (fd < 0)
+		return 0;
+	for (uint64_t ms = 0; flock(fd, LOCK_EX | LOCK_NB) < 0; ms += LOCK_POLL_MS) {
+		if (errno != EWOULDBLOCK)
+			break; /* meta_open tries again, and says why it cannot */
+		meta_read_holder(fd, &h);
+		if (holder_serves(&h) || ms >= (uint64_t)wait_s * 1000) {
+			describe_holder(&h, dir, err, errlen);
+			if (!holder_serves(&h) && wait_s)
+				snprintf(err + strlen(err), errlen - strlen(err), " (waited %u s)",
+					 wait_s);
+			ret = -EBUSY;
+			break;
+		}
+		if (!said && h.pid > 0 && h.state[0])
+			fprintf(stderr,
+				"%s: waiting for tensorfs pid %ld to finish writing back after the "
+				"unmount of %s (up to %u s)\n",
+				prog, h.pid, h.point, wait_s);
+		else if (!said)
+			fprintf(
+			    stderr,
+			    "%s: waiting for pid %ld, which holds meta folder %s (up to %u s)\n",
+			    prog, h.pid, dir, wait_s);
+		said = true;
+		usleep(LOCK_POLL_MS * 1000);
+	}
+	close(fd); /* and the lock, if we took it: meta_open takes it again */
+	return ret;
 }
 
 /* This boot's id, or "" where the kernel does not say. */
@@ -812,7 +942,7 @@ void meta_close(struct fs_meta *m)
 	free(m->page);
 	pthread_mutex_destroy(&m->sync_lock);
 	if (m->lock_fd >= 0) {
-		if (m->lock_written && ftruncate(m->lock_fd, 0) < 0) {
+		if (m->lock_written && !m->keep_note && ftruncate(m->lock_fd, 0) < 0) {
 			/* the lock goes with the fd; a stale pid in the file is harmless */
 		}
 		close(m->lock_fd);

@@ -25,6 +25,7 @@
 #ifndef TENSORFS_META_H
 #define TENSORFS_META_H
 
+#include <limits.h>
 #include <lmdb.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -88,6 +89,34 @@ int meta_check_folder(const char *dir, char *err, size_t errlen);
 int meta_open(struct fs_meta **out, const char *dir, size_t *block_size, bool block_given,
 	      uid_t root_uid, gid_t root_gid, char store_id[40], char *err, size_t errlen);
 void meta_close(struct fs_meta *m);
+/*
+ * How long a start waits, by default, for the daemon that still holds its
+ * store after an unmount: that daemon writes back all that is dirty first.
+ */
+#define META_LOCK_WAIT_S 600
+/*
+ * Before meta_open: when another process holds the store in dir, wait for
+ * it (wait_s seconds at most, polling) unless it serves a mount that this
+ * process can see. Says once on stderr, as prog, whom it waits for. 0 when
+ * the store is free (or there is none: meta_open says what is wrong),
+ * -EBUSY with err naming the holder, its pid and its mount otherwise.
+ */
+int meta_wait_holder(const char *dir, unsigned wait_s, const char *prog, char *err, size_t errlen);
+/*
+ * Say in the lock file what this daemon does with the store: "mounted",
+ * "stopping" (the mount is gone, write-back runs) or "failed" (write-back
+ * failed: kept in the file after meta_close), and at which mount point.
+ * A start that finds the store locked reads it (meta_wait_holder), and so
+ * does tfsctl unmount once the daemon has exited.
+ */
+int meta_lock_note(struct fs_meta *m, const char *state, const char *point);
+/* What a lock file (an open descriptor of it) says of its holder. */
+struct meta_holder {
+	long pid;	      /* 0: it names none (a clean stop, or never used) */
+	char state[16];	      /* mounted, stopping, failed; "": none said */
+	char point[PATH_MAX]; /* the mount point the state is about */
+};
+void meta_read_holder(int fd, struct meta_holder *h);
 /* True when meta_open created the store. */
 bool meta_is_new(const struct fs_meta *m);
 /* The format meta_open found, when it upgraded the store from it; else 0. */

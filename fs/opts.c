@@ -6,6 +6,7 @@
  * defaults live in one table at the top.
  */
 #include "opts.h"
+#include "meta.h"
 
 #include <curl/curl.h>
 #include <errno.h>
@@ -34,6 +35,8 @@
 #define DEF_LOG_LEVEL 2		  /* info */
 #define DEF_REGION "us-east-1"
 #define DEF_REMOTE_TIMEOUT_MS 30000
+#define DEF_LOCK_WAIT_S META_LOCK_WAIT_S
+#define MAX_LOCK_WAIT_S 86400
 #define DEF_S3_CONNECTIONS 16
 #define DEF_READAHEAD (8UL << 20)
 #define DEF_REMOTE_READAHEAD (64UL << 20)
@@ -140,7 +143,8 @@ static int on_ini_value(void *user, const char *section, const char *name, const
 		    {"remote_readahead", &c->remote_readahead_s},
 		    {"s3_object", &c->s3_object_s},
 		    {"prefetch", &c->prefetch_s},
-		    {"cuda", &c->cuda_s}};
+		    {"cuda", &c->cuda_s},
+		    {"lock_wait", &c->lock_wait_s}};
 	struct {
 		const char *key;
 		char **field;
@@ -742,6 +746,24 @@ static int parse_timeout(struct fs_config *c, unsigned *timeout_ms, char *err, s
 	return 0;
 }
 
+/* lock_wait=: seconds (0: refuse at once), with or without an s. */
+static int parse_lock_wait(struct fs_config *c, char *err, size_t errlen)
+{
+	char *end;
+	unsigned long n;
+
+	c->lock_wait_secs = DEF_LOCK_WAIT_S;
+	if (!c->lock_wait_s)
+		return 0;
+	n = strtoul(c->lock_wait_s, &end, 10);
+	if (end == c->lock_wait_s || (*end && strcmp(end, "s")) || c->lock_wait_s[0] == '-' ||
+	    n > MAX_LOCK_WAIT_S)
+		return bad(err, errlen, "lock_wait", c->lock_wait_s,
+			   "seconds, from 0 (do not wait) to 86400");
+	c->lock_wait_secs = (unsigned)n;
+	return 0;
+}
+
 static int resolve_devices(struct fs_config *c, char *err, size_t errlen)
 {
 	uint64_t nvme_bw, nvme_cap, remote_bw, remote_cap, s3_bw, s3_cap, pfs_bw, pfs_cap;
@@ -941,6 +963,9 @@ int fs_config_resolve(struct fs_config *c, char *err, size_t errlen)
 	if (c->s3_object_s && (fs_parse_size(c->s3_object_s, &c->s3_object) < 0 ||
 			       c->s3_object < MIN_S3_OBJECT || c->s3_object > MAX_S3_OBJECT))
 		return bad(err, errlen, "s3_object", c->s3_object_s, "not a size from 4K to 1G");
+	ret = parse_lock_wait(c, err, errlen);
+	if (ret)
+		return ret;
 	c->engine = TB_ENGINE_AUTO;
 	if (c->engine_s) {
 		if (strcmp(c->engine_s, "io_uring") == 0)
@@ -1015,7 +1040,7 @@ void fs_config_free(struct fs_config *c)
 			 &c->s3_prefix,	      &c->s3_bw_s,	   &c->s3_cap_s,  &c->pfs_bw_s,
 			 &c->pfs_cap_s,	      &c->dedup_s,	   &c->policy_s,  &c->readahead_s,
 			 &c->prefetch_s, &c->cuda_s, &c->dirty_expire_s, &c->remote_readahead_s,
-			 &c->s3_object_s};
+			 &c->s3_object_s, &c->lock_wait_s};
 
 	if (c->s3_secret) {
 		/* Do not leave the secret in freed memory. */

@@ -28,6 +28,7 @@ struct fs_config {
 	char *prefetch_s;
 	char *cuda_s;
 	char *remote_readahead_s, *s3_object_s;
+	char *lock_wait_s;
 	char *s3_key, *s3_secret, *s3_token; /* from the file's [s3] or AWS_* only */
 	char *source, *mountpoint;
 	int no_default_permissions;
@@ -51,7 +52,8 @@ struct fs_config {
 	bool prefetch;
 	bool cuda; /* share the arena with GPU clients (fs/gpu.c) */
 	int log_level;
-	bool default_nvme; /* the folder is ours to create */
+	unsigned lock_wait_secs; /* a start waits this long for the store's last daemon */
+	bool default_nvme;	 /* the folder is ours to create */
 	/* persistent devices: the nvme folders, then the remote tier if any */
 	struct tb_dev_spec devs[FS_MAX_NVME + FS_MAX_REMOTES];
 	unsigned n_devs;

@@ -39,14 +39,16 @@ is_mounted() {
 	awk -v m="$1" '$2 == m { found = 1 } END { exit !found }' /proc/mounts
 }
 
-# tfs_mount [extra -o options] : mount $MNT on $NVME/$META, wait until live.
+# tfs_mount [extra -o options] : mount $MNT on $NVME/$META, wait until live,
+# TFS_MOUNT_S seconds at most (default 10; longer where the start waits for
+# the store's previous daemon).
 tfs_mount() {
 	local opts="nvme=$NVME,meta=$META,dram=${TFS_DRAM:-256M},threads=${TFS_THREADS:-16}"
 	[ -n "${1:-}" ] && opts="$opts,$1"
 	"$TENSORFS" -f -o "$opts" "$MNT" >>"$LOG" 2>&1 &
 	TFS_PID=$!
 	local i
-	for i in $(seq 1 200); do
+	for i in $(seq 1 $((${TFS_MOUNT_S:-10} * 20))); do
 		if is_mounted "$MNT"; then
 			return 0
 		fi
@@ -57,7 +59,7 @@ tfs_mount() {
 		fi
 		sleep 0.05
 	done
-	fail "tensorfs did not mount within 10 s"
+	fail "tensorfs did not mount within ${TFS_MOUNT_S:-10} s"
 }
 
 # tfs_umount: clean unmount, then wait for the daemon to write back and exit,
