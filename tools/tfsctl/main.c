@@ -7,7 +7,8 @@
  * the one the command's PATH lies in, else the one the current folder lies
  * in. This file holds the command table, option parsing, and the commands
  * that are a single control-file access (the ctl commands, config, metrics,
- * fsck); stats and top are in stats.c, where in where.c.
+ * fsck); stats and top are in stats.c, where in where.c, unmount in
+ * unmount.c.
  */
 #include "tfsctl.h"
 #include "escape.h"
@@ -105,13 +106,24 @@ static const struct command {
      "  --json   print the daemon's JSON (.tensorfs/config) instead\n"},
     {"metrics", cmd_metrics, "", "the Prometheus metrics",
      "Print .tensorfs/metrics: the counters in Prometheus text format.\n"},
+    {"unmount", cmd_unmount, "MOUNTPOINT", "unmount, and wait until all is written back",
+     "Unmount the tensorfs mount at MOUNTPOINT and return once its daemon has\n"
+     "written back everything dirty, made it durable and exited. fusermount3 -u\n"
+     "and umount return before that: the daemon holds its store until it is done,\n"
+     "and a new mount of the store waits for it (lock_wait=). Exit status 0 when\n"
+     "the daemon stopped cleanly; 1 when the mount is busy or not a tensorfs mount\n"
+     "point, or the daemon could not write back everything (a device error) or was\n"
+     "killed first: its log says what was lost. A mount whose daemon is already\n"
+     "gone (\"Transport endpoint is not connected\") is detached, with exit\n"
+     "status 1. Root unmounts with umount(2), other users with fusermount3.\n"},
     {"fsck", cmd_fsck, "[--repair] META_DIR", "check (and repair) a stopped store",
      "Check the metadata store in META_DIR (the meta= folder of a mount that is not\n"
      "running): every mapped block exists, reference counts match the mappings, no\n"
      "two blocks share a location, no space leaks, every name leads to an inode\n"
      "and every inode has a name. One line per problem, then \"fsck: clean\" or\n"
      "\"fsck: N problems\". Exit status 0 clean, 1 problems (left), 2 usage, 8 could\n"
-     "not check.\n"
+     "not check. A daemon that still writes back after its unmount is waited for\n"
+     "(600 s at most), as a new mount waits for it; a live mount is refused.\n"
      "\n"
      "  -r, --repair   fix every problem in one transaction, list each repair, and\n"
      "                 check again; mappings to missing blocks are removed, so\n"

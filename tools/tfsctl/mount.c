@@ -8,6 +8,7 @@
  * walked up, on the same device, to the one that holds .tensorfs/stats.
  */
 #include "tfsctl.h"
+#include "mounts.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -16,27 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/sysmacros.h>
 #include <unistd.h>
-
-#define FSTYPE "fuse.tensorfs"
-
-/* Undo mountinfo's octal escapes (\040 for a space) in place. */
-static void unescape(char *s)
-{
-	char *w = s;
-
-	for (char *r = s; *r; r++) {
-		if (r[0] == '\\' && r[1] >= '0' && r[1] <= '3' && r[2] >= '0' && r[2] <= '7' &&
-		    r[3] >= '0' && r[3] <= '7') {
-			*w++ = (char)((r[1] - '0') << 6 | (r[2] - '0') << 3 | (r[3] - '0'));
-			r += 3;
-		} else {
-			*w++ = *r;
-		}
-	}
-	*w = 0;
-}
 
 /* path is at or below folder dir (both resolved). */
 static bool is_below(const char *path, const char *dir)
@@ -55,33 +36,13 @@ static bool is_below(const char *path, const char *dir)
 static int from_mountinfo(const char *path, dev_t dev, char *point, size_t plen, char *type,
 			  size_t tlen)
 {
-	FILE *f = fopen("/proc/self/mountinfo", "re");
-	char *line = NULL;
-	size_t cap = 0, best = 0;
-	int found = -1;
+	struct fs_mount_ent e;
 
-	if (!f)
+	if (fs_mount_holding(path, dev, &e) < 0)
 		return -1;
-	while (getline(&line, &cap, f) > 0) {
-		unsigned maj, min;
-		char mp[PATH_MAX], fstype[256];
-		char *dash = strstr(line, " - ");
-
-		if (!dash || sscanf(line, "%*u %*u %u:%u %*s %4095s", &maj, &min, mp) != 3 ||
-		    sscanf(dash + 3, "%255s", fstype) != 1)
-			continue;
-		unescape(mp);
-		if (makedev(maj, min) != dev || !is_below(path, mp) || strlen(mp) < best)
-			continue;
-		/* Later lines win a tie: they are mounted over the earlier ones. */
-		best = strlen(mp);
-		snprintf(point, plen, "%s", mp);
-		snprintf(type, tlen, "%s", fstype);
-		found = 0;
-	}
-	free(line);
-	fclose(f);
-	return found;
+	snprintf(point, plen, "%s", e.point);
+	snprintf(type, tlen, "%s", e.type);
+	return 0;
 }
 
 /* Without /proc: the folder above path, on its device, that has .tensorfs/stats. */
@@ -123,7 +84,7 @@ int tfs_find_mount(const char *mopt, const char *near, struct tfs_mount *m)
 		return -1;
 	}
 	if (from_mountinfo(real, st.st_dev, m->root, sizeof(m->root), type, sizeof(type)) == 0) {
-		if (strcmp(type, FSTYPE) != 0) {
+		if (strcmp(type, FS_MOUNT_TYPE) != 0) {
 			errmsg("%s is not on a tensorfs mount (it is on %s, of type %s)%s",
 			       mopt || near ? start : "the current folder", m->root, type,
 			       mopt || near ? "" : "; name one with -m MOUNTPOINT");

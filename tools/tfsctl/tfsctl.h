@@ -4,7 +4,8 @@
  * tfsctl talks to a mount only through the files of its hidden control
  * folder (MOUNT/.tensorfs/: stats, config, metrics, ctl) and the
  * user.tensorfs.tiers xattr, so it needs no socket and no server; fsck
- * reads the metadata store of a stopped mount directly.
+ * reads the metadata store of a stopped mount directly, and unmount
+ * waits for the daemon's exit.
  */
 #ifndef TENSORFS_TFSCTL_H
 #define TENSORFS_TFSCTL_H
@@ -82,5 +83,6 @@ struct tfs_args {
 int cmd_stats(int argc, char **argv, const struct tfs_args *a);
 int cmd_top(int argc, char **argv, const struct tfs_args *a);
 int cmd_where(int argc, char **argv, const struct tfs_args *a);
+int cmd_unmount(int argc, char **argv, const struct tfs_args *a);
 
 #endif
