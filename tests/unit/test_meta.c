@@ -5,18 +5,20 @@
  * block-map walks over a 2^63-byte sparse file that cost what it stores;
  * each file's count of mapped blocks through every change of its map, and
  * the upgrade of a format 1 store, which had none; blocks' stored
- * lengths, and the upgrade of a format 2 store, which had none; and
+ * lengths, and the upgrade of a format 2 store, which had none;
  * which commit a sync point records when commits come in during its
- * device flush.
+ * device flush; and what the lock file says of the store's holder.
  */
 #include "meta.h"
 #include "tb.h"
 #include "test.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/xattr.h>
+#include <time.h>
 #include <unistd.h>
 
 static struct fs_meta *open_store(const char *dir, size_t bs, bool given, int expect)
@@ -406,6 +408,65 @@ static void check_sync_order(struct fs_meta *m)
 	CHECK_EQ(meta_durable_commit(m), meta_last_commit(m));
 }
 
+/*
+ * The lock file says who holds the store and what it does. A start waits
+ * for a holder that is not serving a mount (at most its bound) and then
+ * names it; a "failed" note outlives the close, a clean close empties it.
+ * flock conflicts between two descriptors of one process, so one process
+ * plays both sides.
+ */
+static void check_holder(void)
+{
+	char dir[] = "/tmp/tfs-holder.XXXXXX", path[64], err[512] = "", cmd[128];
+	struct meta_holder h;
+	struct timespec t0, t1;
+	struct fs_meta *m;
+	int fd;
+
+	CHECK(mkdtemp(dir));
+	CHECK_EQ(meta_wait_holder(dir, 0, "test", err, sizeof(err)), 0); /* no store yet */
+	m = open_store(dir, 0, false, 0);
+	snprintf(path, sizeof(path), "%s/lock", dir);
+	fd = open(path, O_RDONLY);
+	CHECK(fd >= 0);
+	meta_read_holder(fd, &h);
+	CHECK_EQ(h.pid, getpid());
+	CHECK(h.state[0] == 0);
+	CHECK_EQ(meta_wait_holder(dir, 0, "test", err, sizeof(err)), -EBUSY);
+	CHECK(strstr(err, "in use") != NULL);
+
+	CHECK_EQ(meta_lock_note(m, "stopping", "/mnt/a b"), 0);
+	meta_read_holder(fd, &h);
+	CHECK(strcmp(h.state, "stopping") == 0 && strcmp(h.point, "/mnt/a b") == 0);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	CHECK_EQ(meta_wait_holder(dir, 1, "test", err, sizeof(err)), -EBUSY);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	CHECK((t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000 >= 1000);
+	CHECK(strstr(err, "still writing back") && strstr(err, "/mnt/a b") &&
+	      strstr(err, "waited 1 s"));
+
+	/* Mounted where no tensorfs is mounted: its mount is gone, so it is stopping. */
+	CHECK_EQ(meta_lock_note(m, "mounted", dir), 0);
+	CHECK_EQ(meta_wait_holder(dir, 0, "test", err, sizeof(err)), -EBUSY);
+	CHECK(strstr(err, "still writing back") != NULL);
+
+	/* A shorter note leaves nothing of the longer one behind. */
+	CHECK_EQ(meta_lock_note(m, "failed", "/m"), 0);
+	meta_close(m);
+	meta_read_holder(fd, &h);
+	CHECK_EQ(h.pid, getpid());
+	CHECK(strcmp(h.state, "failed") == 0 && strcmp(h.point, "/m") == 0);
+	CHECK_EQ(meta_wait_holder(dir, 0, "test", err, sizeof(err)), 0); /* free again */
+
+	m = open_store(dir, 0, false, 0); /* a stale note of a gone holder is taken over */
+	meta_close(m);
+	meta_read_holder(fd, &h);
+	CHECK_EQ(h.pid, 0);
+	close(fd);
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+	CHECK_EQ(system(cmd), 0);
+}
+
 int main(void)
 {
 	char dir[] = "/tmp/tfs-meta.XXXXXX", cmd[128];
@@ -538,6 +599,7 @@ int main(void)
 	locvec_free(&freed);
 	check_counts();
 	check_lengths();
+	check_holder();
 
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
 	CHECK_EQ(system(cmd), 0);
