@@ -1,10 +1,11 @@
 #!/bin/bash
 # The Debian package, built from a copy of the source with
 # `dpkg-buildpackage -us -uc -b` (without running the tests again):
-# tensorfs holds the daemon, tfsctl, swapbench, their manual pages and the
-# example configuration, and they run from the unpacked package; where the
-# CUDA toolkit is, libtensorfs-cuda0 holds the library and
-# libtensorfs-cuda-dev its header, link, pkg-config file and manual page.
+# tensorfs holds the daemon, tfsctl, swapbench, their manual pages, the
+# example configuration and the systemd unit of a mount, and they run from
+# the unpacked package; where the CUDA toolkit is, libtensorfs-cuda0 holds
+# the library and libtensorfs-cuda-dev its header, link, pkg-config file
+# and manual page.
 # Nothing names the build machine's folders, and lintian reports no error
 # or warning. Nothing is installed on this machine.
 # Usage: test_deb.sh SOURCE_ROOT
@@ -83,12 +84,15 @@ has "$T" /usr/sbin/tensorfs /usr/sbin/tfsctl /usr/bin/swapbench \
 	/usr/share/man/man8/tensorfs.8.gz /usr/share/man/man8/tfsctl.8.gz \
 	/usr/share/man/man5/tensorfs.conf.5.gz /usr/share/man/man1/swapbench.1.gz \
 	/usr/share/doc/tensorfs/examples/tensorfs.conf.example /usr/share/doc/tensorfs/copyright \
-	/usr/share/doc/tensorfs/examples/tensorfs.json /usr/share/doc/tensorfs/plots/swap-dram-matrix.svg
+	/usr/share/doc/tensorfs/examples/tensorfs.json /usr/share/doc/tensorfs/plots/swap-dram-matrix.svg \
+	/usr/lib/systemd/system/tensorfs@.service
 grep -qE '^/(etc|usr/local)/' "$W/list" && fail "tensorfs installs into /etc or /usr/local: $(cat "$W/list")"
 grep -q gpubench "$W/list" && fail "tensorfs ships gpubench"
 dpkg-deb -f "$T" Depends | grep -q 'fuse3' || fail "tensorfs does not depend on fuse3"
 dpkg-deb -f "$T" Depends | grep -q 'libfuse3' || fail "tensorfs lacks its library dependencies"
 clean "$T"
+grep -qx 'ExecStop=/usr/sbin/tfsctl unmount %f' "$W/x/usr/lib/systemd/system/tensorfs@.service" ||
+	fail "the packaged tensorfs@.service does not stop with /usr/sbin/tfsctl unmount"
 "$W/x/usr/sbin/tensorfs" --help >/dev/null 2>&1 || fail "the packaged tensorfs does not run"
 "$W/x/usr/sbin/tfsctl" --version >/dev/null 2>&1 || fail "the packaged tfsctl does not run"
 "$W/x/usr/bin/swapbench" --help >/dev/null 2>&1 || fail "the packaged swapbench does not run"

@@ -1,6 +1,7 @@
 #!/bin/bash
 # The man pages render with no warnings, and `meson install` puts the
-# programs, the man pages and the example config where they belong.
+# programs, the man pages, the example config and the systemd unit where
+# they belong.
 # Usage: test_install.sh SOURCE_ROOT BUILD_ROOT
 set -u
 SRC=$1
@@ -32,6 +33,20 @@ for f in sbin/tensorfs sbin/tfsctl bin/swapbench share/man/man8/tensorfs.8 \
 	[ -e "$D$prefix/$f" ] || fail "meson install did not install $prefix/$f"
 done
 find "$D" -name tensorfs.conf.example | grep -q . || fail "no example config installed"
+# The systemd unit: its stop waits for the write-back (tfsctl unmount), and
+# systemd-analyze finds nothing wrong with an instance of it (run against
+# the installed programs).
+unit=$D$prefix/lib/systemd/system/tensorfs@.service
+[ -f "$unit" ] || fail "meson install did not install $prefix/lib/systemd/system/tensorfs@.service"
+grep -qx "ExecStop=$prefix/sbin/tfsctl unmount %f" "$unit" ||
+	fail "tensorfs@.service does not stop with $prefix/sbin/tfsctl unmount: $(grep Exec "$unit")"
+if command -v systemd-analyze >/dev/null; then
+	mkdir "$D/verify"
+	sed "s|=$prefix/sbin/|=$D$prefix/sbin/|" "$unit" >"$D/verify/tensorfs@.service"
+	out=$(cd "$D/verify" && systemd-analyze verify --man=no ./tensorfs@mnt-tfs.service 2>&1) ||
+		fail "systemd-analyze verify tensorfs@mnt-tfs.service: $out"
+	[ -z "$out" ] || fail "systemd-analyze verify tensorfs@mnt-tfs.service: $out"
+fi
 "$D$prefix/sbin/tensorfs" --help >/dev/null || fail "the installed tensorfs does not run"
 "$D$prefix/sbin/tfsctl" --help >/dev/null || fail "the installed tfsctl does not run"
-echo "PASS: $n man pages render clean; install puts programs, pages and config in place"
+echo "PASS: $n man pages render clean; install puts programs, pages, config and unit in place"
