@@ -109,6 +109,14 @@ int fs_mount_is_tensorfs(const char *point)
 	return ret;
 }
 
+/* Control characters as '?': the text comes from another daemon, and goes to a terminal. */
+static void plain(char *s)
+{
+	for (; *s; s++)
+		if ((unsigned char)*s < 0x20 || *s == 0x7f)
+			*s = '?';
+}
+
 void fs_mount_describe(const char *point, char *buf, size_t len)
 {
 	char path[PATH_MAX + 32];
@@ -127,6 +135,7 @@ void fs_mount_describe(const char *point, char *buf, size_t len)
 	else if (json_is_string(meta))
 		snprintf(buf, len, "meta folder %s", json_string_value(meta));
 	json_decref(j);
+	plain(buf);
 }
 
 int fs_mount_check_folder(const char *what, const char *dir, char *err, size_t errlen)

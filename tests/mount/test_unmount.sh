@@ -220,7 +220,7 @@ part5() {
 	refused "the same store elsewhere" "$T/mnt2" "nvme=$NVME,meta=$META,dram=256M" \
 		"$MNT" "pid $TFS_PID"
 	[ -e "$T/meta1" ] && fail "a refused start made $T/meta1"
-	head -c 4M "$T/src" >"$MNT/after" && cmp <(head -c 4M "$T/src") "$MNT/after" ||
+	{ head -c 4M "$T/src" >"$MNT/after" && cmp <(head -c 4M "$T/src") "$MNT/after"; } ||
 		fail "the first mount does not work after the refusals"
 	tfs_stat_json cache >/dev/null || fail "the first mount's stats do not read"
 	tfs_umount || fail "the daemon exited $? at the last unmount"
