@@ -388,7 +388,7 @@ static unsigned max_pinned(const struct fs_config *c, size_t bs)
 	       (unsigned)((1U << 20) / bs > 1 ? (1U << 20) / bs : 1);
 }
 
-/* No store folder on a tensorfs mount (mounts.c says why). */
+/* No store folder on a tensorfs mount, nor under the mount point (mounts.c). */
 static int check_off_tensorfs(const struct fs_config *c, char *err, size_t errlen)
 {
 	for (unsigned i = 0; i < c->n_devs; i++) {
@@ -398,11 +398,11 @@ static int check_off_tensorfs(const struct fs_config *c, char *err, size_t errle
 			continue;
 		ret = fs_mount_check_folder(c->devs[i].kind == TB_KIND_NVME ? "nvme folder"
 									    : "remote folder",
-					    c->devs[i].path, err, errlen);
+					    c->devs[i].path, c->mountpoint, err, errlen);
 		if (ret)
 			return ret;
 	}
-	return fs_mount_check_folder("meta folder", c->meta, err, errlen);
+	return fs_mount_check_folder("meta folder", c->meta, c->mountpoint, err, errlen);
 }
 
 /*

@@ -138,7 +138,8 @@ void fs_mount_describe(const char *point, char *buf, size_t len)
 	plain(buf);
 }
 
-int fs_mount_check_folder(const char *what, const char *dir, char *err, size_t errlen)
+int fs_mount_check_folder(const char *what, const char *dir, const char *mnt, char *err,
+			  size_t errlen)
 {
 	char probe[PATH_MAX], real[PATH_MAX], desc[PATH_MAX + 64];
 	struct fs_mount_ent e;
@@ -156,8 +157,16 @@ int fs_mount_check_folder(const char *what, const char *dir, char *err, size_t e
 		snprintf(tmp, sizeof(tmp), "%s", probe);
 		snprintf(probe, sizeof(probe), "%s", dirname(tmp));
 	}
-	if (!realpath(probe, real) || fs_mount_holding(real, st.st_dev, &e) < 0 ||
-	    strcmp(e.type, FS_MOUNT_TYPE) != 0)
+	if (!realpath(probe, real))
+		return 0;
+	if (mnt && is_below(real, mnt)) {
+		snprintf(err, errlen,
+			 "%s %s lies under the mount point %s: the mount would hide it, and the "
+			 "next start would find the mount point not empty",
+			 what, dir, mnt);
+		return -ELOOP;
+	}
+	if (fs_mount_holding(real, st.st_dev, &e) < 0 || strcmp(e.type, FS_MOUNT_TYPE) != 0)
 		return 0;
 	fs_mount_describe(e.point, desc, sizeof(desc));
 	snprintf(err, errlen,

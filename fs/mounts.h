@@ -54,10 +54,12 @@ int fs_mount_check_point(const char *mnt, char *err, size_t errlen);
 /*
  * A store folder (what: "nvme folder", "meta folder", ...) must not lie in
  * a tensorfs mount: the daemon's write-back would wait on that mount's
- * daemon, and on itself where two mounts use each other. dir need not
- * exist yet: its nearest existing parent is looked at. 0, or -ELOOP with
- * err naming the mount.
+ * daemon, and on itself where two mounts use each other. Nor under mnt,
+ * the resolved mount point of the mount to be made (NULL: not checked),
+ * which would hide it. dir need not exist yet: its nearest existing
+ * parent is looked at. 0, or -ELOOP with err naming the mount.
  */
-int fs_mount_check_folder(const char *what, const char *dir, char *err, size_t errlen);
+int fs_mount_check_folder(const char *what, const char *dir, const char *mnt, char *err,
+			  size_t errlen);
 
 #endif

@@ -23,6 +23,7 @@
 #      looks), on a folder inside it, with nvme= or meta= inside it, or with
 #      the same store on another mount point: each refused at once, rc != 0,
 #      naming the mount, its meta folder and pid; the first mount still works.
+#      Nor a meta folder under the new mount's own mount point.
 #
 # Each part uses a store of its own. Bounds: each refusal within 30 s, each
 # wait for a daemon within 300 s. UNMOUNT_TEST_MB sets the size (900);
@@ -219,7 +220,10 @@ part5() {
 	refused "meta= in the mount" "$T/mnt2" "nvme=$T/nvme1,meta=$MNT/nv/m,dram=256M" "$MNT" "$META"
 	refused "the same store elsewhere" "$T/mnt2" "nvme=$NVME,meta=$META,dram=256M" \
 		"$MNT" "pid $TFS_PID"
+	refused "meta= under its own mount point" "$T/mnt2" "nvme=$T/nvme1,meta=$T/mnt2/m,dram=256M" \
+		"$T/mnt2" "hide"
 	[ -e "$T/meta1" ] && fail "a refused start made $T/meta1"
+	[ -e "$T/mnt2/m" ] && fail "a refused start made $T/mnt2/m"
 	{ head -c 4M "$T/src" >"$MNT/after" && cmp <(head -c 4M "$T/src") "$MNT/after"; } ||
 		fail "the first mount does not work after the refusals"
 	tfs_stat_json cache >/dev/null || fail "the first mount's stats do not read"
