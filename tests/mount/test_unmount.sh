@@ -23,7 +23,8 @@
 #      looks), on a folder inside it, with nvme= or meta= inside it, or with
 #      the same store on another mount point: each refused at once, rc != 0,
 #      naming the mount, its meta folder and pid; the first mount still works.
-#      Nor a meta folder under the new mount's own mount point.
+#      Nor a meta folder under the new mount's own mount point. tfsctl
+#      unmount of a busy mount fails, saying so, and leaves it working.
 #
 # Each part uses a store of its own. Bounds: each refusal within 30 s, each
 # wait for a daemon within 300 s. UNMOUNT_TEST_MB sets the size (900);
@@ -31,6 +32,7 @@
 
 . "$(dirname "$0")/lib.sh"
 : "${TFSCTL:?TFSCTL must name the tfsctl binary}"
+TFSCTL=$(readlink -f "$TFSCTL") # part 5 runs it from inside the mount
 command -v python3 >/dev/null || skip "python3 not found"
 
 MB=${UNMOUNT_TEST_MB:-900}
@@ -227,6 +229,14 @@ part5() {
 	{ head -c 4M "$T/src" >"$MNT/after" && cmp <(head -c 4M "$T/src") "$MNT/after"; } ||
 		fail "the first mount does not work after the refusals"
 	tfs_stat_json cache >/dev/null || fail "the first mount's stats do not read"
+	# A busy mount: tfsctl unmount fails, saying so, and leaves it working.
+	(cd "$MNT" && exec "$TFSCTL" unmount "$MNT") >"$T/unmount.out" 2>&1
+	rc=$?
+	[ $rc -eq 1 ] || fail "tfsctl unmount of a busy mount exited $rc: $(cat "$T/unmount.out")"
+	grep -q "busy" "$T/unmount.out" || fail "tfsctl unmount did not say busy: $(cat "$T/unmount.out")"
+	{ is_mounted "$MNT" && cmp <(head -c 4M "$T/src") "$MNT/after"; } ||
+		fail "the busy mount does not work after tfsctl unmount refused"
+	echo "   busy: $(tail -n 1 "$T/unmount.out")"
 	tfs_umount || fail "the daemon exited $? at the last unmount"
 }
 
