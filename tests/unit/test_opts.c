@@ -1,8 +1,9 @@
 /*
  * Unit test of option parsing: sizes, ranges, the INI file, precedence;
- * the bound on dram=; endpoints, whose refusals never show the value; and
- * config files that are not regular files of ours.
+ * the bound on dram=; endpoints, whose refusals never show the value;
+ * config files that are not regular files of ours; and lock_wait=.
  */
+#include "meta.h"
 #include "opts.h"
 #include "test.h"
 
@@ -108,6 +109,33 @@ static void dram_bound(const char *dir)
 	c.dram_s = strdup(v);
 	CHECK_EQ(resolve(&c, dir, err), 0);
 	fs_config_free(&c);
+}
+
+/* lock_wait= takes whole seconds from 0 to a day; the default is META_LOCK_WAIT_S. */
+static void lock_wait(const char *dir)
+{
+	const char *bad[] = {"-1", "1.5", "1m", "86401", "x", ""};
+	const struct {
+		const char *s;
+		unsigned secs;
+	} good[] = {{NULL, META_LOCK_WAIT_S}, {"0", 0}, {"30", 30}, {"30s", 30}, {"86400", 86400}};
+	struct fs_config c;
+	char err[512];
+
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		memset(&c, 0, sizeof(c));
+		c.lock_wait_s = strdup(bad[i]);
+		CHECK_EQ(resolve(&c, dir, err), -EINVAL);
+		CHECK(strstr(err, "lock_wait") != NULL);
+		fs_config_free(&c);
+	}
+	for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+		memset(&c, 0, sizeof(c));
+		c.lock_wait_s = good[i].s ? strdup(good[i].s) : NULL;
+		CHECK_EQ(resolve(&c, dir, err), 0);
+		CHECK_EQ(c.lock_wait_secs, good[i].secs);
+		fs_config_free(&c);
+	}
 }
 
 /* config=path is refused before it is read, saying why. */
@@ -247,6 +275,7 @@ int main(void)
 	endpoints(dir);
 	dram_bound(dir);
 	config_files(dir);
+	lock_wait(dir);
 
 	snprintf(path, sizeof(path), "rm -rf '%s'", dir);
 	CHECK_EQ(system(path), 0);
