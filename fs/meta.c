@@ -37,6 +37,7 @@
  * folder that was checked.
  */
 #include "meta.h"
+#include "escape.h"
 #include "log.h"
 #include "mounts.h"
 #include "storedir.h"
@@ -312,6 +313,23 @@ int meta_lock_note(struct fs_meta *m, const char *state, const char *point)
 	return ret;
 }
 
+/* One line on stderr: whom a start waits for. Paths escaped (escape.h). */
+static void say_waiting(const struct meta_holder *h, const char *dir, const char *prog,
+			unsigned wait_s)
+{
+	char esc[ESC_SIZE(PATH_MAX)];
+
+	if (h->pid > 0 && h->state[0])
+		fprintf(stderr,
+			"%s: waiting for tensorfs pid %ld to finish writing back after the unmount "
+			"of %s (up to %u s)\n",
+			prog, h->pid, esc_name(h->point, esc, sizeof(esc)), wait_s);
+	else
+		fprintf(stderr,
+			"%s: waiting for pid %ld, which holds meta folder %s (up to %u s)\n", prog,
+			h->pid, esc_name(dir, esc, sizeof(esc)), wait_s);
+}
+
 /*
  * Wait, polling, until no daemon holds the store in dir, as long as the one
  * that does is not serving a mount that we can see. Its lock goes with its
@@ -344,16 +362,8 @@ int meta_wait_holder(const char *dir, unsigned wait_s, const char *prog, char *e
 			ret = -EBUSY;
 			break;
 		}
-		if (!said && h.pid > 0 && h.state[0])
-			fprintf(stderr,
-				"%s: waiting for tensorfs pid %ld to finish writing back after the "
-				"unmount of %s (up to %u s)\n",
-				prog, h.pid, h.point, wait_s);
-		else if (!said)
-			fprintf(
-			    stderr,
-			    "%s: waiting for pid %ld, which holds meta folder %s (up to %u s)\n",
-			    prog, h.pid, dir, wait_s);
+		if (!said)
+			say_waiting(&h, dir, prog, wait_s);
 		said = true;
 		usleep(LOCK_POLL_MS * 1000);
 	}

@@ -9,6 +9,7 @@
  * mistakes, not against an adversary, who could not mount anyway.
  */
 #include "mounts.h"
+#include "escape.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -109,17 +110,9 @@ int fs_mount_is_tensorfs(const char *point)
 	return ret;
 }
 
-/* Control characters as '?': the text comes from another daemon, and goes to a terminal. */
-static void plain(char *s)
-{
-	for (; *s; s++)
-		if ((unsigned char)*s < 0x20 || *s == 0x7f)
-			*s = '?';
-}
-
 void fs_mount_describe(const char *point, char *buf, size_t len)
 {
-	char path[PATH_MAX + 32];
+	char path[PATH_MAX + 32], esc[ESC_SIZE(PATH_MAX)];
 	json_t *j, *meta, *pid;
 
 	buf[0] = 0;
@@ -129,13 +122,15 @@ void fs_mount_describe(const char *point, char *buf, size_t len)
 		return;
 	meta = json_object_get(j, "meta");
 	pid = json_object_get(j, "pid");
+	/* The name comes from another daemon, and goes to a terminal: escaped. */
+	if (json_is_string(meta))
+		esc_name(json_string_value(meta), esc, sizeof(esc));
 	if (json_is_string(meta) && json_is_integer(pid))
-		snprintf(buf, len, "meta folder %s, pid %lld", json_string_value(meta),
+		snprintf(buf, len, "meta folder %s, pid %lld", esc,
 			 (long long)json_integer_value(pid));
 	else if (json_is_string(meta))
-		snprintf(buf, len, "meta folder %s", json_string_value(meta));
+		snprintf(buf, len, "meta folder %s", esc);
 	json_decref(j);
-	plain(buf);
 }
 
 int fs_mount_check_folder(const char *what, const char *dir, const char *mnt, char *err,

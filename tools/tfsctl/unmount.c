@@ -177,7 +177,8 @@ int cmd_unmount(int argc, char **argv, const struct tfs_args *a)
 	int pidfd, lockfd, status = 0;
 
 	if (argc > 1 || !arg) {
-		errmsg("unmount takes one MOUNTPOINT\nusage: tfsctl unmount MOUNTPOINT");
+		errmsg("unmount takes one MOUNTPOINT");
+		fprintf(stderr, "usage: tfsctl unmount MOUNTPOINT\n");
 		return EXIT_USAGE;
 	}
 	/* statfs always asks the daemon; stat may be answered from the kernel's cache. */
