@@ -360,8 +360,16 @@ static json_t *stats_json(struct fs *fs)
 	for (size_t i = 0; i < sizeof(ops) / sizeof(ops[0]); i++)
 		json_object_set_new(f, ops[i].name, json_integer((json_int_t)ops[i].v));
 	json_object_set_new(root, "fuse", f);
-	json_object_set_new(root, "meta", json_pack("{sIsI}", "inodes", (json_int_t)inodes,
-						    "blocks", (json_int_t)blocks));
+	struct meta_space sp;
+	meta_space(fs->meta, &sp);
+	json_object_set_new(root, "meta",
+			    json_pack("{sIsIsIsIsIsIsIsI}", "inodes", (json_int_t)inodes, "blocks",
+				      (json_int_t)blocks, "file_bytes", (json_int_t)sp.file_bytes,
+				      "disk_bytes", (json_int_t)sp.disk_bytes, "used_bytes",
+				      (json_int_t)sp.used_bytes, "tree_bytes",
+				      (json_int_t)sp.tree_bytes, "free_bytes",
+				      (json_int_t)sp.free_bytes, "unsynced_commits",
+				      (json_int_t)st->unsynced_commits));
 	/* Committed blocks: mapped by files (logical) against stored (physical). */
 	json_object_set_new(
 		root, "dedup",
@@ -396,6 +404,7 @@ static json_t *config_json(struct fs *fs)
 	json_object_set_new(root, "flush_delay_ms", json_integer(c->flush_delay_ms));
 	json_object_set_new(root, "dirty_expire_ms", json_integer(c->dirty_expire_ms));
 	json_object_set_new(root, "sync_interval_ms", json_integer(c->sync_interval_ms));
+	json_object_set_new(root, "sync_commits", json_integer(c->sync_commits));
 	json_object_set_new(root, "default_permissions", json_boolean(!c->no_default_permissions));
 	static const char *const dedups[] = {"off", "trust", "verify"};
 	json_object_set_new(root, "dedup", json_string(dedups[c->dedup]));
@@ -487,6 +496,7 @@ static char *metrics_text(struct fs *fs, size_t *len)
 	struct tier_row rows[TB_MAX_DEVS + 1];
 	struct fs_counters c;
 	struct fs_learn_stats ls;
+	struct meta_space sp;
 	uint64_t inodes, blocks, mapped;
 	char *buf = NULL;
 	unsigned n;
@@ -501,6 +511,7 @@ static char *metrics_text(struct fs *fs, size_t *len)
 	}
 	tb_get_stats(fs->tb, st);
 	meta_counts(fs->meta, &inodes, &blocks, &mapped);
+	meta_space(fs->meta, &sp);
 	memcpy(&c, &fs->cnt, sizeof(c));
 	fs_learn_stats(&fs->learn, &ls);
 
@@ -633,6 +644,20 @@ static char *metrics_text(struct fs *fs, size_t *len)
 	metric1(f, "dedup_hits_total", "counter", "Blocks stored as a reference at write-back.",
 		(double)st->dedup_hits);
 	metric1(f, "meta_inodes", "gauge", "Inodes in the metadata store.", (double)inodes);
+	metric1(f, "meta_file_bytes", "gauge", "Size of the metadata store's file (data.mdb).",
+		(double)sp.file_bytes);
+	metric1(f, "meta_disk_bytes", "gauge",
+		"What the metadata store's file takes on its filesystem.", (double)sp.disk_bytes);
+	metric1(f, "meta_used_bytes", "gauge",
+		"The metadata store's pages up to the highest in use.", (double)sp.used_bytes);
+	metric1(f, "meta_tree_bytes", "gauge",
+		"The metadata store's pages in its trees: the live metadata.",
+		(double)sp.tree_bytes);
+	metric1(f, "meta_free_bytes", "gauge",
+		"The metadata store's pages free for reuse once no reader needs them.",
+		(double)sp.free_bytes);
+	metric1(f, "meta_unsynced_commits", "gauge",
+		"Metadata commits since the last sync point.", (double)st->unsynced_commits);
 
 	struct {
 		const char *name;

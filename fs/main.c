@@ -48,6 +48,7 @@ static const struct fuse_opt tfs_opts[] = {
 	OPT("queue_depth=%s", qd_s),
 	OPT("flush_delay_ms=%s", flush_delay_s),
 	OPT("sync_interval_ms=%s", sync_interval_s),
+	OPT("sync_commits=%s", sync_commits_s),
 	OPT("dirty_expire_ms=%s", dirty_expire_s),
 	OPT("logfile=%s", logfile),
 	OPT("lock_wait=%s", lock_wait_s),
@@ -118,7 +119,8 @@ static void usage(const char *prog)
 	       "    -o queue_depth=N       I/Os in flight per nvme folder (default 32)\n"
 	       "    -o flush_delay_ms=N    how long a partly written block waits before "
 	       "write-back (100)\n"
-	       "    -o sync_interval_ms=N  how often write-backs are made durable (1000)\n"
+	       "    -o sync_interval_ms=N  how often changes are made durable (1000)\n"
+	       "    -o sync_commits=N      commits that bring a sync point at once (256)\n"
 	       "    -o logfile=FILE        log here when running in the background\n"
 	       "    -o lock_wait=SECONDS   wait this long for the daemon of the store's last\n"
 	       "                           mount to finish writing back after its unmount\n"
@@ -457,6 +459,11 @@ static int check_unclaimed(const struct fs_config *c, char *err, size_t errlen)
 	return 0;
 }
 
+static void meta_committed(void *arg)
+{
+	tb_meta_committed(arg);
+}
+
 static int open_stores(struct fs *fs, unsigned nthreads, char *err, size_t errlen)
 {
 	struct fs_config *c = fs->cfg;
@@ -501,6 +508,7 @@ static int open_stores(struct fs *fs, unsigned nthreads, char *err, size_t errle
 	tc.flush_delay_ms = c->flush_delay_ms;
 	tc.dirty_expire_ms = c->dirty_expire_ms;
 	tc.sync_interval_ms = c->sync_interval_ms;
+	tc.sync_commits = c->sync_commits;
 	tc.max_pinned = max_pinned(c, bs);
 	/* One per thread that serves requests, where one write fills a block (loop.c). */
 	tc.spare_slots = bs == FS_MAX_WRITE ? (nthreads < SPARES_MAX ? nthreads : SPARES_MAX) : 0;
@@ -513,6 +521,7 @@ static int open_stores(struct fs *fs, unsigned nthreads, char *err, size_t errle
 	ret = tb_open(&tc, &owner, &fs->tb, err, errlen);
 	if (ret)
 		return ret;
+	meta_on_commit(fs->meta, meta_committed, fs->tb); /* metadata commits lead to sync points */
 	ret = meta_foreach_block(fs->meta, mark_block, fs->tb);
 	if (ret) {
 		snprintf(err, errlen,
@@ -592,6 +601,8 @@ static int close_stores(struct fs *fs, bool failed)
 			if (!failed)
 				note_state(fs, "failed");
 		}
+		if (fs->meta)
+			meta_on_commit(fs->meta, NULL, NULL);
 		fs->tb = NULL;
 	}
 	if (discard)

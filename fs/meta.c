@@ -83,6 +83,9 @@
 #define LMDB_META_MAGIC 0xBEEFC0DEU
 #define LMDB_META_MAGIC_OFF 16
 #define LMDB_META_TXNID_OFF (16 + 128)
+/* LMDB's own trees, by their fixed handles: the free list and the main tree. */
+#define FREE_DBI_ID 0
+#define MAIN_DBI_ID 1
 
 static const char *const meta_files[] = {DATA_NAME, LMDB_LOCK_NAME, LOCK_NAME, DURABLE_NAME,
 					 NULL};
@@ -117,6 +120,8 @@ struct fs_meta {
 	bool made_dir, made_lock; /* this open made the folder, the lock file */
 	unsigned upgraded_from; /* the format this open upgraded the store from, or 0 */
 	char dir[4096];
+	void (*on_commit)(void *arg); /* told of every commit (meta_on_commit) */
+	void *on_commit_arg;
 	uint64_t next_ino;   /* atomic */
 	uint64_t next_block; /* atomic */
 };
@@ -883,6 +888,7 @@ int meta_open(struct fs_meta **out, const char *dir, size_t *block_size, bool bl
 		ret = mdb_err(rc);
 		goto fail;
 	}
+	mdb_env_set_userctx(m->env, m); /* meta_commit finds its store by its environment */
 	/* Reader slots of a killed daemon would pin old pages forever. */
 	int dead = 0;
 	mdb_reader_check(m->env, &dead);
@@ -1081,9 +1087,20 @@ int meta_begin(struct fs_meta *m, bool write, MDB_txn **txn)
 	return mdb_err(mdb_txn_begin(m->env, NULL, write ? 0 : MDB_RDONLY, txn));
 }
 
+void meta_on_commit(struct fs_meta *m, void (*fn)(void *arg), void *arg)
+{
+	m->on_commit = fn;
+	m->on_commit_arg = arg;
+}
+
 int meta_commit(MDB_txn *txn)
 {
-	return mdb_err(mdb_txn_commit(txn));
+	struct fs_meta *m = mdb_env_get_userctx(mdb_txn_env(txn));
+	int rc = mdb_txn_commit(txn);
+
+	if (rc == 0 && m && m->on_commit)
+		m->on_commit(m->on_commit_arg);
+	return mdb_err(rc);
 }
 
 void meta_abort(MDB_txn *txn)
@@ -1992,6 +2009,55 @@ void meta_counts(struct fs_meta *m, uint64_t *inodes, uint64_t *blocks, uint64_t
 	if (mdb_stat(txn, m->bmap, &st) == 0)
 		*mapped = st.ms_entries;
 	mdb_txn_abort(txn);
+}
+
+/* Pages of one tree: branches, leaves and overflow pages. */
+static uint64_t tree_pages(const MDB_stat *st)
+{
+	return st->ms_branch_pages + st->ms_leaf_pages + st->ms_overflow_pages;
+}
+
+/*
+ * The store's size, from outside LMDB (the file) and inside it: its pages
+ * up to the highest in use, the trees' pages (the live metadata), and the
+ * pages on LMDB's free list (each free-list record is a list of page
+ * numbers led by its count), reused once no reader needs them.
+ */
+void meta_space(struct fs_meta *m, struct meta_space *sp)
+{
+	MDB_dbi dbis[] = {m->inode, m->dirent, m->dircook, m->bmap,   m->block,
+			  m->xattr, m->symlink, m->info,    m->dedup, m->nblocks};
+	MDB_envinfo info;
+	MDB_cursor *c;
+	MDB_txn *txn;
+	MDB_stat st;
+	MDB_val k, v;
+	struct stat fst;
+	uint64_t psize = m->psize, pages = 0, free_pages = 0;
+
+	memset(sp, 0, sizeof(*sp));
+	if (fstat(m->data_fd, &fst) == 0) {
+		sp->file_bytes = (uint64_t)fst.st_size;
+		sp->disk_bytes = (uint64_t)fst.st_blocks * 512;
+	}
+	if (mdb_env_info(m->env, &info) == 0)
+		sp->used_bytes = ((uint64_t)info.me_last_pgno + 1) * psize;
+	if (mdb_txn_begin(m->env, NULL, MDB_RDONLY, &txn))
+		return;
+	if (mdb_stat(txn, MAIN_DBI_ID, &st) == 0)
+		pages += tree_pages(&st);
+	for (size_t i = 0; i < sizeof(dbis) / sizeof(dbis[0]); i++)
+		if (mdb_stat(txn, dbis[i], &st) == 0)
+			pages += tree_pages(&st);
+	if (mdb_cursor_open(txn, FREE_DBI_ID, &c) == 0) {
+		while (mdb_cursor_get(c, &k, &v, MDB_NEXT) == 0)
+			if (v.mv_size >= sizeof(size_t))
+				free_pages += *(const size_t *)v.mv_data;
+		mdb_cursor_close(c);
+	}
+	mdb_txn_abort(txn);
+	sp->tree_bytes = pages * psize;
+	sp->free_bytes = free_pages * psize;
 }
 
 /* ---- raw records, for the offline checker ---- */

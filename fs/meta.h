@@ -136,7 +136,14 @@ uint64_t meta_durable_commit(struct fs_meta *m);
 uint64_t meta_last_commit(struct fs_meta *m);
 
 int meta_begin(struct fs_meta *m, bool write, MDB_txn **txn);
+/*
+ * Commit a write transaction (read ones are aborted). fn, when set by
+ * meta_on_commit, is called after each that succeeded, so that a sync
+ * point follows (tb_meta_committed): it must be cheap and take no lock
+ * that a committer may hold.
+ */
 int meta_commit(MDB_txn *txn);
+void meta_on_commit(struct fs_meta *m, void (*fn)(void *arg), void *arg);
 void meta_abort(MDB_txn *txn);
 
 uint64_t meta_new_ino(struct fs_meta *m);
@@ -248,6 +255,16 @@ int meta_inodes_flagged(struct fs_meta *m, MDB_txn *txn, uint32_t flags, meta_in
 int meta_purge_orphans(struct fs_meta *m, struct locvec *freed, uint64_t *count);
 /* Totals for statfs and stats: inodes, stored blocks, mapped blocks. */
 void meta_counts(struct fs_meta *m, uint64_t *inodes, uint64_t *blocks, uint64_t *mapped);
+
+/* The store's size, for stats (meta_space). */
+struct meta_space {
+	uint64_t file_bytes; /* data.mdb's size */
+	uint64_t disk_bytes; /* what data.mdb takes on its filesystem */
+	uint64_t used_bytes; /* LMDB's pages up to the highest in use */
+	uint64_t tree_bytes; /* of those, the trees' pages: the live metadata */
+	uint64_t free_bytes; /* on LMDB's free list: reused once no reader needs them */
+};
+void meta_space(struct fs_meta *m, struct meta_space *sp);
 
 int locvec_push(struct locvec *v, uint64_t loc);
 void locvec_free(struct locvec *v);

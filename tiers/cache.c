@@ -1298,6 +1298,7 @@ void tb_get_stats(struct tb_store *s, struct tb_stats *st)
 	st->prefetch_promoted = s->pf_promoted;
 	st->prefetch_depth = s->pf_win.depth;
 	st->unsynced_blocks = s->commits_since_sync + s->npending;
+	st->unsynced_commits = __atomic_load_n(&s->meta_commits, __ATOMIC_RELAXED);
 	st->expired_bytes = s->expired * s->bs;
 	st->rewritten_bytes = s->wb_rewritten * s->bs;
 	st->partial_created = s->partial_created;

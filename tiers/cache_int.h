@@ -162,6 +162,7 @@ struct tb_store {
 	uint64_t stop_ms; /* when tb_close stopped the store (flusher_done) */
 	uint64_t sync_gen;
 	uint64_t commits_since_sync;
+	uint64_t meta_commits; /* the owner's commits since the last sync point (atomic) */
 	unsigned urgent_waiters;
 	pthread_t flusher;
 

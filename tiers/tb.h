@@ -93,6 +93,7 @@ struct tb_config {
 	unsigned flush_delay_ms;   /* a partly written block waits this long */
 	unsigned dirty_expire_ms;  /* written back once dirty this long; 0: only when evicted */
 	unsigned sync_interval_ms; /* periodic durability point */
+	unsigned sync_commits;	   /* the owner's commits that bring a sync point at once; 0: none */
 	unsigned max_pinned;	   /* worst case of blocks pinned by readers */
 	unsigned spare_slots;	   /* arena slots beyond dram_bytes, for tb_swap_slot */
 	uint64_t remote_readahead; /* deepest window ahead of a reader of remote blocks, bytes */
@@ -207,6 +208,7 @@ struct tb_stats {
 	uint64_t kept_evicted_bytes; /* of those, evicted: no other clean block could be had */
 	uint64_t holes_written, wb_errors, syncs, backpressure_waits;
 	uint64_t unsynced_blocks; /* write-backs committed since the last sync point */
+	uint64_t unsynced_commits; /* owner's transactions since the last sync point */
 	uint64_t expired_bytes;	  /* written back for the age limit, not for room */
 	uint64_t rewritten_bytes; /* written back, then written again while in DRAM */
 	uint64_t prefetch_issued, prefetch_used, prefetch_wasted, prefetch_late;
@@ -362,6 +364,18 @@ int tb_flush_obj(struct tb_store *s, uint64_t obj);
 int tb_sync(struct tb_store *s);
 /* Make every commit so far durable, without waiting for dirty blocks. */
 int tb_durable(struct tb_store *s);
+/*
+ * The owner committed a transaction of its own (metadata: a create, a
+ * chmod, an unlink). It is made durable at the next sync point, which
+ * comes within sync_interval_ms, or at once after many such commits: the
+ * owner's store keeps the pages of every commit since the last sync point
+ * (fs/meta.c), and a flood of metadata operations grew it without bound
+ * while no data was written back. From any thread but the flusher's own
+ * commits, holding no lock of the store's; cheap, but past a bound of
+ * commits since the last sync point it waits for the one under way (a
+ * few seconds at most).
+ */
+void tb_meta_committed(struct tb_store *s);
 /* Forget cached blocks idx in [from, to) of obj, dirty ones included. */
 void tb_drop(struct tb_store *s, uint64_t obj, uint64_t from, uint64_t to);
 /*

@@ -11,7 +11,8 @@
 # a sync point (tfsctl flush), and of the store's files after more work and
 # a kill -9: the files rewritten, a large file written through the cache,
 # hundreds of files made, renamed and unlinked. No sync point comes between
-# (sync_interval_ms=600000, no fsync), so the slab still holds what the
+# (sync_interval_ms=600000, sync_commits= above the commits made, no
+# fsync), so the slab still holds what the
 # sync point names. The lock file's boot id is changed, as a restart
 # would change it. Each mount must then show the store as it was at the
 # sync point: the files flushed before it with their old bytes, the files
@@ -35,7 +36,7 @@ OTHER_BOOT=00000000-0000-0000-0000-000000000000
 SRC="$T/src"
 mkdir -p "$SRC"
 export TFS_DRAM=128M TFS_THREADS=8
-OPTS="sync_interval_ms=600000"
+OPTS="sync_interval_ms=600000,sync_commits=100000000"
 
 # sums DIR: the sha256 of every file of set A under DIR, one line each.
 sums() {

@@ -212,6 +212,19 @@ int main(void)
 	CHECK_EQ(c.threads, 32);
 	CHECK_EQ(c.n_nvme, 1);
 	CHECK(strstr(c.meta, "/meta") != NULL);
+	CHECK_EQ(c.sync_commits, 256);
+	fs_config_free(&c);
+
+	/* The sync point's count takes its bounds. */
+	memset(&c, 0, sizeof(c));
+	c.sync_commits_s = strdup("1000");
+	CHECK_EQ(resolve(&c, dir, err), 0);
+	CHECK_EQ(c.sync_commits, 1000);
+	fs_config_free(&c);
+	memset(&c, 0, sizeof(c));
+	c.sync_commits_s = strdup("0");
+	CHECK_EQ(resolve(&c, dir, err), -EINVAL);
+	CHECK(strstr(err, "sync_commits") != NULL);
 	fs_config_free(&c);
 
 	/* Each bad value is refused and named. */

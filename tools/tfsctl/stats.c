@@ -172,6 +172,23 @@ static void print_counters(const char *label, json_t *obj)
 	putchar('\n');
 }
 
+/* The metadata store: its file, what LMDB uses of it, and the live part. */
+static void print_meta(json_t *m)
+{
+	char file[16], used[16], tree[16], fr[16];
+
+	if (!json_object_get(m, "file_bytes"))
+		return; /* an older daemon */
+	fmt_bytes(jint(m, "file_bytes"), file, sizeof(file));
+	fmt_bytes(jint(m, "used_bytes"), used, sizeof(used));
+	fmt_bytes(jint(m, "tree_bytes"), tree, sizeof(tree));
+	fmt_bytes(jint(m, "free_bytes"), fr, sizeof(fr));
+	printf("meta      %llu inodes, data.mdb %s (used %s: live %s, free %s), "
+	       "%llu commits unsynced\n",
+	       (unsigned long long)jint(m, "inodes"), file, used, tree, fr,
+	       (unsigned long long)jint(m, "unsynced_commits"));
+}
+
 static void print_summary(json_t *st)
 {
 	json_t *c = json_object_get(st, "cache"), *p = json_object_get(st, "prefetch");
@@ -199,6 +216,7 @@ static void print_summary(json_t *st)
 	print_counters("fuse", json_object_get(st, "fuse"));
 	health(st, hl, sizeof(hl));
 	printf("health    %s\n", hl);
+	print_meta(json_object_get(st, "meta"));
 }
 
 int cmd_stats(int argc, char **argv, const struct tfs_args *a)
