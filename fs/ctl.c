@@ -266,6 +266,12 @@ static json_t *stats_json(struct fs *fs)
 		json_object_set_new(t, "readahead_bytes",
 				    json_integer((json_int_t)d->readahead_bytes));
 		json_object_set_new(t, "requests", json_integer((json_int_t)d->requests));
+		if (strcmp(d->kind, "s3") != 0) {
+			json_object_set_new(t, "slab_bytes",
+					    json_integer((json_int_t)d->slab_bytes));
+			json_object_set_new(t, "returned_bytes",
+					    json_integer((json_int_t)d->returned_bytes));
+		}
 		json_object_set_new(
 		    t, "requests_per_gb",
 		    json_real(requests_per_gb(d->requests, d->read_bytes + d->write_bytes)));
@@ -405,6 +411,7 @@ static json_t *config_json(struct fs *fs)
 	json_object_set_new(root, "dirty_expire_ms", json_integer(c->dirty_expire_ms));
 	json_object_set_new(root, "sync_interval_ms", json_integer(c->sync_interval_ms));
 	json_object_set_new(root, "sync_commits", json_integer(c->sync_commits));
+	json_object_set_new(root, "punch_after_ms", json_integer(c->punch_after_ms));
 	json_object_set_new(root, "default_permissions", json_boolean(!c->no_default_permissions));
 	static const char *const dedups[] = {"off", "trust", "verify"};
 	json_object_set_new(root, "dedup", json_string(dedups[c->dedup]));
@@ -478,7 +485,7 @@ struct tier_row {
 	char label[48];
 	double cap, used, rb, wb, ro, wo, err, up, rbps, wbps;
 	double q, in_demand, in_prefetch, in_wb;
-	double requests, weight, capable, objects, dead;
+	double requests, weight, capable, objects, dead, slab, returned;
 	bool dev;
 };
 
@@ -547,6 +554,8 @@ static char *metrics_text(struct fs *fs, size_t *len)
 		r->capable = (double)d->bw_capable;
 		r->objects = (double)d->objects;
 		r->dead = (double)d->dead_bytes;
+		r->slab = (double)d->slab_bytes;
+		r->returned = (double)d->returned_bytes;
 	}
 	n = st->n_devs + 1;
 	pthread_mutex_lock(&fs->rate_lock);
@@ -589,6 +598,10 @@ static char *metrics_text(struct fs *fs, size_t *len)
 		    1);
 	TIER_METRIC(f, rows, n, "tier_dead_bytes", "gauge",
 		    "Bytes in stored objects that no block uses (s3).", dead, 1);
+	TIER_METRIC(f, rows, n, "tier_slab_bytes", "gauge",
+		    "What the slab file takes on its filesystem (nvme, pfs).", slab, 1);
+	TIER_METRIC(f, rows, n, "tier_returned_bytes_total", "counter",
+		    "Free slab space given back to the filesystem (nvme, pfs).", returned, 1);
 	metric_head(f, "tier_inflight", "gauge", "Requests in flight, by scheduling class.");
 	for (unsigned i = 1; i < n; i++) {
 		static const char *const cls[] = {"demand", "prefetch", "writeback"};

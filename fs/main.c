@@ -48,6 +48,7 @@ static const struct fuse_opt tfs_opts[] = {
 	OPT("queue_depth=%s", qd_s),
 	OPT("flush_delay_ms=%s", flush_delay_s),
 	OPT("sync_interval_ms=%s", sync_interval_s),
+	OPT("punch_after_ms=%s", punch_after_s),
 	OPT("sync_commits=%s", sync_commits_s),
 	OPT("dirty_expire_ms=%s", dirty_expire_s),
 	OPT("logfile=%s", logfile),
@@ -121,6 +122,8 @@ static void usage(const char *prog)
 	       "write-back (100)\n"
 	       "    -o sync_interval_ms=N  how often changes are made durable (1000)\n"
 	       "    -o sync_commits=N      commits that bring a sync point at once (256)\n"
+	       "    -o punch_after_ms=N    slab space free this long goes back to the filesystem\n"
+	       "                           (10000; 0: never)\n"
 	       "    -o logfile=FILE        log here when running in the background\n"
 	       "    -o lock_wait=SECONDS   wait this long for the daemon of the store's last\n"
 	       "                           mount to finish writing back after its unmount\n"
@@ -508,6 +511,7 @@ static int open_stores(struct fs *fs, unsigned nthreads, char *err, size_t errle
 	tc.flush_delay_ms = c->flush_delay_ms;
 	tc.dirty_expire_ms = c->dirty_expire_ms;
 	tc.sync_interval_ms = c->sync_interval_ms;
+	tc.punch_after_ms = c->punch_after_ms;
 	tc.sync_commits = c->sync_commits;
 	tc.max_pinned = max_pinned(c, bs);
 	/* One per thread that serves requests, where one write fills a block (loop.c). */

@@ -29,6 +29,7 @@
 #define DEF_QUEUE_DEPTH 32
 #define DEF_FLUSH_DELAY_MS 100
 #define DEF_SYNC_INTERVAL_MS 1000
+#define DEF_PUNCH_AFTER_MS 10000
 #define DEF_SYNC_COMMITS 256
 #define DEF_DIRTY_EXPIRE_MS 30000 /* as the kernel's dirty_expire_centisecs */
 #define DRAM_SHARE_OF_AVAILABLE 4 /* a quarter */
@@ -123,6 +124,7 @@ static int on_ini_value(void *user, const char *section, const char *name, const
 		    {"queue_depth", &c->qd_s},
 		    {"flush_delay_ms", &c->flush_delay_s},
 		    {"sync_interval_ms", &c->sync_interval_s},
+		    {"punch_after_ms", &c->punch_after_s},
 		    {"sync_commits", &c->sync_commits_s},
 		    {"dirty_expire_ms", &c->dirty_expire_s},
 		    {"logfile", &c->logfile},
@@ -902,6 +904,10 @@ int fs_config_resolve(struct fs_config *c, char *err, size_t errlen)
 	c->sync_commits = DEF_SYNC_COMMITS;
 	if (c->sync_commits_s && parse_uint(c->sync_commits_s, 1, 100000000, &c->sync_commits) < 0)
 		return bad(err, errlen, "sync_commits", c->sync_commits_s, "must be 1 to 100000000");
+	c->punch_after_ms = DEF_PUNCH_AFTER_MS;
+	if (c->punch_after_s && parse_uint(c->punch_after_s, 0, 86400000, &c->punch_after_ms) < 0)
+		return bad(err, errlen, "punch_after_ms", c->punch_after_s,
+			   "must be 0 (never) to 86400000");
 	c->log_level = DEF_LOG_LEVEL;
 	if (c->log_level_s) {
 		static const char *const levels[] = {"error", "warning", "info", "debug"};
@@ -1045,7 +1051,7 @@ void fs_config_free(struct fs_config *c)
 			 &c->s3_prefix,	      &c->s3_bw_s,	   &c->s3_cap_s,  &c->pfs_bw_s,
 			 &c->pfs_cap_s,	      &c->dedup_s,	   &c->policy_s,  &c->readahead_s,
 			 &c->prefetch_s, &c->cuda_s, &c->dirty_expire_s, &c->remote_readahead_s,
-			 &c->s3_object_s, &c->lock_wait_s, &c->sync_commits_s};
+			 &c->s3_object_s, &c->lock_wait_s, &c->sync_commits_s, &c->punch_after_s};
 
 	if (c->s3_secret) {
 		/* Do not leave the secret in freed memory. */

@@ -163,6 +163,7 @@ struct tb_store {
 	uint64_t sync_gen;
 	uint64_t commits_since_sync;
 	uint64_t meta_commits; /* the owner's commits since the last sync point (atomic) */
+	uint64_t give_back_ms; /* when the flusher next looks for space to give back; 0: none */
 	unsigned urgent_waiters;
 	pthread_t flusher;
 

@@ -27,7 +27,10 @@
  * The folder and both files are checked against other users (storedir.h)
  * and opened through one descriptor of the folder.
  * Capacity is the filesystem's free space plus what the slab holds, less
- * a 1% reserve for the metadata store, or the cap if smaller.
+ * a 1% reserve for the metadata store, or the cap if smaller. Space free
+ * in the slab for a while goes back to the filesystem (dev_give_back): a
+ * free end is cut off, free runs within are punched, and a write into a
+ * punched slot allocates its run again first, as the slab's growth does.
  */
 #include "dev.h"
 #include "fault.h"
@@ -36,6 +39,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/falloc.h>
 #include <liburing.h>
 #include <poll.h>
 #include <stdio.h>
@@ -170,6 +174,31 @@ void dev_load_tick(struct tb_dev *d, uint64_t now)
 	d->load_ns = now;
 }
 
+/* Slots of the slab that its file holds, whole or in part. */
+static uint64_t slab_slots(struct tb_dev *d)
+{
+	uint64_t end = __atomic_load_n(&d->slab_end, __ATOMIC_RELAXED);
+
+	return (end + d->block_size - 1) / d->block_size;
+}
+
+/*
+ * A write to slot is taken: where its space was given back, the run of
+ * given-back slots from it (SLAB_GROW at most) is allocated again before
+ * the write (slab_fill), as slab_grow does at the end. Into a hole, an
+ * O_DIRECT write takes the inode lock exclusively (see slab_grow): the
+ * writes of a run would go one at a time. Lock held.
+ */
+static uint64_t fill_run(struct tb_dev *d, uint64_t slot)
+{
+	uint64_t n;
+
+	if (!d->give_back)
+		return 0;
+	n = slot_alloc_fill(&d->alloc, slot, SLAB_GROW / d->block_size, slab_slots(d));
+	return d->prealloc ? n : 0;
+}
+
 static unsigned take_requests(struct tb_dev *d, struct tb_io **out, unsigned max)
 {
 	unsigned n = 0, total = 0;
@@ -207,6 +236,7 @@ static unsigned take_requests(struct tb_dev *d, struct tb_io **out, unsigned max
 				d->queued_reads--;
 			d->inflight[c]++;
 			d->tokens -= (double)(r->len - r->done_bytes);
+			r->fill = r->op == IO_WRITE ? fill_run(d, r->slot) : 0;
 			r->start_ns = now;
 			total++;
 			out[n++] = r;
@@ -784,6 +814,7 @@ void dev_set_readahead(struct tb_dev *d, uint64_t ra_max)
 
 void dev_get_stats(struct tb_dev *d, struct tb_dev_stats *st)
 {
+	struct stat sb;
 	uint64_t ra = (uint64_t)dev_ra_blocks(d) * d->block_size;
 
 	pthread_mutex_lock(&d->lock);
@@ -817,8 +848,83 @@ void dev_get_stats(struct tb_dev *d, struct tb_dev_stats *st)
 	st->dead_bytes = d->dead_bytes;
 	st->compacted_objects = d->compacted_objects;
 	st->compacted_bytes = d->compacted_bytes;
+	st->returned_bytes = d->returned_bytes;
 	st->up = d->health == DEV_UP;
 	pthread_mutex_unlock(&d->lock);
+	if (d->fd >= 0 && !d->eng->alloc && fstat(d->fd, &sb) == 0)
+		st->slab_bytes = (uint64_t)sb.st_blocks * 512;
+}
+
+/* ---- giving space back ---- */
+
+/*
+ * Give back [start, start + n), held: cut the slab at start when the run
+ * is its end, else punch the run. 0 or -errno; the device lock is not held.
+ */
+static int give_back_run(struct tb_dev *d, uint64_t start, uint64_t n, bool end)
+{
+	off_t off = (off_t)(start * d->block_size), len = (off_t)(n * d->block_size);
+
+	if (end)
+		return ftruncate(d->fd, off) < 0 ? -errno : 0;
+	if (fallocate(d->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, off, len) < 0)
+		return -errno;
+	return 0;
+}
+
+bool dev_give_back(struct tb_dev *d)
+{
+	uint64_t pos = 0, end, n;
+	bool more;
+
+	pthread_mutex_lock(&d->lock);
+	if (!d->give_back || d->fd < 0 || d->eng->alloc) {
+		pthread_mutex_unlock(&d->lock);
+		return false;
+	}
+	end = slab_slots(d);
+	while ((n = slot_alloc_ripe(&d->alloc, &pos, end)) > 0) {
+		/*
+		 * A run that reaches the slab's end, with no slot in use past
+		 * it, is cut off: the file shrinks, and the slab grows again
+		 * ahead of writes (slab_grow). Every slot past it is held
+		 * meanwhile, so that no write lands where the cut goes. (Only
+		 * the flusher hands out slots, and it is the one here: the
+		 * hold keeps that so if it changes. Held slots still count as
+		 * free, for writers' reservations.)
+		 */
+		bool tail = pos + n >= end && pos >= slot_alloc_high(&d->alloc);
+		uint64_t held = tail ? d->alloc.nslots - pos : n;
+		uint64_t bytes = n * d->block_size;
+		int ret;
+
+		slot_alloc_hold(&d->alloc, pos, held);
+		pthread_mutex_unlock(&d->lock);
+		ret = give_back_run(d, pos, n, tail);
+		if (ret == 0 && tail)
+			__atomic_store_n(&d->slab_end, pos * d->block_size, __ATOMIC_RELAXED);
+		pthread_mutex_lock(&d->lock);
+		slot_alloc_unhold(&d->alloc, pos, held, ret == 0 && !tail);
+		if (ret < 0) {
+			if (ret == -EOPNOTSUPP || ret == -ENOSYS) {
+				log_info("%s: its filesystem cannot punch holes; free slab space "
+					 "stays in the slab",
+					 d->name);
+				d->give_back = false;
+			} else if (log_ratelimit(&d->err_log_sec, 10)) {
+				log_err("%s: cannot give back %llu bytes of free slab space: %s",
+					d->name, (unsigned long long)bytes, strerror(-ret));
+			}
+			break;
+		}
+		d->returned_bytes += bytes;
+		if (tail)
+			end = pos;
+		pos += n;
+	}
+	more = d->give_back && slot_alloc_see(&d->alloc, end) > 0;
+	pthread_mutex_unlock(&d->lock);
+	return more;
 }
 
 /* ---- slab devices ---- */
@@ -1047,6 +1153,20 @@ static int register_buffers(struct tb_dev *d, struct uring_priv *u)
 }
 
 /*
+ * Raise the slab's size to end. The I/O threads raise it (a pfs pool has
+ * many); dev_give_back lowers it, under a hold on every slot past the new
+ * end, so that no write goes there meanwhile.
+ */
+static void slab_end_raise(struct tb_dev *d, uint64_t end)
+{
+	uint64_t at = __atomic_load_n(&d->slab_end, __ATOMIC_RELAXED);
+
+	while (at < end && !__atomic_compare_exchange_n(&d->slab_end, &at, end, false,
+							__ATOMIC_RELAXED, __ATOMIC_RELAXED))
+		;
+}
+
+/*
  * Grow the slab file ahead of a write that would extend it, in SLAB_GROW
  * steps, with fallocate. A write past the end of a file, or into a hole,
  * takes the filesystem's inode lock exclusively (ext4, xfs) and io_uring
@@ -1057,18 +1177,40 @@ static int register_buffers(struct tb_dev *d, struct uring_priv *u)
 static void slab_grow(struct tb_dev *d, uint64_t end)
 {
 	uint64_t to, cap = d->alloc.nslots * d->block_size;
+	uint64_t at = __atomic_load_n(&d->slab_end, __ATOMIC_RELAXED);
 
-	if (!d->prealloc || end <= d->slab_end)
+	if (end <= at)
 		return;
+	if (!d->prealloc) {
+		slab_end_raise(d, end); /* the write extends the slab */
+		return;
+	}
 	to = (end + SLAB_GROW - 1) / SLAB_GROW * SLAB_GROW;
 	if (to > cap)
 		to = cap > end ? cap : end;
-	if (fallocate(d->fd, 0, (off_t)d->slab_end, (off_t)(to - d->slab_end)) == 0) {
-		d->slab_end = to;
+	if (fallocate(d->fd, 0, (off_t)at, (off_t)(to - at)) == 0) {
+		slab_end_raise(d, to);
 		return;
 	}
 	if (errno == EOPNOTSUPP || errno == ENOSYS)
 		d->prealloc = false; /* the filesystem cannot: writes extend the slab */
+	slab_end_raise(d, end);
+}
+
+/*
+ * The run of slots that fill_run found given back is allocated again
+ * before the write goes. Within the slab's size, with the write's own
+ * slot first; a failure only costs speed (the write fills its hole).
+ */
+static void slab_fill(struct tb_dev *d, struct tb_io *r)
+{
+	if (!r->fill)
+		return;
+	if (fallocate(d->fd, 0, (off_t)(r->slot * d->block_size),
+		      (off_t)(r->fill * d->block_size)) < 0 &&
+	    (errno == EOPNOTSUPP || errno == ENOSYS))
+		d->prealloc = false;
+	r->fill = 0;
 }
 
 static void uring_prep(struct tb_dev *d, struct uring_priv *u, struct io_uring_sqe *sqe,
@@ -1079,8 +1221,10 @@ static void uring_prep(struct tb_dev *d, struct uring_priv *u, struct io_uring_s
 	off_t off = (off_t)(r->slot * d->block_size + r->done_bytes);
 	size_t arena_off = (size_t)((char *)r->buf - (char *)d->arena->base);
 
-	if (r->op == IO_WRITE)
+	if (r->op == IO_WRITE) {
+		slab_fill(d, r);
 		slab_grow(d, (uint64_t)off + len);
+	}
 	if (u->fixed_bufs && (char *)r->buf >= (char *)d->arena->base &&
 	    arena_off < d->arena->bytes) {
 		int idx = (int)(arena_off / URING_MAX_BUF);
@@ -1252,6 +1396,7 @@ static void aio_prep(struct tb_dev *d, struct aio_priv *a, struct tb_io *r)
 	if (r->op == IO_READ) {
 		io_prep_pread(&r->iocb, d->fd, buf, len, off);
 	} else {
+		slab_fill(d, r);
 		slab_grow(d, (uint64_t)off + len);
 		io_prep_pwrite(&r->iocb, d->fd, buf, len, off);
 	}
@@ -1559,6 +1704,7 @@ int dev_open_slab(struct tb_dev **out, const char *kind, unsigned index, const c
 	if (ret < 0)
 		goto fail;
 	d->prealloc = !pfs; /* a parallel filesystem may not have fallocate, or make it slow */
+	d->give_back = true;
 	if (pfs) {
 		ret = pool_setup(d);
 	} else {

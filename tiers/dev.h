@@ -48,6 +48,7 @@ struct tb_io {
 	size_t len;
 	size_t done_bytes; /* progress across short transfers */
 	uint64_t start_ns; /* when the engine took it, for latency */
+	uint64_t fill;	   /* a write into space given back: slots from slot to allocate first */
 	void (*done)(struct tb_io *r, int err);
 	struct iocb iocb; /* aio engine only */
 };
@@ -88,7 +89,11 @@ struct tb_dev {
 	bool id_made;	 /* this open created the identity file */
 	bool slab_made;	 /* this open created the slab file */
 	bool prealloc;	 /* grow the slab ahead of writes (nvme); off once unsupported */
-	uint64_t slab_end; /* the slab's size: writes below it are overwrites; I/O thread only */
+	/*
+	 * The slab's size: writes below it are overwrites. Raised by the I/O
+	 * threads, lowered by dev_give_back (atomic): see slab_end_raise.
+	 */
+	uint64_t slab_end;
 	int wake_efd;	 /* kicked when requests are queued */
 	bool running;
 
@@ -122,6 +127,8 @@ struct tb_dev {
 	uint64_t ra_max;	/* readahead depth at most, bytes (remote devices) */
 	unsigned run;		/* blocks placement gives it in a row (an s3 object's) */
 	uint64_t held_slots;	/* neither free nor in use: dead or unfilled, in packed objects */
+	bool give_back;		/* free slab space goes back to the filesystem (dev_give_back) */
+	uint64_t returned_bytes; /* slab space given back so far */
 	uint64_t read_bytes, write_bytes, read_ops, write_ops, errors;
 	/* Engines that count more (s3): requests sent, stored objects, dead bytes in them. */
 	uint64_t requests, objects, dead_bytes, compacted_objects, compacted_bytes;
@@ -160,6 +167,17 @@ int dev_mark(struct tb_dev *d, uint64_t slot);
 /* A device said ENOSPC: it takes no new blocks until a slot is freed or a while has passed. */
 void dev_set_full(struct tb_dev *d);
 uint64_t dev_free_slots(struct tb_dev *d);
+/*
+ * Give the slab space of slots free since the last look back to the
+ * filesystem: a run at the slab's end is cut off (ftruncate), the others
+ * are punched; then the free slots that still have their space are seen,
+ * for the next look. Only slots free in the allocator are touched, and
+ * those are free as of the durable state (tb.h: locations are freed only
+ * after a sync point), so a roll-back after a power cut names none of
+ * them. Whether free slots with space are left, for a later look. Called
+ * by the flusher, without the store lock.
+ */
+bool dev_give_back(struct tb_dev *d);
 /* Down after errors and not yet due for another try: its space is out of reach. */
 bool dev_out(struct tb_dev *d);
 /* Up: not down, and not being tried again after being down. */

@@ -94,6 +94,7 @@ struct tb_config {
 	unsigned dirty_expire_ms;  /* written back once dirty this long; 0: only when evicted */
 	unsigned sync_interval_ms; /* periodic durability point */
 	unsigned sync_commits;	   /* the owner's commits that bring a sync point at once; 0: none */
+	unsigned punch_after_ms;   /* free slab space goes back after this long; 0: never */
 	unsigned max_pinned;	   /* worst case of blocks pinned by readers */
 	unsigned spare_slots;	   /* arena slots beyond dram_bytes, for tb_swap_slot */
 	uint64_t remote_readahead; /* deepest window ahead of a reader of remote blocks, bytes */
@@ -193,6 +194,8 @@ struct tb_dev_stats {
 	uint64_t requests;	      /* requests made to the medium (HTTP requests for s3) */
 	uint64_t objects, dead_bytes; /* s3: objects stored, bytes in them no block uses */
 	uint64_t compacted_objects, compacted_bytes;
+	uint64_t slab_bytes;	 /* what the slab file takes on its filesystem (st_blocks) */
+	uint64_t returned_bytes; /* free slab space given back to the filesystem so far */
 	bool up;
 };
 

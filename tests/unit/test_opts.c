@@ -213,18 +213,26 @@ int main(void)
 	CHECK_EQ(c.n_nvme, 1);
 	CHECK(strstr(c.meta, "/meta") != NULL);
 	CHECK_EQ(c.sync_commits, 256);
+	CHECK_EQ(c.punch_after_ms, 10000);
 	fs_config_free(&c);
 
-	/* The sync point's count takes its bounds. */
+	/* The sync point's count and the space's return take their bounds. */
 	memset(&c, 0, sizeof(c));
 	c.sync_commits_s = strdup("1000");
+	c.punch_after_s = strdup("0");
 	CHECK_EQ(resolve(&c, dir, err), 0);
 	CHECK_EQ(c.sync_commits, 1000);
+	CHECK_EQ(c.punch_after_ms, 0);
 	fs_config_free(&c);
 	memset(&c, 0, sizeof(c));
 	c.sync_commits_s = strdup("0");
 	CHECK_EQ(resolve(&c, dir, err), -EINVAL);
 	CHECK(strstr(err, "sync_commits") != NULL);
+	fs_config_free(&c);
+	memset(&c, 0, sizeof(c));
+	c.punch_after_s = strdup("-1");
+	CHECK_EQ(resolve(&c, dir, err), -EINVAL);
+	CHECK(strstr(err, "punch_after_ms") != NULL);
 	fs_config_free(&c);
 
 	/* Each bad value is refused and named. */
