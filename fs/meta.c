@@ -993,27 +993,39 @@ void meta_discard(struct fs_meta *m)
  * The newest commit: a reader pinned on it, and its meta page copied into
  * m->page. Writers are held off meanwhile, so that the page is that
  * commit's. Returns the commit, or 0 when the page does not look like
- * LMDB 0.9's meta page of it (nothing is recorded then).
+ * LMDB 0.9's meta page of it (nothing is recorded then), or when it could
+ * not be had (*err set): then the sync point fails, and the locations
+ * released since the last one stay held (tiers/flush.c), since the record
+ * a power cut rolls back to may still name them.
  */
-static uint64_t pin_newest(struct fs_meta *m, MDB_txn **reader)
+static uint64_t pin_newest(struct fs_meta *m, MDB_txn **reader, int *err)
 {
 	MDB_txn *w = NULL;
 	MDB_envinfo info;
 	uint64_t txnid = 0;
+	int rc;
 
 	*reader = NULL;
-	if (mdb_txn_begin(m->env, NULL, 0, &w) != 0)
+	*err = 0;
+	rc = mdb_txn_begin(m->env, NULL, 0, &w);
+	if (rc) {
+		*err = mdb_err(rc);
 		return 0;
-	if (mdb_txn_begin(m->env, NULL, MDB_RDONLY, reader) == 0 &&
-	    mdb_env_info(m->env, &info) == 0) {
+	}
+	rc = mdb_txn_begin(m->env, NULL, MDB_RDONLY, reader);
+	if (rc == 0)
+		rc = mdb_env_info(m->env, &info);
+	if (rc == 0) {
 		txnid = info.me_last_txnid;
 		if (pread(m->data_fd, m->page, m->psize, (off_t)((txnid & 1) * m->psize)) !=
 		    (ssize_t)m->psize)
 			txnid = 0;
 	}
 	mdb_txn_abort(w);
-	if (!txnid)
+	if (!txnid) {
+		*err = rc ? mdb_err(rc) : -EIO;
 		return 0;
+	}
 	if (meta_page_txnid(m->page) != txnid) {
 		static bool said;
 
@@ -1030,10 +1042,16 @@ int meta_sync(struct fs_meta *m, int (*flush)(void *arg), void *arg)
 {
 	MDB_txn *reader = NULL;
 	uint64_t txnid;
-	int ret;
+	int ret = 0;
 
 	pthread_mutex_lock(&m->sync_lock);
-	txnid = m->page ? pin_newest(m, &reader) : 0;
+	txnid = m->page ? pin_newest(m, &reader, &ret) : 0;
+	if (ret < 0) {
+		if (reader)
+			mdb_txn_abort(reader);
+		pthread_mutex_unlock(&m->sync_lock);
+		return ret;
+	}
 	if (txnid && txnid == m->durable_txnid && m->pinned) {
 		/* Nothing committed since the last record: it and its reader stand. */
 		mdb_txn_abort(reader);
