@@ -195,6 +195,31 @@ void slot_alloc_unhold(struct slot_alloc *a, uint64_t start, uint64_t n, bool ho
 		a->hint = start / WORD_BITS;
 }
 
+bool slot_alloc_all_holes(const struct slot_alloc *a, uint64_t start, uint64_t end)
+{
+	if (end > a->nslots)
+		end = a->nslots;
+	for (uint64_t w = start / WORD_BITS; start < end && w * WORD_BITS < end; w++) {
+		uint64_t m = range_mask(w, start, end - start);
+
+		if ((a->hole[w] & ~a->bits[w] & m) != m)
+			return false;
+	}
+	return true;
+}
+
+void slot_alloc_no_space(struct slot_alloc *a, uint64_t start, uint64_t end)
+{
+	if (end > a->nslots)
+		end = a->nslots;
+	for (uint64_t w = start / WORD_BITS; start < end && w * WORD_BITS < end; w++) {
+		uint64_t m = range_mask(w, start, end - start);
+
+		a->hole[w] &= ~m;
+		a->seen[w] &= ~m;
+	}
+}
+
 uint64_t slot_alloc_see(struct slot_alloc *a, uint64_t end)
 {
 	uint64_t words = nwords(a), n = 0;

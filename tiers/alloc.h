@@ -54,6 +54,10 @@ uint64_t slot_alloc_ripe(const struct slot_alloc *a, uint64_t *pos, uint64_t end
 void slot_alloc_hold(struct slot_alloc *a, uint64_t start, uint64_t n);
 /* Put them back free: as holes when their space went, else as they were. */
 void slot_alloc_unhold(struct slot_alloc *a, uint64_t start, uint64_t n, bool hole);
+/* Whether every slot of [start, end) is free and gave its space back. */
+bool slot_alloc_all_holes(const struct slot_alloc *a, uint64_t start, uint64_t end);
+/* Slots [start, end) lie past the slab's end: no holes, and no space. */
+void slot_alloc_no_space(struct slot_alloc *a, uint64_t start, uint64_t end);
 /* The look: every free slot below end that has its space is seen; how many. */
 uint64_t slot_alloc_see(struct slot_alloc *a, uint64_t end);
 /*

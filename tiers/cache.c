@@ -1395,6 +1395,7 @@ int tb_open(const struct tb_config *cfg, const struct tb_owner *owner, struct tb
 	pthread_cond_init(&s->state_cv, &ca);
 	pthread_cond_init(&s->space_cv, &ca);
 	pthread_cond_init(&s->flush_cv, &ca);
+	pthread_cond_init(&s->give_back_cv, &ca);
 	pthread_condattr_destroy(&ca);
 
 	nslots = cfg->dram_bytes / s->bs;
@@ -1540,6 +1541,15 @@ int tb_start(struct tb_store *s)
 	if (ret)
 		return -ret;
 	s->started = true;
+	if (s->cfg.punch_after_ms) {
+		pthread_mutex_lock(&s->lock);
+		giveback_arm(s); /* the slab may hold free space since the last mount */
+		pthread_mutex_unlock(&s->lock);
+		ret = pthread_create(&s->giveback, NULL, giveback_main, s);
+		if (ret)
+			return -ret;
+		s->giveback_started = true;
+	}
 	return 0;
 }
 
@@ -1558,9 +1568,13 @@ int tb_close(struct tb_store *s)
 			if (e->retries && e->dirty_ms > s->stop_ms + STOP_RETRY_GAP_MS)
 				e->dirty_ms = s->stop_ms + STOP_RETRY_GAP_MS;
 		s->flush_kicks++;
+		__atomic_store_n(&s->give_back_stop, true, __ATOMIC_RELAXED);
 		pthread_cond_broadcast(&s->flush_cv);
 		pthread_cond_broadcast(&s->space_cv);
+		pthread_cond_broadcast(&s->give_back_cv);
 		pthread_mutex_unlock(&s->lock);
+		if (s->giveback_started)
+			pthread_join(s->giveback, NULL);
 		pthread_join(s->flusher, NULL);
 		int r = flush_do_sync(s);
 		/*
@@ -1604,6 +1618,7 @@ int tb_close(struct tb_store *s)
 	pthread_cond_destroy(&s->state_cv);
 	pthread_cond_destroy(&s->space_cv);
 	pthread_cond_destroy(&s->flush_cv);
+	pthread_cond_destroy(&s->give_back_cv);
 	free(s);
 	return ret;
 }

@@ -1,8 +1,9 @@
 /*
  * cache_int.h - what the block cache's files share, and nothing outside
  * tiers/ includes: the entry, object and store structures, and the calls
- * that cross from one of cache.c, evict.c, flush.c, place.c and
- * prefetch.c to another (each file's opening comment says what it owns).
+ * that cross from one of cache.c, evict.c, flush.c, giveback.c, place.c
+ * and prefetch.c to another (each file's opening comment says what it
+ * owns).
  *
  * Lock order: store lock, then a device lock. The store lock is never held
  * while calling the owner.
@@ -163,7 +164,11 @@ struct tb_store {
 	uint64_t sync_gen;
 	uint64_t commits_since_sync;
 	uint64_t meta_commits; /* the owner's commits since the last sync point (atomic) */
-	uint64_t give_back_ms; /* when the flusher next looks for space to give back; 0: none */
+	uint64_t give_back_ms; /* when giveback.c next looks for space to give back; 0: none */
+	pthread_cond_t give_back_cv; /* wakes the give-back thread */
+	pthread_t giveback;
+	bool giveback_started;
+	bool give_back_stop; /* the store stops: a look ends early (atomic) */
 	unsigned urgent_waiters;
 	pthread_t flusher;
 
@@ -329,6 +334,11 @@ bool flush_may_clean(struct tb_store *s, struct tb_entry *e, uint64_t now, uint6
 void flush_start_wb(struct tb_store *s, struct tb_entry *e);
 int flush_do_sync(struct tb_store *s);
 void *flush_main(void *arg);
+
+/* giveback.c: free slab space back to the filesystem */
+/* A sync point freed slots: look soon. Lock held. */
+void giveback_arm(struct tb_store *s);
+void *giveback_main(void *arg);
 
 /* place.c: space */
 int place_take(struct tb_store *s, uint64_t *resv);

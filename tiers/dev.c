@@ -858,23 +858,31 @@ void dev_get_stats(struct tb_dev *d, struct tb_dev_stats *st)
 /* ---- giving space back ---- */
 
 /*
- * Give back [start, start + n), held: cut the slab at start when the run
- * is its end, else punch the run. 0 or -errno; the device lock is not held.
+ * The slab's end, once every slot past the last in use has given its
+ * space back: cut off (ftruncate), so the file shrinks and the slab grows
+ * again from there ahead of writes (slab_grow). Quick, since nothing is
+ * left there to free, and under the device lock, so that no slot past it
+ * is handed out meanwhile. Lock held.
  */
-static int give_back_run(struct tb_dev *d, uint64_t start, uint64_t n, bool end)
+static void cut_end(struct tb_dev *d, uint64_t end)
 {
-	off_t off = (off_t)(start * d->block_size), len = (off_t)(n * d->block_size);
+	uint64_t high = slot_alloc_high(&d->alloc);
 
-	if (end)
-		return ftruncate(d->fd, off) < 0 ? -errno : 0;
-	if (fallocate(d->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, off, len) < 0)
-		return -errno;
-	return 0;
+	if (high >= end || !slot_alloc_all_holes(&d->alloc, high, end))
+		return;
+	if (ftruncate(d->fd, (off_t)(high * d->block_size)) < 0) {
+		if (log_ratelimit(&d->err_log_sec, 10))
+			log_err("%s: cannot cut the slab's free end: %s", d->name,
+				strerror(errno));
+		return;
+	}
+	slot_alloc_no_space(&d->alloc, high, end); /* past the end: no holes, no space */
+	__atomic_store_n(&d->slab_end, high * d->block_size, __ATOMIC_RELAXED);
 }
 
-bool dev_give_back(struct tb_dev *d)
+bool dev_give_back(struct tb_dev *d, const bool *stop)
 {
-	uint64_t pos = 0, end, n;
+	uint64_t pos = 0, end, n, max = SLAB_GROW / d->block_size;
 	bool more;
 
 	pthread_mutex_lock(&d->lock);
@@ -883,28 +891,32 @@ bool dev_give_back(struct tb_dev *d)
 		return false;
 	}
 	end = slab_slots(d);
-	while ((n = slot_alloc_ripe(&d->alloc, &pos, end)) > 0) {
+	while (!__atomic_load_n(stop, __ATOMIC_RELAXED) &&
+	       (n = slot_alloc_ripe(&d->alloc, &pos, end)) > 0) {
 		/*
-		 * A run that reaches the slab's end, with no slot in use past
-		 * it, is cut off: the file shrinks, and the slab grows again
-		 * ahead of writes (slab_grow). Every slot past it is held
-		 * meanwhile, so that no write lands where the cut goes. (Only
-		 * the flusher hands out slots, and it is the one here: the
-		 * hold keeps that so if it changes. Held slots still count as
-		 * free, for writers' reservations.)
+		 * SLAB_GROW at a time, and at most half the free slots: the
+		 * flusher may want a slot meanwhile, and a held one is not
+		 * handed out (it still counts as free, for writers'
+		 * reservations). A punch frees extents, and with the discard
+		 * mount option waits for the drive to trim them.
 		 */
-		bool tail = pos + n >= end && pos >= slot_alloc_high(&d->alloc);
-		uint64_t held = tail ? d->alloc.nslots - pos : n;
-		uint64_t bytes = n * d->block_size;
+		uint64_t free_slots = d->alloc.nslots - d->alloc.used;
 		int ret;
 
-		slot_alloc_hold(&d->alloc, pos, held);
+		if (n > max)
+			n = max;
+		if (n > free_slots / 2)
+			n = free_slots / 2;
+		if (!n)
+			break;
+		slot_alloc_hold(&d->alloc, pos, n);
 		pthread_mutex_unlock(&d->lock);
-		ret = give_back_run(d, pos, n, tail);
-		if (ret == 0 && tail)
-			__atomic_store_n(&d->slab_end, pos * d->block_size, __ATOMIC_RELAXED);
+		ret = fallocate(d->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+				(off_t)(pos * d->block_size), (off_t)(n * d->block_size)) < 0
+			      ? -errno
+			      : 0;
 		pthread_mutex_lock(&d->lock);
-		slot_alloc_unhold(&d->alloc, pos, held, ret == 0 && !tail);
+		slot_alloc_unhold(&d->alloc, pos, n, ret == 0);
 		if (ret < 0) {
 			if (ret == -EOPNOTSUPP || ret == -ENOSYS) {
 				log_info("%s: its filesystem cannot punch holes; free slab space "
@@ -913,16 +925,17 @@ bool dev_give_back(struct tb_dev *d)
 				d->give_back = false;
 			} else if (log_ratelimit(&d->err_log_sec, 10)) {
 				log_err("%s: cannot give back %llu bytes of free slab space: %s",
-					d->name, (unsigned long long)bytes, strerror(-ret));
+					d->name, (unsigned long long)(n * d->block_size),
+					strerror(-ret));
 			}
 			break;
 		}
-		d->returned_bytes += bytes;
-		if (tail)
-			end = pos;
+		d->returned_bytes += n * d->block_size;
 		pos += n;
 	}
-	more = d->give_back && slot_alloc_see(&d->alloc, end) > 0;
+	if (d->give_back)
+		cut_end(d, end);
+	more = d->give_back && slot_alloc_see(&d->alloc, slab_slots(d)) > 0;
 	pthread_mutex_unlock(&d->lock);
 	return more;
 }
@@ -1154,8 +1167,8 @@ static int register_buffers(struct tb_dev *d, struct uring_priv *u)
 
 /*
  * Raise the slab's size to end. The I/O threads raise it (a pfs pool has
- * many); dev_give_back lowers it, under a hold on every slot past the new
- * end, so that no write goes there meanwhile.
+ * many); dev_give_back lowers it (cut_end), under the device lock with no
+ * slot in use past the new end, so that no write goes there meanwhile.
  */
 static void slab_end_raise(struct tb_dev *d, uint64_t end)
 {

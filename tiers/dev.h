@@ -169,15 +169,16 @@ void dev_set_full(struct tb_dev *d);
 uint64_t dev_free_slots(struct tb_dev *d);
 /*
  * Give the slab space of slots free since the last look back to the
- * filesystem: a run at the slab's end is cut off (ftruncate), the others
- * are punched; then the free slots that still have their space are seen,
- * for the next look. Only slots free in the allocator are touched, and
- * those are free as of the durable state (tb.h: locations are freed only
- * after a sync point), so a roll-back after a power cut names none of
- * them. Whether free slots with space are left, for a later look. Called
- * by the flusher, without the store lock.
+ * filesystem: the runs are punched, and the slab's end is cut off once
+ * every slot past the last in use has given its space back; then the free
+ * slots that still have their space are seen, for the next look. Only
+ * slots free in the allocator are touched, and those are free as of the
+ * durable state (tb.h: locations are freed only after a sync point), so a
+ * roll-back after a power cut names none of them. Ends early once *stop
+ * is set. Whether free slots with space are left, for a later look. Called
+ * by the give-back thread (giveback.c), without the store lock.
  */
-bool dev_give_back(struct tb_dev *d);
+bool dev_give_back(struct tb_dev *d, const bool *stop);
 /* Down after errors and not yet due for another try: its space is out of reach. */
 bool dev_out(struct tb_dev *d);
 /* Up: not down, and not being tried again after being down. */

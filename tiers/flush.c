@@ -19,8 +19,8 @@
  * sync_interval_ms while there are commits, the owner's own (metadata)
  * included, and at once after sync_commits of them, the flusher makes
  * them durable (device flush, then the owner's sync) and only then returns
- * released locations to the allocators. Slab space free for punch_after_ms
- * then goes back to the filesystem (dev_give_back). With nothing to do it
+ * released locations to the allocators, and wakes the thread that gives
+ * their space back to the filesystem (giveback.c). With nothing to do it
  * sleeps without a deadline.
  */
 #include "cache_int.h"
@@ -621,8 +621,8 @@ int flush_do_sync(struct tb_store *s)
 			dev_free(s->dev[tb_loc_dev(frees[i])], tb_loc_slot(frees[i]));
 		free(frees);
 		/* Free now, and free as of the durable state: a look sees them. */
-		if (nfrees && !s->give_back_ms && s->cfg.punch_after_ms)
-			s->give_back_ms = now_ms();
+		if (nfrees)
+			giveback_arm(s);
 	} else {
 		/* Not durable: keep them pending for the next try. */
 		for (size_t i = 0; i < nfrees; i++) {
@@ -683,30 +683,6 @@ static bool unsynced(struct tb_store *s)
 }
 
 /*
- * A look for slab space to give back (dev_give_back), when one is due:
- * punch_after_ms after the last, while free slots with space were left,
- * or at once when a sync point freed slots and none were. A slot seen free
- * at one look and still free at the next goes back then, so slots freed
- * and taken again within punch_after_ms (a swap's files rewritten every
- * iteration) keep their space: writing a punched slot costs an allocation
- * (slab_fill). The lock is dropped meanwhile.
- */
-static void give_back(struct tb_store *s, uint64_t now)
-{
-	bool more = false;
-
-	if (!s->give_back_ms || now < s->give_back_ms || s->stopping)
-		return;
-	s->give_back_ms = 0;
-	pthread_mutex_unlock(&s->lock);
-	for (unsigned i = 0; i < s->n_devs; i++)
-		more |= dev_give_back(s->dev[i]);
-	pthread_mutex_lock(&s->lock);
-	if (more && (!s->give_back_ms || s->give_back_ms > now_ms() + s->cfg.punch_after_ms))
-		s->give_back_ms = now_ms() + s->cfg.punch_after_ms;
-}
-
-/*
  * Whether the flusher may end: the store stops, nothing is in flight, and
  * nothing is dirty, or what is has failed its write-backs until
  * STOP_RETRY_MS after the stop. At the stop, a block that failed is
@@ -736,8 +712,6 @@ void *flush_main(void *arg)
 		abort();
 	}
 	pthread_mutex_lock(&s->lock);
-	if (s->cfg.punch_after_ms)
-		s->give_back_ms = now_ms(); /* the slab may hold free space since the last mount */
 	for (;;) {
 		uint64_t now = now_ms(), next_ms = UINT64_MAX, kicks;
 		size_t n, nready = 0;
@@ -785,14 +759,11 @@ void *flush_main(void *arg)
 			pthread_mutex_lock(&s->lock);
 			continue;
 		}
-		give_back(s, now);
 		if (n || nready || failed || s->done || s->flush_kicks != kicks)
 			continue; /* a kick while the lock was dropped: look again */
 		/* Asleep until something is due: an idle mount costs no CPU. */
 		if (unsynced(s) && next_ms > last_sync + s->cfg.sync_interval_ms)
 			next_ms = last_sync + s->cfg.sync_interval_ms;
-		if (s->give_back_ms && next_ms > s->give_back_ms)
-			next_ms = s->give_back_ms;
 		if (next_ms == UINT64_MAX) {
 			pthread_cond_wait(&s->flush_cv, &s->lock);
 		} else if (next_ms > now) {

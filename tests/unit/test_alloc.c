@@ -82,6 +82,14 @@ int main(void)
 	CHECK_EQ(slot_alloc_fill(&a, 61, 16, n), 0);
 	CHECK_EQ(slot_alloc_fill(&a, 100, 1000, 120), 20); /* stops at the end given */
 	CHECK_EQ(slot_alloc_see(&a, n), 15 + 20);	   /* filled and free: seen */
+	/* The slab's end: all holes from 120 to 140, not from 61 (in use). */
+	CHECK(slot_alloc_all_holes(&a, 120, 140));
+	CHECK(!slot_alloc_all_holes(&a, 61, 140));
+	CHECK(!slot_alloc_all_holes(&a, 119, 140)); /* filled, so not a hole */
+	slot_alloc_no_space(&a, 120, 140);
+	CHECK(!slot_alloc_all_holes(&a, 120, 140));
+	pos = 120;
+	CHECK_EQ(slot_alloc_ripe(&a, &pos, n), 0);
 	slot_alloc_free_all(&a);
 	return 0;
 }
