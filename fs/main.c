@@ -289,6 +289,19 @@ static int owner_resolve(void *ctx, uint64_t obj, uint64_t idx, uint64_t *loc, s
 	return ret;
 }
 
+/*
+ * A failed commit is retried with its blocks (flush.c, wb_failed), for as
+ * long as the metadata's filesystem stays full: said once every 10 s.
+ */
+static void commit_failed(size_t n, int err)
+{
+	static long log_sec;
+
+	if (log_ratelimit(&log_sec, 10))
+		log_err("cannot commit %zu written blocks: %s%s", n, strerror(-err),
+			err == -ENOSPC ? " (the metadata store or its filesystem is full)" : "");
+}
+
 static int owner_commit(void *ctx, const struct tb_commit *c, size_t n)
 {
 	struct fs *fs = ctx;
@@ -316,13 +329,13 @@ static int owner_commit(void *ctx, const struct tb_commit *c, size_t n)
 		meta_abort(txn);
 		locvec_free(&freed);
 		if (ret != -ESTALE)
-			log_err("cannot commit %zu written blocks: %s", n, strerror(-ret));
+			commit_failed(n, ret);
 		return ret;
 	}
 	ret = meta_commit(txn);
 	if (ret) {
 		locvec_free(&freed);
-		log_err("cannot commit %zu written blocks: %s", n, strerror(-ret));
+		commit_failed(n, ret);
 		return ret;
 	}
 	return fs_release_locs(fs, &freed);

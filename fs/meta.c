@@ -51,6 +51,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/xattr.h>
 #include <time.h>
 #include <unistd.h>
@@ -143,6 +144,13 @@ static uint64_t get_be64(const unsigned char *p)
 	return v;
 }
 
+/*
+ * LMDB's result as -errno. LMDB passes the system's errors on as they are
+ * (positive errnos: ENOSPC when the metadata's filesystem is full, EIO,
+ * ENOMEM...): they keep their errno, so that a full disk reads as one to
+ * the writer and in the log, not as an I/O error. Its own codes (negative)
+ * that have no errno of their own are damage or misuse: EIO.
+ */
 static int mdb_err(int rc)
 {
 	switch (rc) {
@@ -156,7 +164,7 @@ static int mdb_err(int rc)
 	case MDB_TXN_FULL:
 		return -ENOSPC;
 	default:
-		return rc > 0 ? -EIO : rc;
+		return rc > 0 ? -rc : -EIO;
 	}
 }
 
@@ -1111,13 +1119,31 @@ void meta_on_commit(struct fs_meta *m, void (*fn)(void *arg), void *arg)
 	m->on_commit_arg = arg;
 }
 
+/*
+ * Whether the filesystem that holds env has no room left to speak of: LMDB
+ * answers a short write with EIO ("short write, filesystem full?"), and a
+ * full filesystem makes short writes.
+ */
+#define META_FULL_BYTES (1 << 20)
+static bool env_fs_full(MDB_env *env)
+{
+	struct statvfs vfs;
+	mdb_filehandle_t fd;
+
+	return mdb_env_get_fd(env, &fd) == 0 && fstatvfs(fd, &vfs) == 0 &&
+	       (uint64_t)vfs.f_bavail * vfs.f_frsize < META_FULL_BYTES;
+}
+
 int meta_commit(MDB_txn *txn)
 {
-	struct fs_meta *m = mdb_env_get_userctx(mdb_txn_env(txn));
+	MDB_env *env = mdb_txn_env(txn);
+	struct fs_meta *m = mdb_env_get_userctx(env);
 	int rc = mdb_txn_commit(txn);
 
 	if (rc == 0 && m && m->on_commit)
 		m->on_commit(m->on_commit_arg);
+	if (rc == EIO && env_fs_full(env))
+		rc = ENOSPC; /* the writer learns the disk is full, not failing */
 	return mdb_err(rc);
 }
 
