@@ -220,6 +220,50 @@ static void set_rates(struct fs *fs, json_t *t, unsigned i)
 
 static const char *const policy_names[] = {"auto", "clock", "lru", "2q"};
 
+/* A device's state: down after errors, full (no room, or a write said ENOSPC), or up. */
+static const char *dev_state(const struct tb_dev_stats *d)
+{
+	return !d->up ? "down" : d->full ? "full" : "up";
+}
+
+/*
+ * Health now, from what is wrong now: "ok", or a list of the devices down
+ * or full, those with errors in the last health window, and write-back
+ * failures in it. It recovers as the faults end (a write that succeeds
+ * ends "full"; errors age out of the window). The lifetime counts
+ * ("errors", "writeback_errors") are reported apart.
+ */
+static void health_text(const struct tb_stats *st, char *buf, size_t len)
+{
+	size_t n = 0;
+
+	buf[0] = 0;
+	for (unsigned i = 0; i < st->n_devs; i++) {
+		const struct tb_dev_stats *d = &st->dev[i];
+
+		if (strcmp(dev_state(d), "up") != 0)
+			n += (size_t)snprintf(buf + n, n < len ? len - n : 0, "%s%s %s",
+					      n ? ", " : "", d->name, dev_state(d));
+		if (d->recent_errors)
+			n += (size_t)snprintf(buf + n, n < len ? len - n : 0,
+					      "%s%s: %llu errors in the last %u s", n ? ", " : "",
+					      d->name, (unsigned long long)d->recent_errors,
+					      st->health_window_s);
+	}
+	if (st->recent_wb_errors)
+		n += (size_t)snprintf(
+		    buf + n, n < len ? len - n : 0, "%s%llu write-back errors in the last %u s",
+		    n ? ", " : "", (unsigned long long)st->recent_wb_errors, st->health_window_s);
+	if (st->stall_err)
+		n += (size_t)snprintf(buf + n, n < len ? len - n : 0,
+				      "%swrite-back failing for %llu s (%s%s)", n ? ", " : "",
+				      (unsigned long long)(st->stall_ms / 1000),
+				      st->stall_commit ? "metadata commit: " : "",
+				      strerror(-st->stall_err));
+	if (n == 0)
+		snprintf(buf, len, "ok");
+}
+
 static json_t *stats_json(struct fs *fs)
 {
 	struct tb_stats *st = calloc(1, sizeof(*st));
@@ -254,7 +298,9 @@ static json_t *stats_json(struct fs *fs)
 		json_object_set_new(t, "kind", json_string(d->kind));
 		json_object_set_new(t, "path", json_string(d->path));
 		json_object_set_new(t, "engine", json_string(d->engine));
-		json_object_set_new(t, "state", json_string(d->up ? "up" : "down"));
+		json_object_set_new(t, "state", json_string(dev_state(d)));
+		json_object_set_new(t, "avail", json_integer((json_int_t)d->avail));
+		json_object_set_new(t, "recent_errors", json_integer((json_int_t)d->recent_errors));
 		json_object_set_new(t, "bw_cap", json_integer((json_int_t)d->bw_cap));
 		json_object_set_new(t, "bw_measured", json_integer((json_int_t)d->bw_measured));
 		json_object_set_new(t, "bw_capable", json_integer((json_int_t)d->bw_capable));
@@ -301,6 +347,14 @@ static json_t *stats_json(struct fs *fs)
 			  (json_int_t)st->holes_written, "writeback_errors",
 			  (json_int_t)st->wb_errors, "syncs", (json_int_t)st->syncs,
 			  "backpressure_waits", (json_int_t)st->backpressure_waits));
+	json_object_set_new(json_object_get(root, "cache"), "recent_writeback_errors",
+			    json_integer((json_int_t)st->recent_wb_errors));
+	json_object_set_new(json_object_get(root, "cache"), "writeback_stall_ms",
+			    json_integer((json_int_t)st->stall_ms));
+	char health[1024];
+	health_text(st, health, sizeof(health));
+	json_object_set_new(root, "health", json_string(health));
+	json_object_set_new(root, "health_window_s", json_integer(st->health_window_s));
 	json_object_set_new(json_object_get(root, "cache"), "partial_blocks",
 			    json_integer((json_int_t)st->partial_created));
 	json_object_set_new(json_object_get(root, "cache"), "partial_merged",
@@ -412,6 +466,7 @@ static json_t *config_json(struct fs *fs)
 	json_object_set_new(root, "sync_interval_ms", json_integer(c->sync_interval_ms));
 	json_object_set_new(root, "sync_commits", json_integer(c->sync_commits));
 	json_object_set_new(root, "punch_after_ms", json_integer(c->punch_after_ms));
+	json_object_set_new(root, "stall_wait_ms", json_integer(c->stall_wait_ms));
 	json_object_set_new(root, "default_permissions", json_boolean(!c->no_default_permissions));
 	static const char *const dedups[] = {"off", "trust", "verify"};
 	json_object_set_new(root, "dedup", json_string(dedups[c->dedup]));
@@ -484,6 +539,7 @@ static void metric1(FILE *f, const char *name, const char *type, const char *hel
 struct tier_row {
 	char label[48];
 	double cap, used, rb, wb, ro, wo, err, up, rbps, wbps;
+	double full, avail, recent_err;
 	double q, in_demand, in_prefetch, in_wb;
 	double requests, weight, capable, objects, dead, slab, returned;
 	bool dev;
@@ -545,6 +601,9 @@ static char *metrics_text(struct fs *fs, size_t *len)
 		r->wo = (double)d->write_ops;
 		r->err = (double)d->errors;
 		r->up = d->up;
+		r->full = d->full;
+		r->avail = (double)d->avail;
+		r->recent_err = (double)d->recent_errors;
 		r->q = d->queued;
 		r->in_demand = d->inflight_demand;
 		r->in_prefetch = d->inflight_prefetch;
@@ -585,7 +644,16 @@ static char *metrics_text(struct fs *fs, size_t *len)
 		    "Write rate of the tier over about the last second.", wbps, 0);
 	TIER_METRIC(f, rows, n, "tier_errors_total", "counter", "I/O errors of the device.", err,
 		    1);
-	TIER_METRIC(f, rows, n, "tier_up", "gauge", "1 while the device is healthy.", up, 1);
+	TIER_METRIC(f, rows, n, "tier_up", "gauge", "1 while the device is not down.", up, 1);
+	TIER_METRIC(f, rows, n, "tier_full", "gauge",
+		    "1 while the device is full: no room left, or a write said ENOSPC since the "
+		    "last that succeeded.",
+		    full, 1);
+	TIER_METRIC(f, rows, n, "tier_avail_bytes", "gauge",
+		    "Bytes the device can still take (its filesystem's free space counts).", avail,
+		    1);
+	TIER_METRIC(f, rows, n, "tier_recent_errors", "gauge",
+		    "I/O errors of the device in the last health window (60 s).", recent_err, 1);
 	TIER_METRIC(f, rows, n, "tier_queued", "gauge", "Requests waiting for the device.", q, 1);
 	TIER_METRIC(f, rows, n, "tier_requests_total", "counter",
 		    "Requests made to the device (HTTP requests for s3).", requests, 1);
@@ -629,6 +697,12 @@ static char *metrics_text(struct fs *fs, size_t *len)
 		(double)st->writeback_bytes);
 	metric1(f, "cache_writeback_errors_total", "counter", "Failed write-backs.",
 		(double)st->wb_errors);
+	metric1(f, "cache_writeback_recent_errors", "gauge",
+		"Failed write-backs in the last health window (60 s).",
+		(double)st->recent_wb_errors);
+	metric1(f, "cache_writeback_stall_seconds", "gauge",
+		"How long every write-back has failed, none succeeding; 0: not stalled.",
+		(double)st->stall_ms / 1000);
 	metric1(f, "cache_syncs_total", "counter", "Sync points made durable.",
 		(double)st->syncs);
 	metric1(f, "cache_backpressure_waits_total", "counter",
@@ -1027,7 +1101,9 @@ void fs_ctl_write(struct fs *fs, fuse_req_t req, uint64_t ino, const char *buf, 
 			log_warn("ctl: rejected a command from uid %u: %s",
 				 (unsigned)fuse_req_ctx(req)->uid, why);
 	} else {
+		fs_watch(req); /* flush and evict wait for write-back */
 		ret = ctl_run(fs, cmd, fuse_req_ctx(req)->uid);
+		fs_unwatch();
 		if (cmd->ino)
 			log_info("ctl: %s ino:%llu: %s", fs_ctlverb_name(cmd->verb),
 				 (unsigned long long)cmd->ino, ret ? strerror(-ret) : "done");

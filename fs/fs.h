@@ -191,6 +191,14 @@ void fs_inode_written(struct fs_inode *in, uint64_t end, uint64_t len);
 /* Make committed changes durable; returns -errno. */
 int fs_release_locs(struct fs *fs, struct locvec *freed);
 
+/*
+ * ops.c: the block store's waits on this thread end with EINTR once the
+ * kernel interrupts req (tb_interruptible), until fs_unwatch: a request
+ * whose process was killed while a full device held it must not stay.
+ */
+void fs_watch(fuse_req_t req);
+void fs_unwatch(void);
+
 /* ctl.c: the /.tensorfs control files */
 bool fs_ctl_ino(uint64_t ino);
 void fs_ctl_lookup(struct fs *fs, fuse_req_t req, uint64_t parent, const char *name);

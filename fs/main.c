@@ -51,6 +51,7 @@ static const struct fuse_opt tfs_opts[] = {
 	OPT("punch_after_ms=%s", punch_after_s),
 	OPT("sync_commits=%s", sync_commits_s),
 	OPT("dirty_expire_ms=%s", dirty_expire_s),
+	OPT("stall_wait_ms=%s", stall_wait_s),
 	OPT("logfile=%s", logfile),
 	OPT("lock_wait=%s", lock_wait_s),
 	OPT("log_level=%s", log_level_s),
@@ -117,6 +118,9 @@ static void usage(const char *prog)
 	       "    -o dirty_expire_ms=N   write back a block dirty this long even if it could\n"
 	       "                           stay in DRAM: bounds what a crash loses without fsync\n"
 	       "                           (30000; 0: only fsync, eviction and unmount)\n"
+	       "    -o stall_wait_ms=N     while every write-back fails (a full disk), a\n"
+	       "                           writer held at the dirty mark gets ENOSPC (else\n"
+	       "                           EIO) once the failures have lasted this long (5000)\n"
 	       "    -o queue_depth=N       I/Os in flight per nvme folder (default 32)\n"
 	       "    -o flush_delay_ms=N    how long a partly written block waits before "
 	       "write-back (100)\n"
@@ -526,6 +530,7 @@ static int open_stores(struct fs *fs, unsigned nthreads, char *err, size_t errle
 	tc.sync_interval_ms = c->sync_interval_ms;
 	tc.punch_after_ms = c->punch_after_ms;
 	tc.sync_commits = c->sync_commits;
+	tc.stall_wait_ms = c->stall_wait_ms;
 	tc.max_pinned = max_pinned(c, bs);
 	/* One per thread that serves requests, where one write fills a block (loop.c). */
 	tc.spare_slots = bs == FS_MAX_WRITE ? (nthreads < SPARES_MAX ? nthreads : SPARES_MAX) : 0;

@@ -737,6 +737,21 @@ out:
 
 /* ---- data: helpers shared by write, truncate, punch and copy ---- */
 
+static bool req_interrupted(void *req)
+{
+	return fuse_req_interrupted(req);
+}
+
+void fs_watch(fuse_req_t req)
+{
+	tb_interruptible(req_interrupted, req);
+}
+
+void fs_unwatch(void)
+{
+	tb_interruptible(NULL, NULL);
+}
+
 /*
  * Take in->io exclusively, for a change of size or block map. A GPU
  * client's write pin holds it shared for as long as that client copies
@@ -968,7 +983,9 @@ static void fs_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 		ret = io_lock_excl(req, in);
 		if (ret)
 			goto put;
+		fs_watch(req);
 		ret = truncate_to(fs, in, (uint64_t)attr->st_size);
+		fs_unwatch();
 		pthread_rwlock_unlock(&in->io);
 		if (ret)
 			goto put;
@@ -1105,7 +1122,9 @@ static void fs_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_f
 	ret = fs_iget(fs, ino, &in);
 	if (ret)
 		goto out;
+	fs_watch(req);
 	ret = tb_flush_obj(fs->tb, ino);
+	fs_unwatch();
 	int r = fs_iflush_attr(fs, in);
 	if (!ret)
 		ret = r;
@@ -1432,7 +1451,9 @@ static void fs_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 	ret = privs ? drop_privs(fs, in, fs_write_flags) : 0;
 	if (ret == 0) {
 		pthread_rwlock_rdlock(&in->io);
+		fs_watch(req);
 		ret = write_data(fs, in, buf, size, off, land);
+		fs_unwatch();
 		pthread_rwlock_unlock(&in->io);
 	}
 	fs_iput(fs, in);
@@ -1503,7 +1524,9 @@ static void fs_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, of
 		goto err;
 	}
 	if (mode & FALLOC_FL_PUNCH_HOLE) {
+		fs_watch(req);
 		ret = punch(fs, in, (uint64_t)off, (uint64_t)len);
+		fs_unwatch();
 	} else {
 		/* No preallocation: we check that the space exists now. */
 		ret = tb_space_check(fs->tb, ((uint64_t)len + fs->bs - 1) / fs->bs);
@@ -1631,6 +1654,7 @@ static void fs_copy_file_range(fuse_req_t req, fuse_ino_t ino_in, off_t off_in,
 	ret = io_lock_excl(req, dst);
 	if (ret)
 		goto out;
+	fs_watch(req);
 	if (so % fs->bs == dof % fs->bs) {
 		uint64_t head = so % fs->bs ? fs->bs - so % fs->bs : 0;
 
@@ -1648,6 +1672,7 @@ static void fs_copy_file_range(fuse_req_t req, fuse_ino_t ino_in, off_t off_in,
 	} else {
 		ret = copy_bytes(fs, src, so, dst, dof, n);
 	}
+	fs_unwatch();
 	pthread_rwlock_unlock(&dst->io);
 	if (!ret)
 		ret = fs_iflush_attr(fs, dst);

@@ -32,6 +32,14 @@
 #define DEF_PUNCH_AFTER_MS 10000
 #define DEF_SYNC_COMMITS 256
 #define DEF_DIRTY_EXPIRE_MS 30000 /* as the kernel's dirty_expire_centisecs */
+/*
+ * A writer held at the dirty mark while every write-back fails (a full
+ * disk) gets ENOSPC or EIO once the failures have gone on this long:
+ * seconds, as a rank's watchdog would wait, not the minutes another
+ * process may keep the disk full.
+ */
+#define DEF_STALL_WAIT_MS 5000
+#define MAX_STALL_WAIT_MS 600000
 #define DRAM_SHARE_OF_AVAILABLE 4 /* a quarter */
 #define DRAM_MAX_PERCENT_OF_TOTAL 90 /* dram= above this share of MemTotal is refused */
 #define DEF_LOG_LEVEL 2		  /* info */
@@ -127,6 +135,7 @@ static int on_ini_value(void *user, const char *section, const char *name, const
 		    {"punch_after_ms", &c->punch_after_s},
 		    {"sync_commits", &c->sync_commits_s},
 		    {"dirty_expire_ms", &c->dirty_expire_s},
+		    {"stall_wait_ms", &c->stall_wait_s},
 		    {"logfile", &c->logfile},
 		    {"log_level", &c->log_level_s},
 		    {"endpoint", &c->endpoint_s},
@@ -896,6 +905,10 @@ int fs_config_resolve(struct fs_config *c, char *err, size_t errlen)
 	if (c->dirty_expire_s && parse_uint(c->dirty_expire_s, 0, 86400000, &c->dirty_expire_ms) < 0)
 		return bad(err, errlen, "dirty_expire_ms", c->dirty_expire_s,
 			   "must be 0 (no age limit) to 86400000");
+	c->stall_wait_ms = DEF_STALL_WAIT_MS;
+	if (c->stall_wait_s &&
+	    parse_uint(c->stall_wait_s, 0, MAX_STALL_WAIT_MS, &c->stall_wait_ms) < 0)
+		return bad(err, errlen, "stall_wait_ms", c->stall_wait_s, "must be 0 to 600000");
 	c->sync_interval_ms = DEF_SYNC_INTERVAL_MS;
 	if (c->sync_interval_s &&
 	    parse_uint(c->sync_interval_s, 10, 600000, &c->sync_interval_ms) < 0)
@@ -1051,7 +1064,8 @@ void fs_config_free(struct fs_config *c)
 			 &c->s3_prefix,	      &c->s3_bw_s,	   &c->s3_cap_s,  &c->pfs_bw_s,
 			 &c->pfs_cap_s,	      &c->dedup_s,	   &c->policy_s,  &c->readahead_s,
 			 &c->prefetch_s, &c->cuda_s, &c->dirty_expire_s, &c->remote_readahead_s,
-			 &c->s3_object_s, &c->lock_wait_s, &c->sync_commits_s, &c->punch_after_s};
+			 &c->s3_object_s, &c->lock_wait_s, &c->sync_commits_s, &c->punch_after_s,
+			 &c->stall_wait_s};
 
 	if (c->s3_secret) {
 		/* Do not leave the secret in freed memory. */

@@ -22,6 +22,7 @@ struct fs_config {
 	char *dram_s, *nvme_s, *block_s, *meta_s, *threads_s, *engine_s, *dirty_s, *qd_s;
 	char *flush_delay_s, *dirty_expire_s, *sync_interval_s, *config_file, *logfile, *log_level_s;
 	char *punch_after_s, *sync_commits_s;
+	char *stall_wait_s;
 	char *remote_s; /* one or more, separated by ';' (remote= may be repeated) */
 	char *endpoint_s, *region_s, *s3_addressing_s, *remote_timeout_s;
 	char *nvme_bw_s, *nvme_cap_s, *remote_bw_s, *remote_cap_s;
@@ -46,6 +47,7 @@ struct fs_config {
 	unsigned threads, queue_depth, flush_delay_ms, dirty_expire_ms, sync_interval_ms;
 	unsigned punch_after_ms; /* free slab space goes back after this long; 0: never */
 	unsigned sync_commits;   /* metadata commits that bring a sync point at once */
+	unsigned stall_wait_ms; /* tb_config.stall_wait_ms */
 	enum tb_engine engine;
 	enum tb_dedup dedup;
 	enum tb_policy policy;

@@ -50,6 +50,50 @@
 #define CLEAN_LOW_MIN 2
 #define STORE_ALIGN 4096 /* device I/O of a stored block's bytes: O_DIRECT on 4Kn devices */
 
+/* ---- waits that a request may give up ---- */
+
+/* The calling thread's request and how to ask whether it was interrupted. */
+static __thread bool (*intr_fn)(void *arg);
+static __thread void *intr_arg;
+
+void tb_interruptible(bool (*fn)(void *arg), void *arg)
+{
+	intr_fn = fn;
+	intr_arg = arg;
+}
+
+/*
+ * Wait on cv, lock held, for TB_WAIT_STEP_MS at most: 0 when woken or
+ * time to look again, -EINTR when the calling thread's request has been
+ * interrupted (tb_interruptible). The kernel interrupts a request whose
+ * process got a signal, SIGKILL included; without this its process sat in
+ * D state for as long as a full device kept the store waiting.
+ */
+int cache_wait(struct tb_store *s, pthread_cond_t *cv)
+{
+	struct timespec ts;
+
+	if (intr_fn && intr_fn(intr_arg))
+		return -EINTR;
+	deadline_in(&ts, TB_WAIT_STEP_MS);
+	pthread_cond_timedwait(cv, &s->lock, &ts);
+	return intr_fn && intr_fn(intr_arg) ? -EINTR : 0;
+}
+
+/*
+ * The store's stall (flush.c, wb_failed): every write-back has failed for
+ * stall_wait_ms or more, none succeeding since. Then a wait for what only
+ * a write-back frees (room under the dirty mark, a slot) ends with the
+ * failure: -ENOSPC, else -EIO. 0 while not stalled. Lock held.
+ */
+static int stalled(struct tb_store *s)
+{
+	if (!s->stall_err || now_ms() - s->stall_ms < s->cfg.stall_wait_ms)
+		return 0;
+	flush_stall_probe(s);
+	return s->stall_err == -ENOSPC ? -ENOSPC : -EIO;
+}
+
 /* ---- hash of entries and objects ---- */
 
 struct tb_entry *cache_lookup(struct tb_store *s, uint64_t obj, uint64_t idx)
@@ -338,34 +382,42 @@ static struct tb_entry *entry_alloc(struct tb_store *s, enum wait_stream wait_st
 
 /*
  * Wait for any slot; re-checks the hash, since the wait drops the lock.
- * wait_stream: see victim_cycle. That wait is bounded (STREAM_WAIT_MS):
- * a streaming block that does not go (its object pinned, or a write-back
- * that keeps failing) does not hold a writer. Only the wait after it
- * counts as starved: that block is on its way out, and the flusher
- * would write back another with it for nothing.
+ * 0 with *out the slot taken, or NULL when (obj, idx) is cached now; or
+ * -EINTR (cache_wait). wait_stream: see victim_cycle. That wait is
+ * bounded (STREAM_WAIT_MS): a streaming block that does not go (its
+ * object pinned, or a write-back that keeps failing) does not hold a
+ * writer. Only the wait after it counts as starved: that block is on its
+ * way out, and the flusher would write back another with it for nothing.
+ * Writers that passed the dirty mark together may fill the slots beyond it,
+ * and then only a write-back frees one: while write-back is stalled, the
+ * wait ends with the failure (stalled), as the wait at the mark does.
  */
-static struct tb_entry *entry_alloc_wait(struct tb_store *s, uint64_t obj, uint64_t idx,
-					 struct tb_entry **found, enum wait_stream wait_stream)
+static int entry_alloc_wait(struct tb_store *s, uint64_t obj, uint64_t idx, struct tb_entry **out,
+			    enum wait_stream wait_stream)
 {
 	struct timespec until;
+	int ret;
 
 	if (wait_stream)
 		deadline_in(&until, STREAM_WAIT_MS);
 	for (;;) {
-		struct tb_entry *e;
-
-		*found = cache_lookup(s, obj, idx);
-		if (*found)
-			return NULL;
-		e = entry_alloc(s, wait_stream);
-		if (e)
-			return e;
+		*out = NULL;
+		if (cache_lookup(s, obj, idx))
+			return 0;
+		*out = entry_alloc(s, wait_stream);
+		if (*out)
+			return 0;
 		flush_kick(s);
 		if (!wait_stream) {
+			ret = stalled(s);
+			if (ret)
+				return ret;
 			/* The flusher cleans one for us (flush_starved). */
 			s->slot_waiters++;
-			pthread_cond_wait(&s->space_cv, &s->lock);
+			ret = cache_wait(s, &s->space_cv);
 			s->slot_waiters--;
+			if (ret)
+				return ret;
 		} else if (pthread_cond_timedwait(&s->space_cv, &s->lock, &until) == ETIMEDOUT) {
 			wait_stream = WAIT_NONE;
 		}
@@ -741,7 +793,7 @@ static bool sector_aligned(struct tb_store *s, size_t off, size_t len)
 int tb_get(struct tb_store *s, uint64_t obj, uint64_t idx, struct tb_ref *ref,
 	   struct tb_waiter *w)
 {
-	struct tb_entry *e, *found;
+	struct tb_entry *e;
 	int ret;
 
 	pthread_mutex_lock(&s->lock);
@@ -787,7 +839,12 @@ int tb_get(struct tb_store *s, uint64_t obj, uint64_t idx, struct tb_ref *ref,
 			pthread_cond_wait(&s->state_cv, &s->lock);
 			continue;
 		}
-		e = entry_alloc_wait(s, obj, idx, &found, WAIT_NONE);
+		ret = entry_alloc_wait(s, obj, idx, &e, WAIT_NONE);
+		if (ret) {
+			pthread_mutex_unlock(&s->lock);
+			/* DRAM holds blocks that cannot be written back: to a reader, EIO. */
+			return ret == -ENOSPC ? -EIO : ret;
+		}
 		if (!e)
 			continue; /* someone else inserted it meanwhile */
 		s->misses++;
@@ -850,17 +907,36 @@ void tb_put(struct tb_store *s, struct tb_ref *ref, size_t bytes_read)
 
 /* ---- the write side ---- */
 
-static void wait_dirty_budget(struct tb_store *s)
+/*
+ * Wait for room under the dirty mark; it comes as dirty blocks are written
+ * back. While every write-back fails (the devices are full or failing,
+ * or the metadata's filesystem is full), none comes: once that has gone on
+ * for stall_wait_ms, the writer gets the failure, -ENOSPC (else -EIO),
+ * and so does every writer that comes to the mark while it lasts. The
+ * dirty blocks stay in DRAM and are tried again (flush.c, wb_failed); the
+ * first to succeed ends the stall. Without this bound a writer waited
+ * here, unkillable, for as long as another process kept the disk full
+ * (14 minutes in one report). -EINTR when the request was interrupted.
+ * Any other condition this wait comes to hold must keep both bounds.
+ */
+static int wait_dirty_budget(struct tb_store *s)
 {
 	bool counted = false;
+	int ret;
 
 	while (s->ndirty >= s->dirty_max && !s->stopping) {
+		ret = stalled(s);
+		if (ret)
+			return ret;
 		if (!counted)
 			s->bp_waits++;
 		counted = true;
 		flush_kick(s);
-		pthread_cond_wait(&s->space_cv, &s->lock);
+		ret = cache_wait(s, &s->space_cv);
+		if (ret)
+			return ret;
 	}
+	return 0;
 }
 
 /*
@@ -921,7 +997,7 @@ int tb_get_write(struct tb_store *s, uint64_t obj, uint64_t idx, size_t off, siz
 		 bool blind, struct tb_ref *ref, uint64_t *resv)
 {
 	bool whole = off == 0 && len == s->bs;
-	struct tb_entry *e, *found;
+	struct tb_entry *e;
 	int ret;
 
 	pthread_mutex_lock(&s->lock);
@@ -940,7 +1016,9 @@ int tb_get_write(struct tb_store *s, uint64_t obj, uint64_t idx, size_t off, siz
 		if (e && e->state == ES_DIRTY)
 			break;
 		if (e) { /* CLEAN: becomes dirty */
-			wait_dirty_budget(s);
+			ret = wait_dirty_budget(s);
+			if (ret)
+				goto out_unlock;
 			if (cache_lookup(s, obj, idx) != e || e->state != ES_CLEAN)
 				continue;
 			ret = place_take(s, resv);
@@ -954,8 +1032,12 @@ int tb_get_write(struct tb_store *s, uint64_t obj, uint64_t idx, size_t off, siz
 			ret = 0;
 			break;
 		}
-		wait_dirty_budget(s);
-		e = entry_alloc_wait(s, obj, idx, &found, WAIT_READY);
+		ret = wait_dirty_budget(s);
+		if (ret)
+			goto out_unlock;
+		ret = entry_alloc_wait(s, obj, idx, &e, WAIT_READY);
+		if (ret)
+			goto out_unlock;
 		if (!e)
 			continue;
 		if (sector_aligned(s, off, len)) {
@@ -973,7 +1055,9 @@ int tb_get_write(struct tb_store *s, uint64_t obj, uint64_t idx, size_t off, siz
 				continue; /* wait for it in the loop above */
 			if (ret != -ENOENT)
 				goto out_unlock;
-			e = entry_alloc_wait(s, obj, idx, &found, WAIT_READY);
+			ret = entry_alloc_wait(s, obj, idx, &e, WAIT_READY);
+			if (ret)
+				goto out_unlock;
 			if (!e)
 				continue;
 			memset(cache_slot_data(s, e), 0, s->bs);
@@ -1267,6 +1351,8 @@ void tb_resident_each(struct tb_store *s, uint64_t obj, tb_block_fn fn, void *ar
 
 void tb_get_stats(struct tb_store *s, struct tb_stats *st)
 {
+	uint64_t avail;
+
 	memset(st, 0, sizeof(*st));
 	pthread_mutex_lock(&s->lock);
 	st->block_size = s->bs;
@@ -1288,6 +1374,11 @@ void tb_get_stats(struct tb_store *s, struct tb_stats *st)
 	st->writeback_bytes = s->wb_bytes;
 	st->holes_written = s->holes;
 	st->wb_errors = s->wb_errors;
+	st->recent_wb_errors = err_recent_count(&s->wb_recent, now_ms() * 1000000);
+	st->health_window_s = HEALTH_WINDOW_S;
+	st->stall_err = s->stall_err;
+	st->stall_ms = s->stall_err ? now_ms() - s->stall_ms : 0;
+	st->stall_commit = s->stall_commit;
 	st->syncs = s->syncs;
 	st->backpressure_waits = s->bp_waits;
 	st->prefetch_issued = s->pf_issued;
@@ -1313,10 +1404,17 @@ void tb_get_stats(struct tb_store *s, struct tb_stats *st)
 	st->huge_pages = s->arena.huge;
 	st->thp_bytes = s->arena.thp_bytes;
 	st->locked = s->arena.locked;
+	avail = place_avail(s);
 	pthread_mutex_unlock(&s->lock);
 	st->n_devs = s->n_devs;
-	for (unsigned i = 0; i < s->n_devs; i++)
+	for (unsigned i = 0; i < s->n_devs; i++) {
 		dev_get_stats(s->dev[i], &st->dev[i]);
+		/* What room they have is promised to dirty blocks: no new block fits. */
+		if (!avail) {
+			st->dev[i].avail = 0;
+			st->dev[i].full = true;
+		}
+	}
 }
 
 size_t tb_block_size(const struct tb_store *s)

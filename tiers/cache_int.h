@@ -25,6 +25,7 @@
 #define SECTOR TB_LEN_UNIT /* granularity of a partial block's written map and stored lengths */
 #define RANK_COST_SHARE 8 /* a ranking is reused for this many times what it took */
 #define IO_ALIGN 4096	 /* O_DIRECT alignment of a merge's bounce buffer */
+#define FULL_RETRY_MS 1000 /* a write-back that found no room, or a stall, is tried this often */
 
 enum entry_state { ES_FREE, ES_LOADING, ES_CLEAN, ES_DIRTY, ES_WB };
 
@@ -203,6 +204,16 @@ struct tb_store {
 	uint64_t wb_bytes;
 	uint64_t expired; /* write-backs started by the age limit */
 	uint64_t wb_rewritten; /* written back, then written again while still cached */
+	/*
+	 * The stall: write-back's last failure while none has succeeded
+	 * since (0: none), and when that run of failures began. It bounds
+	 * the wait at the dirty mark (cache.c, wait_dirty_budget).
+	 */
+	int stall_err;
+	uint64_t stall_ms;
+	uint64_t stall_probe_ms; /* the last retry forced while stalled (flush_stall_probe) */
+	bool stall_commit;	 /* the last failure was the owner's commit, not a device's */
+	struct err_recent wb_recent; /* write-back failures of the last health window */
 	long wb_log_sec;
 };
 
@@ -284,6 +295,7 @@ struct rank {
 };
 
 /* cache.c: entries, slots and their I/O */
+int cache_wait(struct tb_store *s, pthread_cond_t *cv);
 struct tb_entry *cache_lookup(struct tb_store *s, uint64_t obj, uint64_t idx);
 struct tb_obj *cache_obj_find(struct tb_store *s, uint64_t obj);
 void cache_obj_maybe_free(struct tb_store *s, struct tb_obj *o);
@@ -332,6 +344,7 @@ void flush_kick(struct tb_store *s);
 void flush_kick_cleaner(struct tb_store *s, bool evicted);
 bool flush_may_clean(struct tb_store *s, struct tb_entry *e, uint64_t now, uint64_t *next_ms);
 void flush_start_wb(struct tb_store *s, struct tb_entry *e);
+void flush_stall_probe(struct tb_store *s);
 int flush_do_sync(struct tb_store *s);
 void *flush_main(void *arg);
 
@@ -341,6 +354,8 @@ void giveback_arm(struct tb_store *s);
 void *giveback_main(void *arg);
 
 /* place.c: space */
+/* Blocks the devices can still take, less those promised to dirty blocks. Lock held. */
+uint64_t place_avail(struct tb_store *s);
 int place_take(struct tb_store *s, uint64_t *resv);
 void place_give(struct tb_store *s, uint64_t *resv, int from_resv);
 int place_block(struct tb_store *s, uint64_t *loc);

@@ -72,6 +72,7 @@
 #define PLUG_DEVS 8		    /* devices one plugged thread queues for at once */
 #define RETRY_DOWN_NS 5000000000ULL /* a down device is tried again after 5 s */
 #define RETRY_FULL_NS 5000000000ULL /* and one that said ENOSPC, too */
+#define ROOM_REFRESH_NS 100000000ULL /* an nvme folder's free space is looked at this often */
 
 uint64_t dev_now_ns(void)
 {
@@ -79,6 +80,32 @@ uint64_t dev_now_ns(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+/* ---- failures of the last while, for health ---- */
+
+#define HEALTH_BUCKET_NS (HEALTH_WINDOW_S * 1000000000ULL / HEALTH_BUCKETS)
+
+void err_recent_add(struct err_recent *r, uint64_t now_ns)
+{
+	uint64_t period = now_ns / HEALTH_BUCKET_NS + 1; /* 0: a bucket never used */
+	unsigned b = (unsigned)(period % HEALTH_BUCKETS);
+
+	if (r->period[b] != period) {
+		r->period[b] = period;
+		r->n[b] = 0;
+	}
+	r->n[b]++;
+}
+
+uint64_t err_recent_count(const struct err_recent *r, uint64_t now_ns)
+{
+	uint64_t period = now_ns / HEALTH_BUCKET_NS + 1, n = 0;
+
+	for (unsigned b = 0; b < HEALTH_BUCKETS; b++)
+		if (r->period[b] && period - r->period[b] < HEALTH_BUCKETS)
+			n += r->n[b];
+	return n;
 }
 
 static void dev_err(char *err, size_t errlen, const char *fmt, const char *dir, int e)
@@ -333,6 +360,90 @@ void dev_measure(struct tb_dev *d, size_t bytes, uint64_t start, uint64_t now)
 	d->window_errors = d->errors + d->retries;
 }
 
+/*
+ * The bytes of d's filesystem it may still take, past the reserve left to
+ * the metadata store (which may share it: meta= inside the folder), and
+ * the bytes its slab file holds on disk. -errno when it cannot be looked at.
+ */
+static int fs_room(struct tb_dev *d, uint64_t *free_bytes, uint64_t *slab_bytes)
+{
+	struct statvfs vfs;
+	struct stat st;
+	uint64_t fs_bytes, avail, reserve;
+
+	if (fstatvfs(d->fd, &vfs) < 0 || fstat(d->fd, &st) < 0)
+		return -errno;
+	fs_bytes = (uint64_t)vfs.f_blocks * vfs.f_frsize;
+	avail = (uint64_t)vfs.f_bavail * vfs.f_frsize;
+	reserve = fs_bytes / 100 * RESERVE_PERCENT;
+	if (reserve < RESERVE_MIN_BLOCKS * d->block_size)
+		reserve = RESERVE_MIN_BLOCKS * d->block_size;
+	*free_bytes = avail > reserve ? avail - reserve : 0;
+	*slab_bytes = (uint64_t)st.st_blocks * 512;
+	return 0;
+}
+
+/*
+ * The slots d can take without its filesystem running out: the free
+ * space (fs_room) and the slab's own space that no slot uses. Looked at
+ * every ROOM_REFRESH_NS at most, and counted down by the slots taken
+ * since. The capacity set at mount holds where the filesystem's space is
+ * not followed (pfs, s3: UINT64_MAX). Lock held.
+ */
+/*
+ * Say once that d is full (no new block fits: why), and once that it has
+ * room again; at most once in 10 s each, should it go to and fro. Lock held.
+ */
+static void full_note(struct tb_dev *d, bool full, const char *why)
+{
+	if (full == d->said_full)
+		return;
+	d->said_full = full;
+	if (full && log_ratelimit(&d->full_log_sec, 10))
+		log_err("%s (%s): full (%s); new blocks go to other devices while it is, and "
+			"dirty data waits in DRAM",
+			d->name, d->where, why);
+	if (!full && log_ratelimit(&d->room_log_sec, 10))
+		log_info("%s (%s): has room again; new blocks go there", d->name, d->where);
+}
+
+static uint64_t room_locked(struct tb_dev *d, uint64_t now)
+{
+	uint64_t free_bytes, slab_bytes, slab_slots, taken;
+
+	if (!d->track_room)
+		return UINT64_MAX;
+	if (!d->room_ns || now - d->room_ns >= ROOM_REFRESH_NS) {
+		d->room_ns = now;
+		if (fs_room(d, &free_bytes, &slab_bytes) == 0) {
+			slab_slots = slab_bytes / d->block_size;
+			d->room_slots =
+			    free_bytes / d->block_size +
+			    (slab_slots > d->alloc.used ? slab_slots - d->alloc.used : 0);
+			d->room_used = d->alloc.used;
+			full_note(d, d->full || !d->room_slots, "its filesystem has no room left");
+		}
+	}
+	taken = d->alloc.used > d->room_used ? d->alloc.used - d->room_used : 0;
+	if (d->alloc.used < d->room_used)
+		return d->room_slots + (d->room_used - d->alloc.used); /* slots freed since */
+	return d->room_slots > taken ? d->room_slots - taken : 0;
+}
+
+/*
+ * A write said ENOSPC: no new blocks go here until RETRY_FULL_NS has
+ * passed (then one probes it) or its filesystem shows more room than now
+ * (usable). Said once, and once again when a write succeeds. Lock held.
+ */
+static void full_locked(struct tb_dev *d, uint64_t now)
+{
+	d->room_ns = 0; /* look again */
+	d->full_room = room_locked(d, now);
+	d->full_ns = now;
+	d->full = true;
+	full_note(d, true, "a write said: No space left on device");
+}
+
 bool dev_finish(struct tb_dev *d, struct tb_io *r, long res)
 {
 	int err = 0;
@@ -352,11 +463,14 @@ bool dev_finish(struct tb_dev *d, struct tb_io *r, long res)
 	d->inflight[r->cls]--;
 	if (err) {
 		d->errors++;
+		err_recent_add(&d->recent, now);
 		/*
-		 * ENOSPC: full, not failing. The cache stops placing blocks here
-		 * for a while (dev_set_full); counted towards down, a full device
-		 * would turn its writers' ENOSPC into EIO (no_space_err).
+		 * ENOSPC: full, not failing. No new blocks are placed here for a
+		 * while (full_locked); counted towards down, a full device would
+		 * turn its writers' ENOSPC into EIO (no_space_err).
 		 */
+		if (err == -ENOSPC && r->op == IO_WRITE)
+			full_locked(d, now);
 		if (err != -ENOSPC && d->health == DEV_DOWN)
 			d->down_ns = dev_now_ns(); /* a retry failed: wait again */
 		if (err != -ENOSPC && ++d->consecutive_errors >= DOWN_AFTER_ERRORS &&
@@ -373,6 +487,10 @@ bool dev_finish(struct tb_dev *d, struct tb_io *r, long res)
 	} else {
 		if (d->health == DEV_DOWN)
 			log_info("%s (%s): up again", d->name, d->where);
+		if (d->full && r->op == IO_WRITE) {
+			d->full = false;
+			full_note(d, false, NULL);
+		}
 		d->health = DEV_UP;
 		d->consecutive_errors = 0;
 		if (r->op == IO_READ) {
@@ -652,14 +770,30 @@ int dev_sync(struct tb_dev *d)
 /*
  * A down device takes new blocks again once RETRY_DOWN_NS has passed since
  * its last failure: the next write is the probe. So does a full one after
- * RETRY_FULL_NS: its filesystem may be shared, and others free space too.
- * Lock held.
+ * RETRY_FULL_NS, or as soon as its filesystem shows more room than when it
+ * filled: its filesystem may be shared, and others free space too. One
+ * whose filesystem has no room left takes none. Lock held.
  */
 static bool usable(struct tb_dev *d)
 {
-	if (d->full && dev_now_ns() - d->full_ns < RETRY_FULL_NS)
+	uint64_t now = dev_now_ns(), room = room_locked(d, now);
+
+	if (room == 0)
 		return false;
-	return d->health == DEV_UP || dev_now_ns() - d->down_ns >= RETRY_DOWN_NS;
+	if (d->full && now - d->full_ns < RETRY_FULL_NS && room <= d->full_room)
+		return false;
+	return d->health == DEV_UP || now - d->down_ns >= RETRY_DOWN_NS;
+}
+
+/* Slots it can take now, whatever usable says. Lock held. */
+static uint64_t free_locked(struct tb_dev *d)
+{
+	uint64_t n = d->alloc.used + d->held_slots >= d->alloc.nslots
+			 ? 0
+			 : d->alloc.nslots - d->alloc.used - d->held_slots;
+	uint64_t room = room_locked(d, dev_now_ns());
+
+	return n < room ? n : room;
 }
 
 int dev_alloc(struct tb_dev *d, uint64_t *slot)
@@ -688,7 +822,12 @@ void dev_free(struct tb_dev *d, uint64_t slot)
 	else if (slot_alloc_put(&d->alloc, slot) < 0)
 		log_err("%s: freeing slot %llu that is not in use", d->name,
 			(unsigned long long)slot);
-	d->full = false;
+	/*
+	 * A full device may take the slot again at once: one whose room is
+	 * followed sees it in its room (usable); any other, here.
+	 */
+	if (d->full && !d->track_room)
+		d->full_ns = 0;
 	pthread_mutex_unlock(&d->lock);
 }
 
@@ -702,22 +841,12 @@ int dev_mark(struct tb_dev *d, uint64_t slot)
 	return ret;
 }
 
-void dev_set_full(struct tb_dev *d)
-{
-	pthread_mutex_lock(&d->lock);
-	d->full = true;
-	d->full_ns = dev_now_ns();
-	pthread_mutex_unlock(&d->lock);
-}
-
 uint64_t dev_free_slots(struct tb_dev *d)
 {
 	uint64_t n;
 
 	pthread_mutex_lock(&d->lock);
-	n = !usable(d) || d->alloc.used + d->held_slots >= d->alloc.nslots
-		? 0
-		: d->alloc.nslots - d->alloc.used - d->held_slots;
+	n = usable(d) ? free_locked(d) : 0;
 	pthread_mutex_unlock(&d->lock);
 	return n;
 }
@@ -737,7 +866,7 @@ static double weight_locked(struct tb_dev *d)
 {
 	double w;
 
-	if (!usable(d) || d->alloc.used + d->held_slots >= d->alloc.nslots) {
+	if (!usable(d) || !free_locked(d)) {
 		w = 0;
 	} else if (d->health == DEV_DOWN) {
 		w = 1; /* probing: the smallest share until it answers */
@@ -850,6 +979,9 @@ void dev_get_stats(struct tb_dev *d, struct tb_dev_stats *st)
 	st->compacted_bytes = d->compacted_bytes;
 	st->returned_bytes = d->returned_bytes;
 	st->up = d->health == DEV_UP;
+	st->avail = free_locked(d) * d->block_size;
+	st->full = d->full || !st->avail;
+	st->recent_errors = err_recent_count(&d->recent, dev_now_ns());
 	pthread_mutex_unlock(&d->lock);
 	if (d->fd >= 0 && !d->eng->alloc && fstat(d->fd, &sb) == 0)
 		st->slab_bytes = (uint64_t)sb.st_blocks * 512;
@@ -1189,7 +1321,7 @@ static void slab_end_raise(struct tb_dev *d, uint64_t end)
  */
 static void slab_grow(struct tb_dev *d, uint64_t end)
 {
-	uint64_t to, cap = d->alloc.nslots * d->block_size;
+	uint64_t to, cap = d->alloc.nslots * d->block_size, free_bytes, slab_bytes;
 	uint64_t at = __atomic_load_n(&d->slab_end, __ATOMIC_RELAXED);
 
 	if (end <= at)
@@ -1201,6 +1333,19 @@ static void slab_grow(struct tb_dev *d, uint64_t end)
 	to = (end + SLAB_GROW - 1) / SLAB_GROW * SLAB_GROW;
 	if (to > cap)
 		to = cap > end ? cap : end;
+	/*
+	 * Never into the filesystem's reserve: the metadata store may share
+	 * the filesystem (meta= inside the folder), and a slab grown into all
+	 * of a filesystem that others had filled left its commits ENOSPC.
+	 */
+	if (fs_room(d, &free_bytes, &slab_bytes) < 0)
+		free_bytes = UINT64_MAX; /* not known: try */
+	if (to - at > free_bytes)
+		to = end;
+	if (to - at > free_bytes) {
+		slab_end_raise(d, end); /* the write itself will say whether it fits */
+		return;
+	}
 	if (fallocate(d->fd, 0, (off_t)at, (off_t)(to - at)) == 0) {
 		slab_end_raise(d, to);
 		return;
@@ -1718,6 +1863,12 @@ int dev_open_slab(struct tb_dev **out, const char *kind, unsigned index, const c
 		goto fail;
 	d->prealloc = !pfs; /* a parallel filesystem may not have fallocate, or make it slow */
 	d->give_back = true;
+	/*
+	 * An nvme folder's filesystem is local and may be shared: its free
+	 * space is looked at (room_locked). A parallel filesystem's statfs
+	 * can take long, asking every server: its capacity is the mount's.
+	 */
+	d->track_room = !pfs;
 	if (pfs) {
 		ret = pool_setup(d);
 	} else {

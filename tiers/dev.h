@@ -74,6 +74,21 @@ struct dev_engine {
 
 enum dev_health { DEV_UP, DEV_DOWN };
 
+/*
+ * Failures of the last HEALTH_WINDOW_S seconds, counted in HEALTH_BUCKETS
+ * buckets of equal length: what health reports, apart from the lifetime
+ * counts. A device that works again is healthy once its failures have
+ * aged out of the window.
+ */
+#define HEALTH_WINDOW_S 60
+#define HEALTH_BUCKETS 6
+struct err_recent {
+	uint64_t period[HEALTH_BUCKETS]; /* which bucket-long period each counts */
+	uint64_t n[HEALTH_BUCKETS];
+};
+void err_recent_add(struct err_recent *r, uint64_t now_ns);
+uint64_t err_recent_count(const struct err_recent *r, uint64_t now_ns);
+
 struct tb_dev {
 	const char *kind; /* "nvme", "pfs", "s3" */
 	unsigned index;
@@ -104,8 +119,19 @@ struct tb_dev {
 	unsigned backlog; /* requests the engine took and cannot start yet (s3) */
 	bool stopping;
 	struct slot_alloc alloc;
-	bool full;	  /* said ENOSPC: no new blocks for a while */
-	uint64_t full_ns; /* when it last did */
+	bool full;	  /* a write said ENOSPC, and none has succeeded since */
+	uint64_t full_ns; /* when one last did: no new blocks for a while (usable) */
+	/*
+	 * nvme: slots it can still take without its filesystem running out,
+	 * from fstatvfs at room_ns (room_locked), when alloc.used was
+	 * room_used; and the room it had when it said ENOSPC, which it must
+	 * pass to count as having space again before RETRY_FULL_NS.
+	 */
+	bool track_room;
+	uint64_t room_slots, room_used, room_ns, full_room;
+	bool said_full; /* the log said it is full, and not yet that it has room again */
+	long full_log_sec, room_log_sec;
+	struct err_recent recent; /* errors of the last HEALTH_WINDOW_S */
 	enum dev_health health;
 	unsigned consecutive_errors;
 	uint64_t down_ns; /* last failure while down */
@@ -164,8 +190,11 @@ void dev_forget_identity(struct tb_dev *d);
 int dev_alloc(struct tb_dev *d, uint64_t *slot);
 void dev_free(struct tb_dev *d, uint64_t slot);
 int dev_mark(struct tb_dev *d, uint64_t slot);
-/* A device said ENOSPC: it takes no new blocks until a slot is freed or a while has passed. */
-void dev_set_full(struct tb_dev *d);
+/*
+ * Free slots it can take now: none while full or down, and no more than
+ * its filesystem has room for (an nvme folder shares its filesystem with
+ * others, who may fill it after the mount).
+ */
 uint64_t dev_free_slots(struct tb_dev *d);
 /*
  * Give the slab space of slots free since the last look back to the

@@ -240,12 +240,32 @@ static size_t stored_len(const void *p, size_t bs)
 	return (n * sizeof(*w) + SECTOR - 1) / SECTOR * SECTOR;
 }
 
-/* Put a WB entry back to DIRTY after a failure. Lock held. */
-static void wb_failed(struct tb_store *s, struct tb_entry *e, int err)
+/*
+ * Put a WB entry back to DIRTY after a failure. Lock held. It stays in
+ * DRAM and is tried again, without end: after WB_MAX_RETRIES, fsync
+ * reports the failure, but the block waits for its device to heal or for
+ * space to come back. Retries back off; one that found no device with
+ * room (no_room: ENOSPC from placement or from the device, which is then
+ * full and takes no new block until it has room, dev.c usable) costs no
+ * I/O to try again, and is tried every FULL_RETRY_MS at least, so that
+ * space freed is used soon. A commit that failed had written its block:
+ * its retries back off in full (a full metadata filesystem cost a write
+ * of every dirty block a second). The run of failures with no write-back
+ * succeeding since is the store's stall, which bounds the wait of
+ * writers at the dirty mark.
+ */
+static void wb_failed(struct tb_store *s, struct tb_entry *e, int err, bool no_room)
 {
+	uint64_t now = now_ms(), backoff;
+
 	e->retries++;
 	e->err = err;
 	s->wb_errors++;
+	err_recent_add(&s->wb_recent, now * 1000000);
+	if (!s->stall_err)
+		s->stall_ms = now;
+	s->stall_err = err;
+	s->stall_commit = false; /* commit_batch says otherwise */
 	if (e->retries >= WB_MAX_RETRIES && e->o)
 		e->o->wb_err = err;
 	if (log_ratelimit(&s->wb_log_sec, 10))
@@ -259,11 +279,40 @@ static void wb_failed(struct tb_store *s, struct tb_entry *e, int err)
 	 */
 	e->urgent = true;
 	s->due_scan = true;
-	e->dirty_ms = now_ms() + (s->stopping ? STOP_RETRY_GAP_MS
-					      : WB_RETRY_BASE_MS << (e->retries < 8 ? e->retries : 8));
+	backoff =
+	    s->stopping ? STOP_RETRY_GAP_MS : WB_RETRY_BASE_MS << (e->retries < 8 ? e->retries : 8);
+	if (no_room && backoff > FULL_RETRY_MS)
+		backoff = FULL_RETRY_MS;
+	e->dirty_ms = now + backoff;
 	elist_prepend(&s->dirty_list, e); /* where take_due finds it: see make_urgent */
 	s->wb_inflight--;
 	pthread_cond_broadcast(&s->state_cv);
+}
+
+/*
+ * While the store is stalled and turns writers away, one failed block is
+ * tried again every FULL_RETRY_MS, whatever its backoff (a commit that
+ * failed backs off to 25 s): the first to succeed ends the stall, so
+ * writers are not turned away for long once space is back. Lock held.
+ */
+void flush_stall_probe(struct tb_store *s)
+{
+	uint64_t now = now_ms();
+
+	if (now - s->stall_probe_ms < FULL_RETRY_MS)
+		return;
+	s->stall_probe_ms = now;
+	/* Failed blocks go to the head of the dirty list (wb_failed), as urgent ones do. */
+	size_t seen = 0;
+	for (struct tb_entry *e = s->dirty_list.head; e && seen++ < FLUSH_SCAN_MAX; e = e->lnext) {
+		if (!e->retries || e->wpins || e->merging)
+			continue;
+		e->dirty_ms = now;
+		e->urgent = true;
+		s->due_scan = true;
+		flush_kick(s);
+		return;
+	}
 }
 
 void flush_start_wb(struct tb_store *s, struct tb_entry *e)
@@ -453,7 +502,7 @@ static void start_writes(struct tb_store *s, struct tb_entry **batch, size_t n,
 
 			pthread_mutex_lock(&s->lock);
 			if (ret < 0) {
-				wb_failed(s, e, ret);
+				wb_failed(s, e, ret, false);
 				pthread_mutex_unlock(&s->lock);
 				continue;
 			}
@@ -477,7 +526,7 @@ static void start_writes(struct tb_store *s, struct tb_entry **batch, size_t n,
 		pthread_mutex_lock(&s->lock);
 		int ret = place_block(s, &loc);
 		if (ret < 0) {
-			wb_failed(s, e, ret);
+			wb_failed(s, e, ret, ret == -ENOSPC);
 			pthread_mutex_unlock(&s->lock);
 			continue;
 		}
@@ -549,7 +598,8 @@ static void commit_batch(struct tb_store *s, struct tb_entry **v, size_t n)
 			if (e->new_loc != TB_LOC_NONE && !e->share_id)
 				dev_free(s->dev[tb_loc_dev(e->new_loc)], tb_loc_slot(e->new_loc));
 			e->share_id = 0;
-			wb_failed(s, e, ret);
+			wb_failed(s, e, ret, false);
+			s->stall_commit = true;
 			continue;
 		}
 		if (e->share_id)
@@ -571,8 +621,10 @@ static void commit_batch(struct tb_store *s, struct tb_entry **v, size_t n)
 		s->ndirty--;
 		s->wb_inflight--;
 	}
-	if (ret == 0)
+	if (ret == 0) {
 		s->commits_since_sync += n;
+		s->stall_err = 0; /* write-back works: the writers at the dirty mark wait on */
+	}
 	pthread_cond_broadcast(&s->state_cv);
 	pthread_cond_broadcast(&s->space_cv);
 	pthread_mutex_unlock(&s->lock);
@@ -736,9 +788,8 @@ void *flush_main(void *arg)
 			if (e->err) {
 				pthread_mutex_lock(&s->lock);
 				dev_free(s->dev[tb_loc_dev(e->new_loc)], tb_loc_slot(e->new_loc));
-				if (e->err == -ENOSPC)
-					dev_set_full(s->dev[tb_loc_dev(e->new_loc)]);
-				wb_failed(s, e, e->err);
+				/* ENOSPC: the device is full now (dev.c) */
+				wb_failed(s, e, e->err, e->err == -ENOSPC);
 				pthread_mutex_unlock(&s->lock);
 				failed = true; /* its retry is due later: look again before sleeping */
 				continue;
@@ -823,23 +874,50 @@ static bool mark_urgent(struct tb_store *s, struct tb_obj *o, uint64_t seq)
 	return marked;
 }
 
+/*
+ * A block whose write-back failed is tried again now for a new fsync or
+ * flush, not at the end of its backoff: space may have come back, or its
+ * device healed, since. One that failed WB_MAX_RETRIES times, which fsync
+ * and flush no longer wait for, gets one more try that they wait for.
+ * Lock held.
+ */
+static void retry_now(struct tb_entry *e)
+{
+	if (e->state != ES_DIRTY || !e->retries)
+		return;
+	if (e->retries >= WB_MAX_RETRIES)
+		e->retries = WB_MAX_RETRIES - 1;
+	e->dirty_ms = now_ms();
+}
+
+/*
+ * The waits below end: each block is written back or has failed
+ * WB_MAX_RETRIES times (backing off, a few seconds: FULL_RETRY_MS for a
+ * full device), or the request was interrupted (tb_interruptible).
+ */
 int tb_flush_obj(struct tb_store *s, uint64_t obj)
 {
 	struct tb_obj *o;
 	uint64_t seq;
-	int err = 0;
+	int err = 0, ret;
 
 	pthread_mutex_lock(&s->lock);
 	seq = s->dirty_seq;
 	o = cache_obj_find(s, obj);
 	if (o)
-		for (struct tb_entry *e = o->head; e; e = e->onext)
+		for (struct tb_entry *e = o->head; e; e = e->onext) {
+			retry_now(e);
 			if (e->state == ES_DIRTY && !e->urgent)
 				make_urgent(s, e);
+		}
 	s->due_scan = true;
 	flush_kick(s);
 	while ((o = cache_obj_find(s, obj)) && obj_has_dirty(o, seq, &err)) {
-		pthread_cond_wait(&s->state_cv, &s->lock);
+		ret = cache_wait(s, &s->state_cv);
+		if (ret) {
+			pthread_mutex_unlock(&s->lock);
+			return ret;
+		}
 		/*
 		 * A write-back that failed left its block DIRTY and no longer
 		 * urgent: without this its retry waited for the age limit
@@ -865,8 +943,10 @@ static int flush_all(struct tb_store *s)
 
 	pthread_mutex_lock(&s->lock);
 	seq = s->dirty_seq;
-	for (struct tb_entry *e = s->dirty_list.head; e; e = e->lnext)
+	for (struct tb_entry *e = s->dirty_list.head; e; e = e->lnext) {
+		retry_now(e);
 		e->urgent = true;
+	}
 	s->due_scan = true;
 	flush_kick(s);
 	for (;;) {
@@ -885,7 +965,9 @@ static int flush_all(struct tb_store *s)
 		}
 		if (!busy)
 			break;
-		pthread_cond_wait(&s->state_cv, &s->lock);
+		err = cache_wait(s, &s->state_cv);
+		if (err)
+			break;
 	}
 	pthread_mutex_unlock(&s->lock);
 	return err;

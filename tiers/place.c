@@ -23,7 +23,7 @@
 
 /* ---- space ---- */
 
-static uint64_t space_avail(struct tb_store *s)
+uint64_t place_avail(struct tb_store *s)
 {
 	uint64_t free_slots = 0;
 
@@ -52,7 +52,7 @@ static int reserve_blocks(struct tb_store *s, uint64_t n)
 		uint64_t gen = s->sync_gen;
 		struct timespec ts;
 
-		if (space_avail(s) >= n) {
+		if (place_avail(s) >= n) {
 			s->reserved += n;
 			return 0;
 		}
@@ -224,6 +224,6 @@ void tb_space(struct tb_store *s, uint64_t *total, uint64_t *avail)
 		*total += st.capacity;
 	}
 	pthread_mutex_lock(&s->lock);
-	*avail = space_avail(s) * s->bs;
+	*avail = place_avail(s) * s->bs;
 	pthread_mutex_unlock(&s->lock);
 }

@@ -95,6 +95,12 @@ struct tb_config {
 	unsigned sync_interval_ms; /* periodic durability point */
 	unsigned sync_commits;	   /* the owner's commits that bring a sync point at once; 0: none */
 	unsigned punch_after_ms;   /* free slab space goes back after this long; 0: never */
+	/*
+	 * While every write-back fails (the devices are full, or failing), a
+	 * writer waiting for room under the dirty mark gets the failure
+	 * (ENOSPC, else EIO) once the failures have gone on this long.
+	 */
+	unsigned stall_wait_ms;
 	unsigned max_pinned;	   /* worst case of blocks pinned by readers */
 	unsigned spare_slots;	   /* arena slots beyond dram_bytes, for tb_swap_slot */
 	uint64_t remote_readahead; /* deepest window ahead of a reader of remote blocks, bytes */
@@ -196,7 +202,10 @@ struct tb_dev_stats {
 	uint64_t compacted_objects, compacted_bytes;
 	uint64_t slab_bytes;	 /* what the slab file takes on its filesystem (st_blocks) */
 	uint64_t returned_bytes; /* free slab space given back to the filesystem so far */
+	uint64_t avail;		/* bytes it can still take: its room, 0 while full */
+	uint64_t recent_errors; /* errors of the last HEALTH_WINDOW_S seconds (dev.h) */
 	bool up;
+	bool full; /* no room left, or a write said ENOSPC and none has succeeded since */
 };
 
 struct tb_stats {
@@ -210,6 +219,11 @@ struct tb_stats {
 	uint64_t kept_bytes; /* a cycle larger than DRAM: what stays, spread over it; else 0 */
 	uint64_t kept_evicted_bytes; /* of those, evicted: no other clean block could be had */
 	uint64_t holes_written, wb_errors, syncs, backpressure_waits;
+	uint64_t recent_wb_errors; /* write-back failures of the last health window */
+	unsigned health_window_s;  /* its length */
+	int stall_err;	   /* write-back fails with this and nothing succeeds since; 0: not */
+	uint64_t stall_ms; /* for this long */
+	bool stall_commit; /* the last failure was the metadata's commit, not a device's */
 	uint64_t unsynced_blocks; /* write-backs committed since the last sync point */
 	uint64_t unsynced_commits; /* owner's transactions since the last sync point */
 	uint64_t expired_bytes;	  /* written back for the age limit, not for room */
@@ -324,10 +338,21 @@ void tb_plug(void);
 void tb_unplug(void);
 
 /*
+ * The calling thread serves a request that its client may give up on: the
+ * waits of the store that can last while a device is full or failing (room
+ * under the dirty mark, a free slot, tb_flush_obj and tb_sync) look at
+ * fn(arg) every TB_WAIT_STEP_MS and end with -EINTR when it returns true.
+ * fn(NULL, NULL) ends it; the caller must do so before arg goes away.
+ */
+#define TB_WAIT_STEP_MS 100
+void tb_interruptible(bool (*fn)(void *arg), void *arg);
+
+/*
  * Pin block (obj, idx) for writing bytes [off, off + len) of it. Loads a
  * persisted block first when the write covers only part of it, waits while
  * the block is being written back, and waits above the dirty high-water
- * mark. -ENOSPC when the persistent tiers cannot take another block. A
+ * mark (bounded: see stall_wait_ms, and tb_interruptible). -ENOSPC when
+ * the persistent tiers cannot take another block. A
  * block that becomes dirty takes one block of *resv when resv is given.
  * blind: the writer does not read what it writes (it has written the
  * whole file since it last read it); without a cycle, such rewrites of

@@ -276,9 +276,26 @@ static void ctl_error(const struct tfs_mount *m, const char *verb, const char *w
 		       sep, what);
 		break;
 	case ENOSPC:
-		errmsg("%s%s%s: does not fit in DRAM next to what is pinned already; unpin "
-		       "something, or mount with more dram=",
+		/* Only pin has a DRAM budget; the others write back, to devices that can fill. */
+		if (strcmp(verb, "pin") == 0)
+			errmsg("%s%s%s: does not fit in DRAM next to what is pinned already, or no "
+			       "space is left to record it; unpin something, or mount with more "
+			       "dram= (tfsctl stats shows which)",
+			       verb, sep, what);
+		else
+			errmsg("%s%s%s: no space left on the devices: write-back failed, and the "
+			       "data waits in DRAM; free space on the full device or on the meta "
+			       "folder's filesystem (tfsctl stats says which), then try again",
+			       verb, sep, what);
+		break;
+	case EIO:
+		errmsg("%s%s%s: I/O error on a device; tfsctl stats and the daemon's log say "
+		       "which",
 		       verb, sep, what);
+		break;
+	case EINTR:
+		errmsg("%s%s%s: interrupted; whatever it had not done stays as it was", verb, sep,
+		       what);
 		break;
 	case EINVAL:
 		errmsg("%s%s%s: the mount refused the command; its log says why", verb, sep, what);

@@ -42,13 +42,21 @@ static void fmt_gbps(json_t *t, const char *key, char *buf, size_t len)
 		snprintf(buf, len, "-");
 }
 
-/* "ok", or what is wrong: devices down, I/O and write-back errors. */
+/*
+ * "ok", or what is wrong now, as the daemon says it (devices down or full,
+ * errors in its recent window). An older daemon says nothing: then what
+ * was ever wrong, from the lifetime counts.
+ */
 static void health(json_t *st, char *buf, size_t len)
 {
 	json_t *tiers = json_object_get(st, "tiers"), *t;
-	const char *name;
+	const char *name, *now = json_string_value(json_object_get(st, "health"));
 	size_t n = 0;
 
+	if (now) {
+		snprintf(buf, len, "%s", now);
+		return;
+	}
 	buf[0] = 0;
 	json_object_foreach(tiers, name, t) {
 		if (strcmp(jstr(t, "state", "up"), "up") != 0)
