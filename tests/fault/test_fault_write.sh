@@ -107,7 +107,7 @@ out=$(python3 "$FAULTIO" write "$MNT/d4" "$T/w4.log" 8 "$SEED" --allow ENOSPC) |
 	fail "part 4: $out"
 echo "   $out"
 [ "$(fault_count)" -gt "$before" ] || fail "part 4: no fault was injected"
-[ "$(tfs_stat_json tiers nvme0 state)" = up ] || fail "part 4: ENOSPC put nvme0 down"
+[ "$(tfs_stat_json tiers nvme0 state)" != down ] || fail "part 4: ENOSPC put nvme0 down"
 fault_alive "part 4"
 fault_off
 # A device that said ENOSPC must take new blocks again after a while (its
