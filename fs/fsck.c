@@ -1254,11 +1254,40 @@ static int pass(struct fsck *f, MDB_txn *txn, const char *dir, bool header)
 	return ret;
 }
 
+struct guarded_pass {
+	struct fsck *f;
+	const char *dir;
+	bool first; /* the check (and repair); else the check after repair */
+};
+
+/*
+ * A pass in its own transaction, committed when it repaired something.
+ * Run through meta_guarded: a damaged data.mdb that LMDB would read as a
+ * fault ends the pass with -EUCLEAN, not the process.
+ */
+static int run_pass(void *arg)
+{
+	struct guarded_pass *p = arg;
+	struct fsck *f = p->f;
+	bool write = p->first && f->repair;
+	MDB_txn *txn;
+	int ret = meta_begin(f->m, write, &txn);
+
+	if (ret)
+		return ret;
+	ret = pass(f, txn, p->dir, p->first);
+	if (!ret && write && !f->no_root && (f->problems || f->notes || f->freed_blocks))
+		ret = meta_commit(txn);
+	else
+		meta_abort(txn);
+	return ret;
+}
+
 int fs_fsck(const char *dir, bool repair, FILE *out, const char *prog)
 {
 	struct fsck f = {.out = out, .repair = repair};
+	struct guarded_pass gp = {&f, dir, true};
 	char err[512] = "", store_id[40];
-	MDB_txn *txn;
 	int ret, status;
 
 	if (meta_check_folder(dir, err, sizeof(err)) < 0) {
@@ -1278,14 +1307,7 @@ int fs_fsck(const char *dir, bool repair, FILE *out, const char *prog)
 		report(stderr, prog, ": %s", err[0] ? err : strerror(-ret));
 		return FSCK_ERROR;
 	}
-	ret = meta_begin(f.m, repair, &txn);
-	if (!ret) {
-		ret = pass(&f, txn, dir, true);
-		if (!ret && repair && !f.no_root && (f.problems || f.notes || f.freed_blocks))
-			ret = meta_commit(txn);
-		else
-			meta_abort(txn);
-	}
+	ret = meta_guarded(f.m, run_pass, &gp, err, sizeof(err));
 	if (ret)
 		goto error;
 	if (repair && f.freed_blocks && !f.no_root)
@@ -1305,12 +1327,10 @@ int fs_fsck(const char *dir, bool repair, FILE *out, const char *prog)
 
 	/* The check after repair: anything it finds, repair could not fix. */
 	struct fsck again = {.m = f.m, .out = out, .bs = f.bs};
+	struct guarded_pass gp2 = {&again, dir, false};
+
 	free_vecs(&f);
-	ret = meta_begin(again.m, false, &txn);
-	if (!ret) {
-		ret = pass(&again, txn, dir, false);
-		meta_abort(txn);
-	}
+	ret = meta_guarded(again.m, run_pass, &gp2, err, sizeof(err));
 	free_vecs(&again);
 	if (ret)
 		goto error;
@@ -1322,7 +1342,10 @@ int fs_fsck(const char *dir, bool repair, FILE *out, const char *prog)
 	status = again.problems ? FSCK_PROBLEMS : FSCK_CLEAN;
 	goto out;
 error:
-	report(stderr, prog, ": %s: %s", dir, strerror(-ret));
+	if (err[0])
+		report(stderr, prog, ": %s", err);
+	else
+		report(stderr, prog, ": %s: %s", dir, meta_strerror(ret));
 	status = FSCK_ERROR;
 out:
 	free_vecs(&f);

@@ -39,6 +39,7 @@
 #include "meta.h"
 #include "escape.h"
 #include "log.h"
+#include "metaguard.h"
 #include "mounts.h"
 #include "storedir.h"
 #include "tb.h"
@@ -74,19 +75,44 @@
  * A record of the durable file: the header, then LMDB's meta page of the
  * commit that the sync point made durable. Two slots, DURABLE_STRIDE
  * apart (room for a 64 KiB page), written in turn; all numbers big-endian.
+ * The header: magic, version, sequence, commit, page size, checksum, and
+ * (version 2) the store's id, as 16 bytes, so that a record is only ever
+ * applied to its own store.
  */
 #define DURABLE_MAGIC 0x7466732d64757261ULL /* "tfs-dura" */
-#define DURABLE_VERSION 1
+#define DURABLE_VERSION 2		    /* 1: no store id */
 #define DURABLE_HDR 64
+#define DURABLE_ID_OFF 48
 #define DURABLE_STRIDE (128 * 1024)
 #define DURABLE_PAGE_MAX (DURABLE_STRIDE - DURABLE_HDR)
-/* In LMDB 0.9's meta page (64-bit): the page header is 16 bytes, then MDB_meta. */
+#define STORE_ID_LEN 36	  /* the text form of a store id */
+#define STORE_ID_BYTES 16 /* and its bytes */
+/*
+ * LMDB 0.9's meta page (64-bit), read before LMDB maps the file: the page
+ * header (pgno 8 bytes, pad 2, flags 2, lower 2, upper 2), then MDB_meta:
+ * magic 4, version 4, address 8, mapsize 8, two MDB_db of 48 bytes (the
+ * free list's first field holds the page size), last page 8, commit 8.
+ * Pages 0 and 1 are the meta pages; LMDB opens the one with the newer
+ * commit, and reads the second at the page size the first names.
+ */
+#define LMDB_PAGE_FLAGS_OFF 10
+#define LMDB_P_META 0x08
 #define LMDB_META_MAGIC 0xBEEFC0DEU
 #define LMDB_META_MAGIC_OFF 16
+#define LMDB_META_VERSION_OFF 20
+#define LMDB_DATA_VERSION 1
+#define LMDB_META_PSIZE_OFF 40
+#define LMDB_META_LAST_PG_OFF (16 + 120)
 #define LMDB_META_TXNID_OFF (16 + 128)
 /* LMDB's own trees, by their fixed handles: the free list and the main tree. */
 #define FREE_DBI_ID 0
 #define MAIN_DBI_ID 1
+#define LMDB_META_END (16 + 136)
+#define LMDB_PSIZE_MIN 512
+#define LMDB_PSIZE_MAX 65536
+#define FORMAT_VERSION_MAX 255 /* a format record naming a higher one is garbage */
+/* The info record of the devices the store has used (meta_devices_get). */
+#define DEVICES_KEY "devices"
 
 static const char *const meta_files[] = {DATA_NAME, LMDB_LOCK_NAME, LOCK_NAME, DURABLE_NAME,
 					 NULL};
@@ -108,6 +134,11 @@ struct fs_meta {
 	bool unclean; /* the last stop left its pid in the lock file */
 	bool opened;  /* meta_open succeeded: meta_close records the last state */
 	char boot[BOOT_ID_LEN + 1], last_boot[BOOT_ID_LEN + 1]; /* this boot's id; that stop's */
+	char store_id[40];		   /* this store's, once its format record is read */
+	char last_store[STORE_ID_LEN + 1]; /* the store the lock file names: "" when none */
+	const void *map;		   /* LMDB's map, watched for faults (metaguard.h) */
+	bool damaged;			   /* a guarded call faulted: LMDB is asked nothing more */
+	uint64_t have_pages, need_pages;   /* data.mdb's pages; those its meta page names */
 	pthread_mutex_t sync_lock;  /* one meta_sync at a time */
 	MDB_txn *pinned;	    /* a reader on the last sync point's commit */
 	uint64_t durable_seq;	    /* records written to the durable file */
@@ -142,6 +173,35 @@ static uint64_t get_be64(const unsigned char *p)
 	for (int i = 0; i < 8; i++)
 		v = v << 8 | p[i];
 	return v;
+}
+
+/* A store id's text (32 hex digits and 4 dashes) as 16 bytes; false if it is not one. */
+static bool store_id_bytes(const char *id, unsigned char out[STORE_ID_BYTES])
+{
+	unsigned n = 0;
+
+	for (size_t i = 0; i < STORE_ID_LEN; i++) {
+		char c = id[i];
+		int v;
+
+		if (i == 8 || i == 13 || i == 18 || i == 23) {
+			if (c != '-')
+				return false;
+			continue;
+		}
+		if (c >= '0' && c <= '9')
+			v = c - '0';
+		else if (c >= 'a' && c <= 'f')
+			v = c - 'a' + 10;
+		else
+			return false;
+		if (n % 2 == 0)
+			out[n / 2] = (unsigned char)(v << 4);
+		else
+			out[n / 2] |= (unsigned char)v;
+		n++;
+	}
+	return id[STORE_ID_LEN] == 0 || id[STORE_ID_LEN] == '\n';
 }
 
 /*
@@ -200,7 +260,9 @@ int meta_check_folder(const char *dir, char *err, size_t errlen)
 /*
  * ---- the holder of a store ----
  *
- * The lock file holds the holder's pid, the boot id it runs under, and a
+ * The lock file holds the holder's pid, the boot id it runs under, the id
+ * of the store it has open (once it has read it: roll_back applies only a
+ * durable record of that store), and a
  * line that says what it is doing: "mounted MOUNTPOINT" while its mount is
  * live; "stopping MOUNTPOINT" once the mount is gone and it writes back
  * what is dirty (fusermount3 -u and umount return before that ends);
@@ -208,6 +270,15 @@ int meta_check_folder(const char *dir, char *err, size_t errlen)
  * daemon has exited, for tfsctl unmount to tell. No line: it is starting,
  * or it is tfsctl fsck. A clean stop empties the file.
  */
+/* A line of the lock file that holds a store id. */
+static bool is_store_line(const char *line)
+{
+	unsigned char id[STORE_ID_BYTES];
+
+	return strlen(line) >= STORE_ID_LEN &&
+	       (line[STORE_ID_LEN] == '\n' || !line[STORE_ID_LEN]) && store_id_bytes(line, id);
+}
+
 void meta_read_holder(int fd, struct meta_holder *h)
 {
 	char buf[PATH_MAX + 128], *line;
@@ -218,6 +289,8 @@ void meta_read_holder(int fd, struct meta_holder *h)
 	h->pid = strtol(buf, NULL, 10);
 	line = strchr(buf, '\n');
 	line = line ? strchr(line + 1, '\n') : NULL; /* past the boot id */
+	if (line && is_store_line(line + 1))
+		line = strchr(line + 1, '\n'); /* and the store id */
 	if (!line || sscanf(line + 1, "%15s", h->state) != 1)
 		return;
 	line += 1 + strlen(h->state);
@@ -287,19 +360,30 @@ static int take_lock(struct fs_meta *m, const char *dir, char *err, size_t errle
 
 	if (boot && strcspn(boot + 1, "\n") == BOOT_ID_LEN)
 		snprintf(m->last_boot, sizeof(m->last_boot), "%.*s", BOOT_ID_LEN, boot + 1);
+	/* The store it had open, on the third line (none from before store ids were kept there). */
+	char *store = boot ? strchr(boot + 1, '\n') : NULL;
+
+	if (store && is_store_line(store + 1))
+		snprintf(m->last_store, sizeof(m->last_store), "%.*s", STORE_ID_LEN, store + 1);
 	return 0;
 }
 
 /*
- * Our pid and boot in the lock file, once the last stop's are dealt with
- * (roll_back): an open that failed before leaves them for the next one.
+ * Our pid, boot and store in the lock file, once the last stop's are
+ * dealt with (roll_back): an open that failed before leaves them for the
+ * next one. The store is the one the lock named until this open has read
+ * its own. Flushed: after a power cut the file must still say that the
+ * stop was unclean, or the store would open without its roll-back.
  */
 static int write_lock(struct fs_meta *m)
 {
-	char line[32 + sizeof(m->boot)];
+	char line[32 + sizeof(m->boot) + sizeof(m->store_id)];
+	const char *store = m->store_id[0] ? m->store_id : m->last_store;
 
-	snprintf(line, sizeof(line), "%ld\n%s\n", (long)getpid(), m->boot);
-	if (ftruncate(m->lock_fd, 0) < 0 || pwrite(m->lock_fd, line, strlen(line), 0) < 0)
+	snprintf(line, sizeof(line), "%ld\n%s\n%s%s", (long)getpid(), m->boot, store,
+		 store[0] ? "\n" : "");
+	if (ftruncate(m->lock_fd, 0) < 0 || pwrite(m->lock_fd, line, strlen(line), 0) < 0 ||
+	    fdatasync(m->lock_fd) < 0)
 		return -errno;
 	m->lock_written = true;
 	return 0;
@@ -314,7 +398,8 @@ int meta_lock_note(struct fs_meta *m, const char *state, const char *point)
 		return 0;
 	if (strchr(point, '\n'))
 		point = ""; /* the note is one line; such a mount point goes unnamed */
-	len = asprintf(&line, "%ld\n%s\n%s %s\n", (long)getpid(), m->boot, state, point);
+	len = asprintf(&line, "%ld\n%s\n%s%s%s %s\n", (long)getpid(), m->boot, m->store_id,
+		       m->store_id[0] ? "\n" : "", state, point);
 	if (len < 0)
 		return -ENOMEM;
 	/* Over the old content, then cut: a reader never finds the file empty. */
@@ -399,18 +484,28 @@ static void read_boot_id(char id[BOOT_ID_LEN + 1])
 
 /* ---- the durable file: the last sync point's meta page ---- */
 
-/* A record's checksum: its page, seeded with the hash of the header's first 40 bytes. */
+/*
+ * A record's checksum: its page, seeded with the hash of the header's
+ * first 40 bytes and, from version 2, of its store id.
+ */
 static uint64_t record_hash(const unsigned char *rec, size_t psize)
 {
-	return XXH3_64bits_withSeed(rec + DURABLE_HDR, psize, XXH3_64bits(rec, 40));
+	uint64_t seed = XXH3_64bits(rec, 40);
+
+	if (get_be64(rec + 8) >= 2)
+		seed = XXH3_64bits_withSeed(rec + DURABLE_ID_OFF, STORE_ID_BYTES, seed);
+	return XXH3_64bits_withSeed(rec + DURABLE_HDR, psize, seed);
 }
 
 /*
  * The newer valid record of fd into rec (DURABLE_STRIDE bytes): 0 with its
  * sequence, commit and page size, -ENOENT when neither slot holds one.
+ * With store, only a record that names that store counts; *foreign (when
+ * not NULL) counts the valid records passed over, of another store or of
+ * none (version 1).
  */
-static int durable_read(int fd, unsigned char *rec, uint64_t *seq, uint64_t *txnid,
-			size_t *psize)
+static int durable_read(int fd, unsigned char *rec, const unsigned char *store, uint64_t *seq,
+			uint64_t *txnid, size_t *psize, unsigned *foreign)
 {
 	unsigned char *slot = malloc(DURABLE_STRIDE);
 	bool found = false;
@@ -419,15 +514,23 @@ static int durable_read(int fd, unsigned char *rec, uint64_t *seq, uint64_t *txn
 		return -ENOMEM;
 	for (int i = 0; i < 2; i++) {
 		ssize_t n = pread(fd, slot, DURABLE_STRIDE, (off_t)i * DURABLE_STRIDE);
-		uint64_t ps;
+		uint64_t ps, version;
 
-		if (n < DURABLE_HDR || get_be64(slot) != DURABLE_MAGIC ||
-		    get_be64(slot + 8) != DURABLE_VERSION)
+		if (n < DURABLE_HDR || get_be64(slot) != DURABLE_MAGIC)
+			continue;
+		version = get_be64(slot + 8);
+		if (version < 1 || version > DURABLE_VERSION)
 			continue;
 		ps = get_be64(slot + 32);
 		if (!ps || ps > DURABLE_PAGE_MAX || (size_t)n < DURABLE_HDR + ps ||
 		    get_be64(slot + 40) != record_hash(slot, ps))
 			continue;
+		if (store &&
+		    (version < 2 || memcmp(slot + DURABLE_ID_OFF, store, STORE_ID_BYTES))) {
+			if (foreign)
+				(*foreign)++;
+			continue;
+		}
 		if (found && get_be64(slot + 16) <= *seq)
 			continue;
 		found = true;
@@ -455,6 +558,8 @@ static int durable_write(struct fs_meta *m, uint64_t txnid)
 	put_be64(rec + 16, seq);
 	put_be64(rec + 24, txnid);
 	put_be64(rec + 32, m->psize);
+	if (!store_id_bytes(m->store_id, rec + DURABLE_ID_OFF))
+		memset(rec + DURABLE_ID_OFF, 0, STORE_ID_BYTES); /* names no store */
 	memcpy(rec + DURABLE_HDR, m->page, m->psize);
 	put_be64(rec + 40, record_hash(rec, m->psize));
 	if (pwrite(m->durable_fd, rec, len, (off_t)(seq & 1) * DURABLE_STRIDE) != (ssize_t)len ||
@@ -481,14 +586,20 @@ static uint64_t meta_page_txnid(const unsigned char *page)
  * After an unclean stop on an earlier boot, put the recorded meta page in
  * both of LMDB's slots (see the top of this file). Nothing to do after a
  * clean stop, a kill on this boot, or with no record (a store from before
- * the durable file, or one never synced).
+ * the durable file, or one never synced). Only a record of the store that
+ * the lock file names is applied (any record, where it names none: a lock
+ * file from before store ids were kept there): a durable file of another
+ * store, copied or restored here, would write its meta page over this
+ * store's and leave it unreadable.
  */
 static int roll_back(struct fs_meta *m, char *err, size_t errlen)
 {
-	unsigned char *rec = NULL, *cur = NULL;
+	unsigned char *rec = NULL, *cur = NULL, want[STORE_ID_BYTES];
 	uint64_t seq, txnid;
 	size_t psize;
 	bool created, changed = false;
+	bool named = m->last_store[0] && store_id_bytes(m->last_store, want);
+	unsigned foreign = 0;
 	int dfd = -1, fd, ret;
 
 	if (!m->unclean || (m->boot[0] && !strcmp(m->boot, m->last_boot)))
@@ -503,11 +614,21 @@ static int roll_back(struct fs_meta *m, char *err, size_t errlen)
 		return fd;
 	rec = malloc(DURABLE_STRIDE);
 	cur = malloc(DURABLE_PAGE_MAX);
-	ret = rec && cur ? durable_read(fd, rec, &seq, &txnid, &psize) : -ENOMEM;
+	ret = rec && cur
+		  ? durable_read(fd, rec, named ? want : NULL, &seq, &txnid, &psize, &foreign)
+		  : -ENOMEM;
 	close(fd);
 	if (ret < 0 && ret != -ENOENT)
 		snprintf(err, errlen, "meta folder %s: cannot read %s: %s", m->dir, DURABLE_NAME,
 			 strerror(-ret));
+	if (ret == -ENOENT && foreign) {
+		log_warn("meta folder %s: the last stop was unclean and the machine has started "
+			 "since, but %s holds no record of this store (%s), only %u of another "
+			 "store or of none: not applied; opening the store as it is",
+			 m->dir, DURABLE_NAME, m->last_store, foreign);
+		ret = 0;
+		goto out;
+	}
 	if (ret == -ENOENT) {
 		log_warn("meta folder %s: the last stop was unclean and the machine has started "
 			 "since, but no durable point is recorded: opening the store as it is",
@@ -581,6 +702,230 @@ out:
 	return ret;
 }
 
+/* ---- a damaged data.mdb, found before LMDB maps it ---- */
+
+/* The fields of an LMDB meta page that the checks use. */
+struct lmdb_meta {
+	uint32_t psize;
+	uint64_t last_pg, txnid;
+};
+
+/* What is wrong with meta page p (LMDB_META_END bytes), or NULL. first: page 0, the page size's. */
+static const char *lmdb_meta_parse(const unsigned char *p, bool first, struct lmdb_meta *out)
+{
+	uint16_t flags;
+	uint32_t magic, version, psize;
+
+	memcpy(&flags, p + LMDB_PAGE_FLAGS_OFF, sizeof(flags));
+	memcpy(&magic, p + LMDB_META_MAGIC_OFF, sizeof(magic));
+	memcpy(&version, p + LMDB_META_VERSION_OFF, sizeof(version));
+	memcpy(&psize, p + LMDB_META_PSIZE_OFF, sizeof(psize));
+	memcpy(&out->last_pg, p + LMDB_META_LAST_PG_OFF, sizeof(out->last_pg));
+	memcpy(&out->txnid, p + LMDB_META_TXNID_OFF, sizeof(out->txnid));
+	if (!(flags & LMDB_P_META))
+		return "is not a meta page";
+	if (magic != LMDB_META_MAGIC)
+		return "lacks LMDB's magic number";
+	if (version != LMDB_DATA_VERSION)
+		return "has another LMDB data version than 1";
+	if (first && (psize < LMDB_PSIZE_MIN || psize > LMDB_PSIZE_MAX || (psize & (psize - 1))))
+		return "names no valid page size";
+	out->psize = psize;
+	if (out->last_pg < 1)
+		return "names fewer pages than the two meta pages";
+	return NULL;
+}
+
+/*
+ * Read data.mdb's two meta pages from fd (size bytes) as LMDB will: page
+ * 0, then page 1 at the page size page 0 names, and the one of the newer
+ * commit counts. On return, *have is the pages the file holds and *need
+ * the pages that meta page names; *psize the page size. 0, or -EUCLEAN
+ * with what is wrong in why.
+ */
+static int read_data_meta(int fd, uint64_t size, uint64_t *have, uint64_t *need, uint32_t *psize,
+			  char *why, size_t whylen)
+{
+	unsigned char p[LMDB_META_END];
+	struct lmdb_meta meta[2];
+	const char *bad;
+
+	for (int i = 0; i < 2; i++) {
+		off_t off = i ? (off_t)meta[0].psize : 0;
+		ssize_t n = pread(fd, p, sizeof(p), off);
+
+		if (n != (ssize_t)sizeof(p)) {
+			snprintf(why, whylen,
+				 "it is %llu bytes, too short for LMDB's two meta pages: "
+				 "it was cut short",
+				 (unsigned long long)size);
+			return n < 0 ? -errno : -EUCLEAN;
+		}
+		bad = lmdb_meta_parse(p, i == 0, &meta[i]);
+		if (bad) {
+			snprintf(why, whylen, "its meta page %d %s", i, bad);
+			return -EUCLEAN;
+		}
+		meta[i].psize = meta[0].psize;
+	}
+	*psize = meta[0].psize;
+	*have = size / *psize;
+	*need = (meta[1].txnid > meta[0].txnid ? meta[1].last_pg : meta[0].last_pg) + 1;
+	if (*have < 2) {
+		snprintf(why, whylen,
+			 "it is %llu bytes, shorter than its two meta pages of %u bytes: "
+			 "it was cut short",
+			 (unsigned long long)size, *psize);
+		return -EUCLEAN;
+	}
+	if (*need > META_MAP_SIZE / *psize) {
+		snprintf(why, whylen,
+			 "its meta page names %llu pages of %u bytes, more than a store holds",
+			 (unsigned long long)*need, *psize);
+		return -EUCLEAN;
+	}
+	return 0;
+}
+
+/* What a refusal of a damaged data.mdb says to do. */
+#define DAMAGED_HINT                                                                               \
+	"the store cannot be opened: restore the meta folder from a copy, or move its files away " \
+	"to make a new store"
+
+/*
+ * Before LMDB maps data.mdb: its meta pages must be LMDB's, and it must
+ * hold the pages they name, but for free ones (LMDB leaves free pages at
+ * the end of the file unwritten: check_short makes sure of those, once
+ * LMDB has opened the file). A missing or empty data.mdb is a new store,
+ * unless the durable file records one: then the store was lost or cut
+ * short, and making a new one in its place would hide that. 0, or
+ * -EUCLEAN with err set.
+ */
+static int check_data(struct fs_meta *m, char *err, size_t errlen)
+{
+	unsigned char *rec;
+	char why[256];
+	struct stat st = {0};
+	uint64_t seq, txnid;
+	size_t psize;
+	uint32_t ps;
+	bool created;
+	int fd, dfd, ret;
+
+	fd = storedir_open_file(m->dir_fd, META_WHAT, m->dir, DATA_NAME, O_RDONLY, false, &created,
+				err, errlen);
+	if (fd < 0 && fd != -ENOENT)
+		return fd;
+	if (fd >= 0 && fstat(fd, &st) < 0) {
+		ret = -errno;
+		snprintf(err, errlen, "meta folder %s: %s: %s", m->dir, DATA_NAME, strerror(-ret));
+		close(fd);
+		return ret;
+	}
+	if (st.st_size > 0) {
+		ret = read_data_meta(fd, (uint64_t)st.st_size, &m->have_pages, &m->need_pages, &ps,
+				     why, sizeof(why));
+		close(fd);
+		if (ret < 0)
+			snprintf(err, errlen, "meta folder %s: %s is damaged: %s; " DAMAGED_HINT,
+				 m->dir, DATA_NAME, why);
+		return ret < 0 ? -EUCLEAN : 0;
+	}
+	if (fd >= 0)
+		close(fd);
+	dfd = storedir_open_file(m->dir_fd, META_WHAT, m->dir, DURABLE_NAME, O_RDONLY, false,
+				 &created, err, errlen);
+	if (dfd == -ENOENT) {
+		err[0] = 0;
+		return 0;
+	}
+	if (dfd < 0)
+		return dfd;
+	rec = malloc(DURABLE_STRIDE);
+	ret = rec ? durable_read(dfd, rec, NULL, &seq, &txnid, &psize, NULL) : -ENOMEM;
+	close(dfd);
+	if (ret == 0)
+		snprintf(err, errlen,
+			 "meta folder %s: %s is %s, but %s records commit %llu of a store: "
+			 "the store's metadata was lost or cut short, and a new store would "
+			 "hide it; restore the meta folder from a copy, or move its files away "
+			 "to make a new store (and the tensorfs.dev and tensorfs.slab of its "
+			 "nvme folders)",
+			 m->dir, DATA_NAME, fd >= 0 ? "empty" : "missing", DURABLE_NAME,
+			 (unsigned long long)txnid);
+	free(rec);
+	if (ret == -ENOENT)
+		return 0;
+	return ret == 0 ? -EUCLEAN : ret;
+}
+
+/*
+ * data.mdb holds fewer pages than its meta page names: LMDB leaves free
+ * pages at the end unwritten, but a page of the tree past the end would
+ * be read as SIGBUS. Every missing page must be in the free list (LMDB's
+ * table 0: commit -> count, then page numbers, MDB_ID each, as mdb_stat
+ * reads it). 0, or -EUCLEAN with err set.
+ */
+static int check_short(struct fs_meta *m, char *err, size_t errlen)
+{
+	uint64_t from = m->have_pages, n = m->need_pages - m->have_pages, nfree = 0;
+	unsigned char *seen;
+	MDB_cursor *c;
+	MDB_txn *txn = NULL;
+	MDB_val k, v;
+	int rc;
+
+	if (m->need_pages <= m->have_pages)
+		return 0;
+	seen = calloc((size_t)(n + 7) / 8, 1);
+	if (!seen)
+		return -ENOMEM;
+	/* LMDB opens a cursor on the free list in a read-only transaction only. */
+	rc = mdb_txn_begin(m->env, NULL, MDB_RDONLY, &txn);
+	if (rc == 0)
+		rc = mdb_cursor_open(txn, FREE_DBI_ID, &c);
+	if (rc == 0) {
+		while ((rc = mdb_cursor_get(c, &k, &v, MDB_NEXT)) == 0) {
+			size_t max = v.mv_size / sizeof(size_t), cnt = 0;
+
+			if (max)
+				memcpy(&cnt, v.mv_data, sizeof(cnt));
+			for (size_t i = 1; i <= cnt && i < max; i++) {
+				size_t pg, bit;
+
+				memcpy(&pg, (const unsigned char *)v.mv_data + i * sizeof(pg),
+				       sizeof(pg));
+				if (pg < from || pg - from >= n)
+					continue;
+				bit = pg - from;
+				if (!(seen[bit / 8] & 1u << bit % 8))
+					nfree++;
+				seen[bit / 8] |= (unsigned char)(1u << bit % 8);
+			}
+		}
+		mdb_cursor_close(c);
+	}
+	if (txn)
+		mdb_txn_abort(txn);
+	free(seen);
+	if (rc != MDB_NOTFOUND) {
+		snprintf(err, errlen,
+			 "meta folder %s: %s is damaged: its free list cannot be read: "
+			 "%s; " DAMAGED_HINT,
+			 m->dir, DATA_NAME, mdb_strerror(rc));
+		return -EUCLEAN;
+	}
+	if (nfree == n)
+		return 0;
+	snprintf(err, errlen,
+		 "meta folder %s: %s is damaged: it holds %llu pages, but its meta page "
+		 "names %llu, and %llu of the missing pages are in use: the file was cut "
+		 "short; " DAMAGED_HINT,
+		 m->dir, DATA_NAME, (unsigned long long)m->have_pages,
+		 (unsigned long long)m->need_pages, (unsigned long long)(n - nfree));
+	return -EUCLEAN;
+}
+
 /*
  * The path LMDB opens: our descriptor of the checked folder, so that a
  * folder above it renamed meanwhile cannot send LMDB elsewhere; the
@@ -599,9 +944,10 @@ static void remove_made(struct fs_meta *m, bool store)
 	if (m->dir_fd < 0)
 		return;
 	if (store) {
+		/* The durable file first: without data.mdb it says that a store was lost. */
+		unlinkat(m->dir_fd, DURABLE_NAME, 0);
 		unlinkat(m->dir_fd, DATA_NAME, 0);
 		unlinkat(m->dir_fd, LMDB_LOCK_NAME, 0);
-		unlinkat(m->dir_fd, DURABLE_NAME, 0);
 	}
 	if (m->made_lock)
 		unlinkat(m->dir_fd, LOCK_NAME, 0);
@@ -627,18 +973,21 @@ static void make_store_id(char id[40])
 		 r[13], r[14], r[15]);
 }
 
-static uint64_t last_key(MDB_txn *txn, MDB_dbi dbi)
+/* The first 8 bytes of dbi's last key into *last (0: none); 0 or an LMDB error. */
+static int last_key(MDB_txn *txn, MDB_dbi dbi, uint64_t *last)
 {
 	MDB_cursor *c;
 	MDB_val k, v;
-	uint64_t last = 0;
+	int rc = mdb_cursor_open(txn, dbi, &c);
 
-	if (mdb_cursor_open(txn, dbi, &c) != 0)
-		return 0;
-	if (mdb_cursor_get(c, &k, &v, MDB_LAST) == 0 && k.mv_size >= 8)
-		last = get_be64(k.mv_data);
+	*last = 0;
+	if (rc)
+		return rc;
+	rc = mdb_cursor_get(c, &k, &v, MDB_LAST);
+	if (rc == 0 && k.mv_size >= 8)
+		*last = get_be64(k.mv_data);
 	mdb_cursor_close(c);
-	return last;
+	return rc == MDB_NOTFOUND ? 0 : rc;
 }
 
 static int init_root(struct fs_meta *m, MDB_txn *txn, uid_t uid, gid_t gid)
@@ -656,7 +1005,15 @@ static int init_root(struct fs_meta *m, MDB_txn *txn, uid_t uid, gid_t gid)
 	return meta_inode_put(m, txn, META_ROOT_INO, &root);
 }
 
-static int open_dbs(struct fs_meta *m, MDB_txn *txn)
+/* LMDB's word for a damaged file. */
+static bool lmdb_damaged(int rc)
+{
+	return rc == MDB_CORRUPTED || rc == MDB_PAGE_NOTFOUND || rc == MDB_INVALID ||
+	       rc == MDB_VERSION_MISMATCH || rc == MDB_INCOMPATIBLE;
+}
+
+/* The tables, made where missing; with err set, as damage where LMDB calls it that. */
+static int open_dbs(struct fs_meta *m, MDB_txn *txn, char *err, size_t errlen)
 {
 	struct {
 		const char *name;
@@ -669,8 +1026,18 @@ static int open_dbs(struct fs_meta *m, MDB_txn *txn)
 	for (size_t i = 0; i < sizeof(dbs) / sizeof(dbs[0]); i++) {
 		int rc = mdb_dbi_open(txn, dbs[i].name, MDB_CREATE, dbs[i].dbi);
 
-		if (rc)
+		if (rc && lmdb_damaged(rc)) {
+			snprintf(err, errlen,
+				 "meta folder %s: %s is damaged: its table %s cannot be opened: "
+				 "%s; " DAMAGED_HINT,
+				 m->dir, DATA_NAME, dbs[i].name, mdb_strerror(rc));
+			return -EUCLEAN;
+		}
+		if (rc) {
+			snprintf(err, errlen, "meta folder %s: cannot open its table %s: %s",
+				 m->dir, dbs[i].name, mdb_strerror(rc));
 			return mdb_err(rc);
+		}
 	}
 	return 0;
 }
@@ -724,6 +1091,8 @@ static int check_format(struct fs_meta *m, MDB_txn *txn, size_t *block_size, boo
 {
 	MDB_val k = {6, "format"}, v;
 	struct meta_format f;
+	unsigned char id[STORE_ID_BYTES];
+	const char *bad;
 	int rc = mdb_get(txn, m->info, &k, &v);
 
 	if (rc == MDB_NOTFOUND) {
@@ -746,10 +1115,25 @@ static int check_format(struct fs_meta *m, MDB_txn *txn, size_t *block_size, boo
 		return 0;
 	}
 	if (rc || v.mv_size != sizeof(f)) {
-		snprintf(err, errlen, "metadata store has no valid format record");
-		return -EINVAL;
+		snprintf(err, errlen, "meta folder %s: the store has no valid format record; %s",
+			 m->dir, DAMAGED_HINT);
+		return -EUCLEAN;
 	}
 	memcpy(&f, v.mv_data, sizeof(f));
+	/* Garbage there would size every buffer and name every device folder: refused. */
+	f.store_id[39] = 0;
+	bad = !store_id_bytes(f.store_id, id)			 ? "its store id"
+	      : f.version == 0 || f.version > FORMAT_VERSION_MAX ? "its version"
+	      : f.block_size < META_BLOCK_MIN || f.block_size > META_BLOCK_MAX ||
+		      (f.block_size & (f.block_size - 1))
+		  ? "its block size"
+		  : NULL;
+	if (bad) {
+		snprintf(err, errlen,
+			 "meta folder %s: the store's format record is damaged (%s); " DAMAGED_HINT,
+			 m->dir, bad);
+		return -EUCLEAN;
+	}
 	/*
 	 * Format 2 to 3 changes no record: a block record without a length
 	 * stores the whole block (meta_block.len 0). Format 3 only keeps
@@ -787,9 +1171,23 @@ static int check_format(struct fs_meta *m, MDB_txn *txn, size_t *block_size, boo
 		return -EINVAL;
 	}
 	*block_size = f.block_size;
-	f.store_id[39] = 0;
 	memcpy(store_id, f.store_id, 40);
 	return 0;
+}
+
+/*
+ * LMDB found its pages inconsistent and would abort: metaguard.h says what
+ * happens instead. The store's folder: its fs_meta's (the environment's
+ * user context, meta_open's), else the path LMDB was given.
+ */
+static void lmdb_check_failed(MDB_env *env, const char *msg)
+{
+	const struct fs_meta *m = mdb_env_get_userctx(env);
+	const char *path = NULL;
+
+	if (!m && mdb_env_get_path(env, &path) != 0)
+		path = NULL;
+	meta_guard_check(m ? m->dir : path, msg);
 }
 
 /*
@@ -803,6 +1201,8 @@ static int env_open(MDB_env **env, const char *path, unsigned flags)
 
 	for (uint64_t map = META_MAP_SIZE;; map /= 2) {
 		rc = mdb_env_create(env);
+		if (!rc)
+			rc = mdb_env_set_assert(*env, lmdb_check_failed);
 		if (!rc)
 			rc = mdb_env_set_maxdbs(*env, META_MAX_DBS);
 		if (!rc)
@@ -847,7 +1247,7 @@ static int open_durable(struct fs_meta *m, char *err, size_t errlen)
 	rec = malloc(DURABLE_STRIDE);
 	if (!rec)
 		return -ENOMEM;
-	if (durable_read(m->durable_fd, rec, &seq, &txnid, &psize) == 0) {
+	if (durable_read(m->durable_fd, rec, NULL, &seq, &txnid, &psize, NULL) == 0) {
 		m->durable_seq = seq;
 		m->durable_txnid = txnid;
 	}
@@ -856,11 +1256,136 @@ static int open_durable(struct fs_meta *m, char *err, size_t errlen)
 	return m->page ? 0 : -ENOMEM;
 }
 
+/*
+ * LMDB's map of the store, watched for faults (metaguard.h). Where it
+ * cannot be found (no /proc), the store goes unwatched, as before.
+ */
+static void watch_map(struct fs_meta *m)
+{
+	struct stat st;
+	MDB_stat ms;
+	int ret = -ENOENT;
+
+	if (fstatat(m->dir_fd, DATA_NAME, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+	    mdb_env_stat(m->env, &ms) == 0)
+		ret = meta_guard_add(st.st_dev, st.st_ino, ms.ms_psize, m->dir, &m->map);
+	if (ret < 0)
+		log_warn("meta folder %s: cannot find LMDB's map of %s (%s): a damaged store "
+			 "would crash this process rather than be refused",
+			 m->dir, DATA_NAME, strerror(-ret));
+}
+
+/* fn(arg), with a fault in the store's map said in err as the damage it is. */
+static int guarded(struct fs_meta *m, int (*fn)(void *), void *arg, char *err, size_t errlen)
+{
+	struct meta_fault fault;
+	int ret = meta_guard_run(fn, arg, &fault);
+
+	if (fault.kind != META_FAULT_NONE)
+		__atomic_store_n(&m->damaged, true, __ATOMIC_RELEASE);
+	if (fault.kind == META_FAULT_CHECK)
+		snprintf(err, errlen,
+			 "meta folder %s: %s is damaged: LMDB found its pages inconsistent "
+			 "(%s); " DAMAGED_HINT,
+			 m->dir, DATA_NAME, fault.check);
+	else if (fault.kind == META_FAULT_MAP)
+		snprintf(err, errlen,
+			 "meta folder %s: %s is damaged: reading its page %llu failed "
+			 "(%s); " DAMAGED_HINT,
+			 m->dir, DATA_NAME, fault.page,
+			 fault.page >= m->have_pages ? "it is past the end of the file"
+						     : "a bad address");
+	else if (fault.kind == META_FAULT_CODE)
+		snprintf(err, errlen,
+			 "meta folder %s: %s is damaged: LMDB faulted reading it (address "
+			 "%p); " DAMAGED_HINT,
+			 m->dir, DATA_NAME, fault.addr);
+	return ret;
+}
+
+int meta_guarded(struct fs_meta *m, int (*fn)(void *), void *arg, char *err, size_t errlen)
+{
+	return guarded(m, fn, arg, err, errlen);
+}
+
+const char *meta_strerror(int ret)
+{
+	static __thread char buf[160];
+
+	if (ret == -EUCLEAN || lmdb_damaged(ret)) {
+		snprintf(buf, sizeof(buf), "%s is damaged (%s)", DATA_NAME,
+			 ret == -EUCLEAN ? strerror(EUCLEAN) : mdb_strerror(ret));
+		return buf;
+	}
+	return ret <= MDB_KEYEXIST && ret >= MDB_LAST_ERRCODE ? mdb_strerror(ret)
+							      : strerror(ret < 0 ? -ret : ret);
+}
+
+struct open_args {
+	struct fs_meta *m;
+	size_t *block_size;
+	bool block_given;
+	uid_t uid;
+	gid_t gid;
+	char *err;
+	size_t errlen;
+};
+
+/*
+ * meta_open's reading of the tree, with faults in the map guarded: the
+ * pages a short file lacks, the tables, the format record, the last keys.
+ */
+static int open_tree(void *arg)
+{
+	struct open_args *a = arg;
+	struct fs_meta *m = a->m;
+	MDB_txn *txn;
+	int rc, ret;
+
+	ret = check_short(m, a->err, a->errlen);
+	if (ret < 0)
+		return ret;
+	rc = mdb_txn_begin(m->env, NULL, 0, &txn);
+	if (rc) {
+		snprintf(a->err, a->errlen, "meta folder %s: %s", m->dir, mdb_strerror(rc));
+		return mdb_err(rc);
+	}
+	ret = open_dbs(m, txn, a->err, a->errlen);
+	if (ret == 0)
+		ret = check_format(m, txn, a->block_size, a->block_given, a->uid, a->gid,
+				   m->store_id, a->err, a->errlen);
+	if (ret < 0) {
+		if (!a->err[0])
+			snprintf(a->err, a->errlen, "meta folder %s: %s", m->dir, strerror(-ret));
+		mdb_txn_abort(txn);
+		return ret;
+	}
+	rc = last_key(txn, m->inode, &m->next_ino);
+	if (rc == 0)
+		rc = last_key(txn, m->block, &m->next_block);
+	if (rc) {
+		mdb_txn_abort(txn);
+	} else {
+		m->next_ino++;
+		m->next_block++;
+		rc = mdb_txn_commit(txn);
+	}
+	if (rc && lmdb_damaged(rc)) {
+		snprintf(a->err, a->errlen, "meta folder %s: %s is damaged: %s; " DAMAGED_HINT,
+			 m->dir, DATA_NAME, mdb_strerror(rc));
+		return -EUCLEAN;
+	}
+	if (rc) {
+		snprintf(a->err, a->errlen, "meta folder %s: %s", m->dir, mdb_strerror(rc));
+		return mdb_err(rc);
+	}
+	return 0;
+}
+
 int meta_open(struct fs_meta **out, const char *dir, size_t *block_size, bool block_given,
 	      uid_t root_uid, gid_t root_gid, char store_id[40], char *err, size_t errlen)
 {
 	struct fs_meta *m = calloc(1, sizeof(*m));
-	MDB_txn *txn = NULL;
 	char path[64 + sizeof(m->dir)];
 	struct stat st;
 	bool had_data = true;
@@ -887,7 +1412,11 @@ int meta_open(struct fs_meta **out, const char *dir, size_t *block_size, bool bl
 		ret = write_lock(m);
 	if (ret < 0)
 		goto fail;
-	had_data = fstatat(m->dir_fd, DATA_NAME, &st, AT_SYMLINK_NOFOLLOW) == 0;
+	had_data = fstatat(m->dir_fd, DATA_NAME, &st, AT_SYMLINK_NOFOLLOW) == 0 ||
+		   fstatat(m->dir_fd, DURABLE_NAME, &st, AT_SYMLINK_NOFOLLOW) == 0;
+	ret = check_data(m, err, errlen);
+	if (ret < 0)
+		goto fail;
 	env_path(m, path, sizeof(path));
 	rc = env_open(&m->env, path, MDB_NOSYNC | MDB_NOTLS);
 	if (rc) {
@@ -900,31 +1429,21 @@ int meta_open(struct fs_meta **out, const char *dir, size_t *block_size, bool bl
 	/* Reader slots of a killed daemon would pin old pages forever. */
 	int dead = 0;
 	mdb_reader_check(m->env, &dead);
+	watch_map(m);
 	ret = open_durable(m, err, errlen);
 	if (ret < 0)
 		goto fail;
-	rc = mdb_txn_begin(m->env, NULL, 0, &txn);
-	if (rc) {
-		snprintf(err, errlen, "meta folder %s: %s", dir, mdb_strerror(rc));
-		ret = mdb_err(rc);
+	struct open_args a = {m, block_size, block_given, root_uid, root_gid, err, errlen};
+
+	ret = guarded(m, open_tree, &a, err, errlen);
+	if (ret < 0)
 		goto fail;
-	}
-	ret = open_dbs(m, txn);
-	if (ret == 0)
-		ret = check_format(m, txn, block_size, block_given, root_uid, root_gid, store_id,
-				   err, errlen);
+	memcpy(store_id, m->store_id, sizeof(m->store_id));
+	if (strcmp(m->store_id, m->last_store) != 0)
+		ret = write_lock(m); /* now naming this store */
 	if (ret < 0) {
-		if (!err[0])
-			snprintf(err, errlen, "meta folder %s: %s", dir, strerror(-ret));
-		mdb_txn_abort(txn);
-		goto fail;
-	}
-	m->next_ino = last_key(txn, m->inode) + 1;
-	m->next_block = last_key(txn, m->block) + 1;
-	rc = mdb_txn_commit(txn);
-	if (rc) {
-		snprintf(err, errlen, "meta folder %s: %s", dir, mdb_strerror(rc));
-		ret = mdb_err(rc);
+		snprintf(err, errlen, "meta folder %s: cannot write %s: %s", dir, LOCK_NAME,
+			 strerror(-ret));
 		goto fail;
 	}
 	ret = meta_sync(m, NULL, NULL);
@@ -950,13 +1469,18 @@ void meta_close(struct fs_meta *m)
 	if (!m)
 		return;
 	if (m->env) {
-		/* A clean stop's last state is recorded too, before the lock file says clean. */
-		if (m->opened)
+		/*
+		 * A clean stop's last state is recorded too, before the lock file
+		 * says clean. After a fault in the map nothing more is asked of
+		 * LMDB: the faulted transaction was abandoned where it was.
+		 */
+		if (m->opened && !m->damaged)
 			meta_sync(m, NULL, NULL);
-		else
+		else if (!m->damaged)
 			mdb_env_sync(m->env, 1);
 		if (m->pinned)
 			mdb_txn_abort(m->pinned);
+		meta_guard_remove(m->map);
 		mdb_env_close(m->env);
 	}
 	if (m->data_fd >= 0)
@@ -993,7 +1517,9 @@ void meta_discard(struct fs_meta *m)
 	m->made_lock = true; /* the whole store goes, its lock file too */
 	m->opened = false; /* nothing of it stays to record */
 	remove_made(m, true);
-	rmdir(m->dir); /* only if we left it empty */
+	/* A folder that was there stays: it may be where a drive mounts. */
+	if (m->made_dir)
+		rmdir(m->dir); /* only if we left it empty */
 	meta_close(m);
 }
 
@@ -1052,6 +1578,8 @@ int meta_sync(struct fs_meta *m, int (*flush)(void *arg), void *arg)
 	uint64_t txnid;
 	int ret = 0;
 
+	if (__atomic_load_n(&m->damaged, __ATOMIC_ACQUIRE))
+		return -EUCLEAN;
 	pthread_mutex_lock(&m->sync_lock);
 	txnid = m->page ? pin_newest(m, &reader, &ret) : 0;
 	if (ret < 0) {
@@ -1110,6 +1638,8 @@ uint64_t meta_last_commit(struct fs_meta *m)
 
 int meta_begin(struct fs_meta *m, bool write, MDB_txn **txn)
 {
+	if (__atomic_load_n(&m->damaged, __ATOMIC_ACQUIRE))
+		return -EUCLEAN; /* a faulted transaction may hold LMDB's writer lock */
 	return mdb_err(mdb_txn_begin(m->env, NULL, write ? 0 : MDB_RDONLY, txn));
 }
 
@@ -2302,34 +2832,122 @@ int meta_rec_put(struct fs_meta *m, MDB_txn *txn, enum meta_table t, const struc
 	}
 }
 
-bool meta_store_exists(const char *dir)
+struct exists_args {
+	MDB_env *env;
+	bool found;
+};
+
+static int find_format(void *arg)
 {
+	struct exists_args *a = arg;
 	MDB_val k = {6, "format"}, v;
-	char path[4200], err[1024];
-	struct stat st;
-	MDB_env *env = NULL;
 	MDB_txn *txn;
 	MDB_dbi dbi;
-	bool found = false;
+
+	int rc = mdb_txn_begin(a->env, NULL, MDB_RDONLY, &txn);
+
+	if (rc == 0) {
+		rc = mdb_dbi_open(txn, "info", 0, &dbi);
+		if (rc == 0)
+			rc = mdb_get(txn, dbi, &k, &v);
+		mdb_txn_abort(txn);
+	}
+	a->found = rc == 0 || lmdb_damaged(rc); /* damaged: meta_open says how */
+	return 0;
+}
+
+bool meta_store_exists(const char *dir)
+{
+	char path[4200], err[1024], why[256];
+	struct exists_args a = {NULL, false};
+	struct stat st;
+	uint64_t have, need;
+	uint32_t psize;
+	const void *map;
+	int fd, ret;
 
 	/* LMDB would open its files through links: a folder others can change is none of ours. */
 	if (meta_check_folder(dir, err, sizeof(err)) < 0)
 		return false;
-	snprintf(path, sizeof(path), "%s/data.mdb", dir);
-	if (stat(path, &st) < 0 || !S_ISREG(st.st_mode))
+	snprintf(path, sizeof(path), "%s/%s", dir, DURABLE_NAME);
+	if (stat(path, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0)
+		return true; /* data.mdb was there once: meta_open says if it is gone */
+	snprintf(path, sizeof(path), "%s/%s", dir, DATA_NAME);
+	fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+	if (fd < 0)
 		return false;
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size == 0) {
+		close(fd);
+		return false;
+	}
+	/* Damaged, or short by pages LMDB would map: a store, which meta_open refuses or checks. */
+	ret = read_data_meta(fd, (uint64_t)st.st_size, &have, &need, &psize, why, sizeof(why));
+	close(fd);
+	if (ret < 0 || need > have)
+		return true;
 	/* Read-only, beside a daemon if there is one: a format record makes a store. */
-	if (env_open(&env, dir, MDB_RDONLY | MDB_NOTLS) != 0) {
-		if (env)
-			mdb_env_close(env);
+	if (env_open(&a.env, dir, MDB_RDONLY | MDB_NOTLS) != 0) {
+		if (a.env)
+			mdb_env_close(a.env);
 		return false;
 	}
-	if (!mdb_txn_begin(env, NULL, MDB_RDONLY, &txn)) {
-		found = mdb_dbi_open(txn, "info", 0, &dbi) == 0 && mdb_get(txn, dbi, &k, &v) == 0;
-		mdb_txn_abort(txn);
+	if (meta_guard_add(st.st_dev, st.st_ino, psize, dir, &map) == 0) {
+		if (meta_guard_run(find_format, &a, NULL) == -EUCLEAN)
+			a.found = true; /* damaged: meta_open says how */
+		meta_guard_remove(map);
 	}
-	mdb_env_close(env);
-	return found;
+	mdb_env_close(a.env);
+	return a.found;
+}
+
+/* ---- the devices the store has used ---- */
+
+int meta_devices_get(struct fs_meta *m, char bind[][META_BIND_LEN], unsigned max, unsigned *n)
+{
+	MDB_val k = {sizeof(DEVICES_KEY) - 1, DEVICES_KEY}, v;
+	MDB_txn *txn;
+	int ret = mdb_err(mdb_txn_begin(m->env, NULL, MDB_RDONLY, &txn));
+
+	*n = 0;
+	if (ret)
+		return ret;
+	ret = mdb_err(mdb_get(txn, m->info, &k, &v));
+	if (ret == 0) {
+		size_t cnt = v.mv_size / META_BIND_LEN;
+		const char *p = v.mv_data;
+		bool ok = v.mv_size % META_BIND_LEN == 0 && cnt <= max;
+
+		for (size_t i = 0; ok && i < cnt; i++)
+			ok = memchr(p + i * META_BIND_LEN, 0, META_BIND_LEN) != NULL;
+		if (ok) {
+			memcpy(bind, p, cnt * META_BIND_LEN);
+			*n = (unsigned)cnt;
+		} else {
+			log_warn(
+			    "meta folder %s: the record of the store's devices is damaged (%zu "
+			    "bytes): each device is checked by its identity and its blocks only, "
+			    "and the record is written again",
+			    m->dir, v.mv_size);
+		}
+	}
+	mdb_txn_abort(txn);
+	return ret == -ENOENT ? 0 : ret;
+}
+
+int meta_devices_put(struct fs_meta *m, char bind[][META_BIND_LEN], unsigned n)
+{
+	MDB_val k = {sizeof(DEVICES_KEY) - 1, DEVICES_KEY}, v = {(size_t)n * META_BIND_LEN, bind};
+	MDB_txn *txn;
+	int ret = mdb_err(mdb_txn_begin(m->env, NULL, 0, &txn));
+
+	if (ret)
+		return ret;
+	ret = mdb_err(mdb_put(txn, m->info, &k, &v, 0));
+	if (ret) {
+		mdb_txn_abort(txn);
+		return ret;
+	}
+	return mdb_err(mdb_txn_commit(txn));
 }
 
 /* ---- stored values, decoded with their sizes checked ---- */

@@ -18,6 +18,7 @@
  *   symlink ino                   -> target
  *   nblocks ino                   -> blocks its block map holds (absent: none)
  *   info    "format"              -> struct meta_format
+ *           "devices"             -> each device's binding (meta_devices_get)
  *
  * Format 2 added nblocks, so that stat's st_blocks costs one lookup and not
  * a walk of the block map; a format 1 store is upgraded when it is opened.
@@ -34,6 +35,8 @@
 
 #define META_FORMAT_VERSION 3 /* 2: nblocks; 3: a block's stored length */
 #define META_ROOT_INO 1
+#define META_BLOCK_MIN (4UL << 10) /* block=, and what a format record may name */
+#define META_BLOCK_MAX (64UL << 20)
 
 struct meta_inode {
 	uint32_t mode, uid, gid, nlink;
@@ -315,8 +318,32 @@ int meta_rec_del(struct fs_meta *m, MDB_txn *txn, enum meta_table t, const struc
  * block, inode and nblocks records only.
  */
 int meta_rec_put(struct fs_meta *m, MDB_txn *txn, enum meta_table t, const struct meta_rec *r);
-/* True when dir holds a metadata store with its format record: meta_open will not make one. */
+/*
+ * True when dir holds a metadata store with its format record (meta_open
+ * will not make one), or a damaged one (meta_open says what is wrong).
+ */
 bool meta_store_exists(const char *dir);
+/*
+ * fn(arg) with a fault in the store's map (a damaged data.mdb: see
+ * metaguard.h) turned into -EUCLEAN and a message in err. After one the
+ * store is only fit for meta_close.
+ */
+int meta_guarded(struct fs_meta *m, int (*fn)(void *arg), void *arg, char *err, size_t errlen);
+/* What a meta function's error (-errno, or LMDB's own code) means, in words; damage says so. */
+const char *meta_strerror(int ret);
+
+/*
+ * The store's record of its devices. Device i (its place in nvme= and
+ * then remote=) has the binding id that the store wrote into its identity
+ * when it took the device; "" where none is known (a device taken before
+ * bindings were recorded). A folder whose identity carries another
+ * binding is not the one the store's blocks on device i went to. *n: the
+ * entries, 0 without a record; a damaged record is logged and read as
+ * none. 0 or -errno.
+ */
+#define META_BIND_LEN 40
+int meta_devices_get(struct fs_meta *m, char bind[][META_BIND_LEN], unsigned max, unsigned *n);
+int meta_devices_put(struct fs_meta *m, char bind[][META_BIND_LEN], unsigned n);
 
 /*
  * Stored values, decoded with their sizes checked: a damaged store gives

@@ -22,8 +22,8 @@
 #include <unistd.h>
 
 #define DEF_BLOCK (1UL << 20)
-#define MIN_BLOCK (4UL << 10)
-#define MAX_BLOCK (64UL << 20)
+#define MIN_BLOCK META_BLOCK_MIN /* what a store's format record may name */
+#define MAX_BLOCK META_BLOCK_MAX
 #define DEF_THREADS 32
 #define MAX_THREADS 1024
 #define DEF_QUEUE_DEPTH 32

@@ -55,7 +55,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 
 static void remove_store(const char *dir)
 {
-	static const char *const files[] = {"data.mdb", "lock.mdb", "lock"};
+	static const char *const files[] = {"data.mdb", "lock.mdb", "lock", "durable"};
 	char path[512];
 
 	for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {

@@ -62,6 +62,27 @@ tfs_mount() {
 	fail "tensorfs did not mount within ${TFS_MOUNT_S:-10} s"
 }
 
+# tfs_start OPTS: start the daemon with the whole -o OPTS as tfs_mount does,
+# where a refusal is what the test may want: 0 once mounted (TFS_PID set),
+# else the daemon's exit status (over 128: it died by a signal), or 124 when
+# it neither mounted nor exited within 30 s.
+tfs_start() {
+	local i rc
+	"$TENSORFS" -f -o "$1" "$MNT" >>"$LOG" 2>&1 &
+	TFS_PID=$!
+	for i in $(seq 1 600); do
+		is_mounted "$MNT" && return 0
+		if ! alive "$TFS_PID"; then
+			rc=0
+			wait "$TFS_PID" || rc=$?
+			TFS_PID=""
+			return $rc
+		fi
+		sleep 0.05
+	done
+	return 124
+}
+
 # tfs_umount: clean unmount, then wait for the daemon to write back and exit,
 # TFS_UMOUNT_S seconds at most (default 180; then it fails, with the
 # daemon's threads). Returns the daemon's exit status.
