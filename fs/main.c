@@ -253,17 +253,90 @@ static int check_mountpoint(struct fs_config *c, char *err, size_t errlen)
 	return 0;
 }
 
-/* Rebuild the allocators from the block records: this reclaims lost space. */
+/*
+ * The mount's scan of the block records: each location marked used (this
+ * rebuilds the allocators and reclaims lost space), and counted by device.
+ */
+struct mark_scan {
+	struct fs *fs;
+	uint64_t blocks[TB_MAX_DEVS]; /* records per device */
+	int err;		      /* the first location that could not be marked */
+};
+
+/*
+ * After the first location that cannot be marked, the scan only counts:
+ * a folder that lacks its identity is the likelier cause, and
+ * tb_check_devices says so better.
+ */
 static int mark_block(void *arg, uint64_t id, const struct meta_block *b)
 {
-	struct tb_store *tb = arg;
-	int ret = tb_mark_used(tb, b->loc);
+	struct mark_scan *ms = arg;
+	int ret;
 
+	if (tb_loc_dev(b->loc) < TB_MAX_DEVS)
+		ms->blocks[tb_loc_dev(b->loc)]++;
+	if (ms->err)
+		return 0;
+	ret = tb_mark_used(ms->fs->tb, b->loc);
 	if (ret)
 		log_err("block %llu names location %llx, which is %s",
 			(unsigned long long)id, (unsigned long long)b->loc,
 			ret == -ENODEV ? "on a missing nvme folder" : "invalid or used twice");
-	return ret;
+	ms->err = ret;
+	return 0;
+}
+
+static int scan_blocks(void *arg)
+{
+	struct mark_scan *ms = arg;
+
+	return meta_foreach_block(ms->fs->meta, mark_block, ms);
+}
+
+struct purge_args {
+	struct fs *fs;
+	struct locvec *freed;
+	uint64_t *orphans;
+};
+
+static int purge_orphans(void *arg)
+{
+	struct purge_args *a = arg;
+
+	return meta_purge_orphans(a->fs->meta, a->freed, a->orphans);
+}
+
+/*
+ * Each device against the blocks the store holds on it and the binding it
+ * recorded (tb_check_devices); a new binding is recorded before it is
+ * written into the device's identity, so that a crash between the two
+ * leaves a device the next start takes afresh.
+ */
+static int bind_devices(struct fs *fs, const struct mark_scan *ms, const char *store_id, char *err,
+			size_t errlen)
+{
+	char bind[TB_MAX_DEVS][TB_BIND_LEN] = {{0}};
+	unsigned n_bind = 0, n;
+	bool changed;
+	int ret;
+
+	_Static_assert(TB_BIND_LEN == META_BIND_LEN, "a binding is the same size in both");
+	ret = meta_devices_get(fs->meta, bind, TB_MAX_DEVS, &n_bind);
+	if (ret) {
+		snprintf(err, errlen, "cannot read the store's record of its devices: %s",
+			 meta_strerror(ret));
+		return ret;
+	}
+	ret = tb_check_devices(fs->tb, ms->blocks, bind, n_bind, &changed, err, errlen);
+	if (ret || !changed)
+		return ret;
+	n = tb_n_devs(fs->tb) > n_bind ? tb_n_devs(fs->tb) : n_bind;
+	ret = meta_devices_put(fs->meta, bind, n);
+	if (ret) {
+		snprintf(err, errlen, "cannot record the store's devices: %s", meta_strerror(ret));
+		return ret;
+	}
+	return tb_bind_devices(fs->tb, bind, store_id, err, errlen);
 }
 
 /* A block record's stored bytes: 0 in records that predate the length means all of them. */
@@ -544,19 +617,38 @@ static int open_stores(struct fs *fs, unsigned nthreads, char *err, size_t errle
 	if (ret)
 		return ret;
 	meta_on_commit(fs->meta, meta_committed, fs->tb); /* metadata commits lead to sync points */
-	ret = meta_foreach_block(fs->meta, mark_block, fs->tb);
-	if (ret) {
+	/* Read with faults in a damaged data.mdb guarded: refused, not a crash (metaguard.h). */
+	struct mark_scan *ms = calloc(1, sizeof(*ms));
+	struct purge_args pa = {fs, &freed, &orphans};
+
+	if (!ms)
+		return -ENOMEM;
+	ms->fs = fs;
+	ret = meta_guarded(fs->meta, scan_blocks, ms, err, errlen);
+	if (ret == 0)
+		ret = bind_devices(fs, ms, store_id, err, errlen);
+	if (ret == 0 && ms->err) {
+		ret = ms->err;
 		snprintf(err, errlen,
 			 "the metadata store in %s does not match the nvme folders (see the log "
 			 "above)",
 			 c->meta);
+	}
+	free(ms);
+	if (ret) {
+		/* What this start made in the device folders goes: the next start decides again. */
+		tb_forget_identity(fs->tb);
+		if (!err[0])
+			snprintf(err, errlen, "cannot read the block records in %s: %s", c->meta,
+				 meta_strerror(ret));
 		return ret;
 	}
 	/* Orphans are purged before the allocators start, so their space is free now. */
-	ret = meta_purge_orphans(fs->meta, &freed, &orphans);
+	ret = meta_guarded(fs->meta, purge_orphans, &pa, err, errlen);
 	if (ret) {
-		snprintf(err, errlen, "cannot purge deleted files in %s: %s", c->meta,
-			 strerror(-ret));
+		if (!err[0])
+			snprintf(err, errlen, "cannot purge deleted files in %s: %s", c->meta,
+				 meta_strerror(ret));
 		return ret;
 	}
 	if (orphans)

@@ -1619,6 +1619,83 @@ void tb_forget_identity(struct tb_store *s)
 		dev_forget_identity(s->dev[i]);
 }
 
+unsigned tb_n_devs(const struct tb_store *s)
+{
+	return s->n_devs;
+}
+
+/* Device i against the store's blocks on it and its recorded binding (see tb.h). */
+static int check_device(struct tb_dev *d, uint64_t blocks, const char *recorded, char *err,
+			size_t errlen)
+{
+	char what[600];
+
+	dev_describe(d, what, sizeof(what));
+	if (d->id_missing && blocks) {
+		snprintf(err, errlen,
+			 "%s has no tensorfs.dev, but this store holds %llu blocks on it (device "
+			 "%u): is its drive mounted? Mount it there, or give the folder that holds "
+			 "them in this place of the list; an empty folder is taken as a new device "
+			 "only where the store holds no blocks",
+			 what, (unsigned long long)blocks, d->index);
+		return -ENODEV;
+	}
+	if (!d->id_missing && recorded[0] && strcmp(d->bind, recorded) != 0) {
+		snprintf(err, errlen,
+			 "%s holds an earlier binding of device %u of this store (%s), not the one "
+			 "its blocks there were written to since (%s): is the right drive mounted "
+			 "there? %s",
+			 what, d->index, d->bind[0] ? d->bind : "from before bindings", recorded,
+			 blocks ? "Mount it, or give the folder that holds them"
+				: "The store holds no blocks there: remove its tensorfs.dev and "
+				  "tensorfs.slab to take it afresh");
+		return -EINVAL;
+	}
+	if (d->slab_made && blocks) {
+		snprintf(err, errlen,
+			 "%s holds this store's tensorfs.dev but no tensorfs.slab, and the store "
+			 "holds %llu blocks in it (device %u): put back its tensorfs.slab",
+			 what, (unsigned long long)blocks, d->index);
+		return -ENODEV;
+	}
+	return 0;
+}
+
+int tb_check_devices(struct tb_store *s, const uint64_t *blocks, char (*bind)[TB_BIND_LEN],
+		     unsigned n_bind, bool *changed, char *err, size_t errlen)
+{
+	*changed = n_bind < s->n_devs;
+	for (unsigned i = 0; i < s->n_devs; i++) {
+		struct tb_dev *d = s->dev[i];
+		const char *recorded = i < n_bind ? bind[i] : "";
+		int ret = check_device(d, blocks[i], recorded, err, errlen);
+
+		if (ret)
+			return ret;
+		if (d->id_missing) {
+			dev_new_bind(bind[i]);
+			*changed = true;
+		} else if (strcmp(bind[i], d->bind) != 0) {
+			/* Recorded "" (none known): what the identity says. */
+			snprintf(bind[i], TB_BIND_LEN, "%s", d->bind);
+			*changed = true;
+		}
+	}
+	return 0;
+}
+
+int tb_bind_devices(struct tb_store *s, char (*bind)[TB_BIND_LEN], const char *store_id, char *err,
+		    size_t errlen)
+{
+	for (unsigned i = 0; i < s->n_devs; i++) {
+		int ret = dev_bind(s->dev[i], store_id, bind[i], err, errlen);
+
+		if (ret)
+			return ret;
+	}
+	return 0;
+}
+
 int tb_mark_used(struct tb_store *s, uint64_t loc)
 {
 	if (tb_loc_dev(loc) >= s->n_devs)

@@ -46,6 +46,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/random.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -1082,13 +1083,14 @@ static const char *folder_what(enum tb_kind kind)
 }
 
 /*
- * The identity in the checked folder dirfd: 0 with its store id and index,
- * -ENOENT when there is none, or -errno with err set.
+ * The identity in the checked folder dirfd: 0 with its store id, index
+ * and binding ("" in one from before bindings; bind may be NULL), -ENOENT
+ * when there is none, or -errno with err set.
  */
 static int read_identity(int dirfd, const char *what, const char *dir, char id[64], unsigned *idx,
-			 char *err, size_t errlen)
+			 char *bind, char *err, size_t errlen)
 {
-	char line[160], kind[16];
+	char line[200], kind[16];
 	int fd = storedir_open_file(dirfd, what, dir, ID_NAME, O_RDONLY, false, NULL, err, errlen);
 	FILE *f;
 	bool ok;
@@ -1106,6 +1108,8 @@ static int read_identity(int dirfd, const char *what, const char *dir, char id[6
 	ok = fgets(line, sizeof(line), f) &&
 	     sscanf(line, "tensorfs-dev store=%63s index=%u kind=%15s", id, idx, kind) >= 2;
 	fclose(f);
+	if (ok && bind)
+		ok = dev_parse_bind(line, bind);
 	if (!ok) {
 		snprintf(err, errlen, "%s %s: %s is malformed", what, dir, ID_NAME);
 		return -EINVAL;
@@ -1129,7 +1133,7 @@ int tb_check_unclaimed(enum tb_kind kind, const char *dir, const char *meta, cha
 	fd = storedir_open(what, dir, false, NULL, err, errlen);
 	if (fd < 0)
 		return fd;
-	ret = read_identity(fd, what, dir, id, &idx, err, errlen);
+	ret = read_identity(fd, what, dir, id, &idx, NULL, err, errlen);
 	close(fd);
 	if (ret == -ENOENT)
 		return 0;
@@ -1144,18 +1148,21 @@ int tb_check_unclaimed(enum tb_kind kind, const char *dir, const char *meta, cha
 }
 
 /*
- * Bind the folder to this store and this position in the list, or check
- * that it already is: block locations name devices by position.
+ * Check that the folder is bound to this store and this position in the
+ * list: block locations name devices by position. A folder without an
+ * identity is opened without one (d->id_missing), and tb_check_devices
+ * decides; but a slab file there without an identity belongs to no store
+ * that can be named, and is refused.
  */
 static int check_identity(struct tb_dev *d, const char *what, const char *dir, const char *store_id,
 			  char *err, size_t errlen)
 {
 	char id[64] = "";
 	unsigned idx = 0;
-	FILE *f;
-	int fd, ret;
+	struct stat st;
+	int ret;
 
-	ret = read_identity(d->dir_fd, what, dir, id, &idx, err, errlen);
+	ret = read_identity(d->dir_fd, what, dir, id, &idx, d->bind, err, errlen);
 	if (ret == 0) {
 		if (strcmp(id, store_id) != 0) {
 			snprintf(err, errlen,
@@ -1175,8 +1182,28 @@ static int check_identity(struct tb_dev *d, const char *what, const char *dir, c
 	}
 	if (ret != -ENOENT)
 		return ret;
-	fd = storedir_open_file(d->dir_fd, what, dir, ID_NAME, O_WRONLY, true, &d->id_made, err,
-				errlen);
+	err[0] = 0;
+	if (fstatat(d->dir_fd, SLAB_NAME, &st, AT_SYMLINK_NOFOLLOW) == 0) {
+		snprintf(err, errlen,
+			 "%s %s holds " SLAB_NAME " but no " ID_NAME ": whose blocks the slab "
+			 "holds cannot be told; put back its " ID_NAME ", or remove %s/" SLAB_NAME
+			 " if it holds nothing of use",
+			 what, dir, dir);
+		return -EINVAL;
+	}
+	d->id_missing = true;
+	return 0;
+}
+
+/* The identity of a slab folder: one line, flushed. */
+static int write_identity(struct tb_dev *d, const char *store_id, char *err, size_t errlen)
+{
+	const char *what = folder_what(strcmp(d->kind, "pfs") == 0 ? TB_KIND_PFS : TB_KIND_NVME);
+	FILE *f;
+	int fd, ret;
+
+	fd = storedir_open_file(d->dir_fd, what, d->where, ID_NAME, O_WRONLY, true, &d->id_made,
+				err, errlen);
 	if (fd < 0)
 		return fd;
 	if (!d->id_made) { /* made by someone else since we looked: never write into it */
@@ -1184,25 +1211,90 @@ static int check_identity(struct tb_dev *d, const char *what, const char *dir, c
 		snprintf(err, errlen,
 			 "%s %s: " ID_NAME " appeared while this mount started; is another "
 			 "tensorfs starting on this folder?",
-			 what, dir);
+			 what, d->where);
 		return -EEXIST;
 	}
 	f = fdopen(fd, "w");
 	if (!f) {
 		ret = -errno;
 		close(fd);
-		dev_err(err, errlen, "folder %s: cannot write " ID_NAME, dir, -ret);
+		dev_err(err, errlen, "folder %s: cannot write " ID_NAME, d->where, -ret);
 		return ret;
 	}
-	fprintf(f, "tensorfs-dev store=%s index=%u kind=%s\n", store_id, d->index, d->kind);
+	fprintf(f, "tensorfs-dev store=%s index=%u kind=%s bind=%s\n", store_id, d->index, d->kind,
+		d->bind);
 	if (fflush(f) != 0 || fsync(fileno(f)) != 0) {
 		ret = -errno;
-		dev_err(err, errlen, "folder %s: cannot write " ID_NAME, dir, -ret);
+		dev_err(err, errlen, "folder %s: cannot write " ID_NAME, d->where, -ret);
 		fclose(f);
 		return ret;
 	}
 	fclose(f);
 	return 0;
+}
+
+int dev_bind(struct tb_dev *d, const char *store_id, const char *bind, char *err, size_t errlen)
+{
+	int ret;
+
+	if (!d->id_missing)
+		return 0;
+	snprintf(d->bind, sizeof(d->bind), "%s", bind);
+	ret = d->eng->bind ? d->eng->bind(d, store_id, err, errlen)
+			   : write_identity(d, store_id, err, errlen);
+	if (ret == 0)
+		d->id_missing = false;
+	return ret;
+}
+
+void dev_new_bind(char bind[TB_BIND_LEN])
+{
+	unsigned char r[16];
+	size_t got = 0;
+
+	while (got < sizeof(r)) {
+		ssize_t n = getrandom(r + got, sizeof(r) - got, 0);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) { /* no getrandom: the clock and the pid are unique enough here */
+			uint64_t t = dev_now_ns() ^ ((uint64_t)getpid() << 40);
+
+			for (; got < sizeof(r); got++, t = t * 6364136223846793005ULL + 1)
+				r[got] = (unsigned char)(t >> 56);
+			break;
+		}
+		got += (size_t)n;
+	}
+	snprintf(bind, TB_BIND_LEN,
+		 "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", r[0], r[1],
+		 r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10], r[11], r[12], r[13], r[14],
+		 r[15]);
+}
+
+bool dev_parse_bind(const char *line, char bind[TB_BIND_LEN])
+{
+	const char *p = strstr(line, " bind=");
+	size_t n;
+
+	bind[0] = 0;
+	if (!p)
+		return true; /* an identity from before bindings */
+	p += strlen(" bind=");
+	n = strcspn(p, " \n");
+	if (n == 0 || n >= TB_BIND_LEN)
+		return false;
+	memcpy(bind, p, n);
+	bind[n] = 0;
+	return true;
+}
+
+void dev_describe(const struct tb_dev *d, char *buf, size_t len)
+{
+	if (strcmp(d->kind, "s3") == 0)
+		snprintf(buf, len, "s3 tier %s", d->where);
+	else
+		snprintf(buf, len, "%s folder %s", d->kind, d->where);
 }
 
 static int open_slab(struct tb_dev *d, const char *what, const char *dir, bool direct,

@@ -70,6 +70,8 @@ struct dev_engine {
 	int (*alloc)(struct tb_dev *d, uint64_t *slot);
 	void (*free)(struct tb_dev *d, uint64_t slot);
 	int (*mark)(struct tb_dev *d, uint64_t slot);
+	/* Write the identity of a device that has none (d->bind set); without it, tensorfs.dev. */
+	int (*bind)(struct tb_dev *d, const char *store_id, char *err, size_t errlen);
 };
 
 enum dev_health { DEV_UP, DEV_DOWN };
@@ -102,6 +104,9 @@ struct tb_dev {
 	int fd;		 /* slab file, where there is one */
 	int dir_fd;	 /* its folder, checked (storedir.h), where there is one */
 	bool id_made;	 /* this open created the identity file */
+	bool id_missing; /* it had none: dev_bind writes one, if the store allows (tb_check_devices)
+			  */
+	char bind[TB_BIND_LEN]; /* the binding in its identity; "" in one from before bindings */
 	bool slab_made;	 /* this open created the slab file */
 	bool prealloc;	 /* grow the slab ahead of writes (nvme); off once unsupported */
 	/*
@@ -186,6 +191,14 @@ bool dev_promote(struct tb_dev *d, struct tb_io *r);
 int dev_sync(struct tb_dev *d);
 /* A failed start: remove the identity and slab files this open created, if any. */
 void dev_forget_identity(struct tb_dev *d);
+/* Give a device without an identity one, with binding bind. 0, or -errno with err set. */
+int dev_bind(struct tb_dev *d, const char *store_id, const char *bind, char *err, size_t errlen);
+/* A new binding id, random: 36 characters as a store id's. */
+void dev_new_bind(char bind[TB_BIND_LEN]);
+/* The binding in an identity's line into bind ("" when it has none); false when malformed. */
+bool dev_parse_bind(const char *line, char bind[TB_BIND_LEN]);
+/* "nvme folder PATH", "pfs folder PATH", "s3 tier URL": the device, for messages. */
+void dev_describe(const struct tb_dev *d, char *buf, size_t len);
 
 int dev_alloc(struct tb_dev *d, uint64_t *slot);
 void dev_free(struct tb_dev *d, uint64_t slot);

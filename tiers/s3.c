@@ -58,7 +58,7 @@
 #define S3_CHECK_OBJ "tensorfs.write-check"
 #define S3_BLK_DIR "blk/" /* one object per slot: tiers made before packing */
 #define S3_PK_DIR "pk/"	  /* packed objects */
-#define S3_ID_MAX 160	  /* the one line of tensorfs.dev */
+#define S3_ID_MAX 200	  /* the one line of tensorfs.dev */
 #define S3_BACKOFF_MIN_MS 50
 #define S3_BACKOFF_MAX_MS 2000
 #define S3_CONNECT_TIMEOUT_MS 3000 /* per attempt, so a lost SYN is tried again */
@@ -746,9 +746,11 @@ static int s3_open_error(struct s3_priv *p, struct s3_xfer *x, const char *what,
 }
 
 /*
- * Bind the key folder to this store and this device position, or check
- * that it already is: block locations name devices by position. A new
- * tier records its pack (blocks per object), an old one keeps its own.
+ * Check that the key folder is bound to this store and this device
+ * position: block locations name devices by position. One without an
+ * identity is opened without one (d->id_missing: tb_check_devices
+ * decides, and s3_bind writes it). A new tier records its pack (blocks
+ * per object), an old one keeps its own.
  */
 static int s3_check_identity(struct s3_priv *p, const char *store_id, unsigned pack, char *err,
 			     size_t errlen)
@@ -766,7 +768,8 @@ static int s3_check_identity(struct s3_priv *p, const char *store_id, unsigned p
 		body[x->pos] = 0;
 		got = sscanf(body, "tensorfs-dev store=%63s index=%u kind=%15s pack=%u", id, &idx,
 			     kind, &have_pack);
-		if (got < 3 || (got == 4 && (have_pack < 1 || have_pack > S3OBJ_PACK_MAX))) {
+		if (got < 3 || (got == 4 && (have_pack < 1 || have_pack > S3OBJ_PACK_MAX)) ||
+		    !dev_parse_bind(body, p->d->bind)) {
 			snprintf(err, errlen, "s3 bucket %s: %s%s is malformed", p->bucket,
 				 p->keydir, S3_ID_OBJ);
 			return -EINVAL;
@@ -795,15 +798,27 @@ static int s3_check_identity(struct s3_priv *p, const char *store_id, unsigned p
 	s3_error_code(x, code, sizeof(code));
 	if (x->code != CURLE_OK || x->status != 404 || strcmp(code, "NoSuchKey") != 0)
 		return s3_open_error(p, x, "reading " S3_ID_OBJ, err, errlen);
-	snprintf(body, sizeof(body), "tensorfs-dev store=%s index=%u kind=s3 pack=%u\n", store_id,
-		 p->d->index, pack);
 	p->pack = pack;
+	p->d->id_missing = true;
+	return 0;
+}
+
+/* The identity of a key folder that had none: its pack and binding. */
+static int s3_bind(struct tb_dev *d, const char *store_id, char *err, size_t errlen)
+{
+	struct s3_priv *p = d->priv;
+	struct s3_xfer *x = &p->probe;
+	char body[S3_ID_MAX];
+	int ret, e;
+
+	snprintf(body, sizeof(body), "tensorfs-dev store=%s index=%u kind=s3 pack=%u bind=%s\n",
+		 store_id, d->index, p->pack, d->bind);
 	ret = s3_xfer_set(x, S3_PUT, S3_ID_OBJ, body, NULL, strlen(body));
 	if (ret)
 		return ret;
 	if (s3_perform(x, &e) != S3_DONE)
 		return s3_open_error(p, x, "writing " S3_ID_OBJ, err, errlen);
-	log_info("%s: new store key folder %s in s3 bucket %s", p->d->name, p->keydir, p->bucket);
+	log_info("%s: new store key folder %s in s3 bucket %s", d->name, p->keydir, p->bucket);
 	return 0;
 }
 
@@ -2024,6 +2039,7 @@ static const struct dev_engine s3_engine = {
     .start = s3_start,
     .stop = s3_stop,
     .fini = s3_fini,
+    .bind = s3_bind,
 };
 
 /* A tier that packs slots into objects manages its slots by object. */
@@ -2035,6 +2051,7 @@ static const struct dev_engine s3_packed_engine = {
     .alloc = s3_alloc,
     .free = s3_free,
     .mark = s3_mark,
+    .bind = s3_bind,
 };
 
 /* Everything but the network and the pool: names, the multi handle, the probe. */

@@ -33,6 +33,7 @@
 #define TB_LOC_DEV_SHIFT 48
 #define TB_LOC_SLOT_MASK ((1ULL << TB_LOC_DEV_SHIFT) - 1)
 #define TB_MAX_DEVS 64
+#define TB_BIND_LEN 40 /* a device's binding id, 36 characters, and room */
 
 static inline uint64_t tb_loc(unsigned dev, uint64_t slot)
 {
@@ -255,11 +256,36 @@ int tb_check_folder(enum tb_kind kind, const char *dir, char *err, size_t errlen
  */
 int tb_check_unclaimed(enum tb_kind kind, const char *dir, const char *meta, char *err,
 		       size_t errlen);
-/* Open the store: arena, device folders and slab files; no threads yet. */
+/*
+ * Open the store: arena, device folders and slab files; no threads yet.
+ * A device with another store's identity, or this store's for another
+ * place in the list, is refused; one with none is opened without one,
+ * and tb_check_devices decides.
+ */
 int tb_open(const struct tb_config *cfg, const struct tb_owner *owner, struct tb_store **out,
 	    char *err, size_t errlen);
 /* Before tb_start: a location the metadata names is in use. */
 int tb_mark_used(struct tb_store *s, uint64_t loc);
+/*
+ * After the locations are marked, before tb_start: each device against
+ * what the store knows of it. blocks[i] is the blocks the store holds on
+ * device i; bind[i] (n_bind of them) the binding it recorded for device i
+ * ("" where it knows none). Refused, naming the device and what is
+ * expected: a device without an identity, or a slab file, where the store
+ * holds blocks; one whose identity carries another binding than the
+ * recorded one. A device without an identity where the store holds no
+ * block is a new one (or an emptied one, taken afresh): it gets a new
+ * binding. On return bind[0..n_devs) is what the store must record, and
+ * *changed whether that differs from what it had; record it, then call
+ * tb_bind_devices. 0, or -errno with err set.
+ */
+int tb_check_devices(struct tb_store *s, const uint64_t *blocks, char (*bind)[TB_BIND_LEN],
+		     unsigned n_bind, bool *changed, char *err, size_t errlen);
+/* Write the identities of the devices that had none, with their bindings in bind. */
+int tb_bind_devices(struct tb_store *s, char (*bind)[TB_BIND_LEN], const char *store_id, char *err,
+		    size_t errlen);
+/* How many devices the store has open. */
+unsigned tb_n_devs(const struct tb_store *s);
 /* Start the I/O and flusher threads. */
 int tb_start(struct tb_store *s);
 /* A failed start: remove the device identities and slab files this open created. */
