@@ -1631,6 +1631,14 @@ static int check_device(struct tb_dev *d, uint64_t blocks, const char *recorded,
 	char what[600];
 
 	dev_describe(d, what, sizeof(what));
+	if (d->id_missing && blocks && strcmp(d->kind, "s3") == 0) {
+		snprintf(err, errlen,
+			 "%s has no tensorfs.dev, but this store holds %llu blocks on it (device "
+			 "%u): give the remote= bucket and prefix, and the endpoint=, that hold "
+			 "them",
+			 what, (unsigned long long)blocks, d->index);
+		return -ENODEV;
+	}
 	if (d->id_missing && blocks) {
 		snprintf(err, errlen,
 			 "%s has no tensorfs.dev, but this store holds %llu blocks on it (device "

@@ -108,7 +108,13 @@ tfs_mount "nvme=none,$GOOD"
 echo hello >"$MNT/f" || fail "write with the right credentials"
 tfs_umount || fail "tensorfs exited $? after unmount"
 
-# The scheme in capitals is the same endpoint.
+# Another prefix holds none of the store's blocks: refused, naming it.
+expect_refused "the store's blocks under another prefix" \
+	"s3 tier s3://$S3_BUCKET/upper/.* has no tensorfs\.dev, but this store holds 1 blocks on it" \
+	"remote=s3://$S3_BUCKET/upper,endpoint=http://127.0.0.1:$S3_PORT,region=$S3_REGION"
+
+# The scheme in capitals is the same endpoint (a new store: its blocks go under upper/).
+META="$T/meta-upper"
 tfs_mount "nvme=none,remote=s3://$S3_BUCKET/upper,endpoint=HTTP://127.0.0.1:$S3_PORT,region=$S3_REGION"
 echo hello >"$MNT/f" && sync "$MNT/f" || fail "write through an HTTP:// endpoint"
 tfs_umount || fail "tensorfs exited $? after unmount (HTTP:// endpoint)"
