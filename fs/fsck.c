@@ -1275,7 +1275,9 @@ static int run_pass(void *arg)
 
 	if (ret)
 		return ret;
+	meta_guard_hold(txn); /* kept reachable if a fault abandons it (meta.h) */
 	ret = pass(f, txn, p->dir, p->first);
+	meta_guard_release(txn);
 	if (!ret && write && !f->no_root && (f->problems || f->notes || f->freed_blocks))
 		ret = meta_commit(txn);
 	else

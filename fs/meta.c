@@ -111,6 +111,7 @@
 #define LMDB_PSIZE_MIN 512
 #define LMDB_PSIZE_MAX 65536
 #define FORMAT_VERSION_MAX 255 /* a format record naming a higher one is garbage */
+#define GUARD_ENVS 8	       /* environments abandoned after a fault, kept (abandon_env) */
 /* The info record of the devices the store has used (meta_devices_get). */
 #define DEVICES_KEY "devices"
 
@@ -880,11 +881,15 @@ static int check_short(struct fs_meta *m, char *err, size_t errlen)
 	seen = calloc((size_t)(n + 7) / 8, 1);
 	if (!seen)
 		return -ENOMEM;
+	meta_guard_hold(seen);
 	/* LMDB opens a cursor on the free list in a read-only transaction only. */
 	rc = mdb_txn_begin(m->env, NULL, MDB_RDONLY, &txn);
-	if (rc == 0)
-		rc = mdb_cursor_open(txn, FREE_DBI_ID, &c);
 	if (rc == 0) {
+		meta_guard_hold(txn);
+		rc = mdb_cursor_open(txn, FREE_DBI_ID, &c);
+	}
+	if (rc == 0) {
+		meta_guard_hold(c);
 		while ((rc = mdb_cursor_get(c, &k, &v, MDB_NEXT)) == 0) {
 			size_t max = v.mv_size / sizeof(size_t), cnt = 0;
 
@@ -903,10 +908,13 @@ static int check_short(struct fs_meta *m, char *err, size_t errlen)
 				seen[bit / 8] |= (unsigned char)(1u << bit % 8);
 			}
 		}
+		meta_guard_release(c);
 		mdb_cursor_close(c);
 	}
+	meta_guard_release(txn);
 	if (txn)
 		mdb_txn_abort(txn);
+	meta_guard_release(seen);
 	free(seen);
 	if (rc != MDB_NOTFOUND) {
 		snprintf(err, errlen,
@@ -1464,6 +1472,30 @@ fail:
 	return ret;
 }
 
+/*
+ * An environment whose transaction a fault abandoned is not closed: its
+ * write transaction's cursors hang off it, and closing it would free the
+ * transaction under them. It stays, reachable from here, until the
+ * process ends, which is soon: the store was refused.
+ */
+static void abandon_env(MDB_env *env)
+{
+	static MDB_env *abandoned[GUARD_ENVS];
+	static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+
+	pthread_mutex_lock(&lock);
+	for (int i = 0; i < GUARD_ENVS; i++) {
+		if (!abandoned[i]) {
+			abandoned[i] = env;
+			env = NULL;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&lock);
+	if (env)
+		mdb_env_close(env); /* a ninth in one process: closed after all */
+}
+
 void meta_close(struct fs_meta *m)
 {
 	if (!m)
@@ -1481,7 +1513,10 @@ void meta_close(struct fs_meta *m)
 		if (m->pinned)
 			mdb_txn_abort(m->pinned);
 		meta_guard_remove(m->map);
-		mdb_env_close(m->env);
+		if (m->damaged)
+			abandon_env(m->env);
+		else
+			mdb_env_close(m->env);
 	}
 	if (m->data_fd >= 0)
 		close(m->data_fd);
@@ -2472,6 +2507,9 @@ int meta_foreach_block(struct fs_meta *m,
 		mdb_txn_abort(txn);
 		return mdb_err(rc);
 	}
+	/* The mount's scan is guarded: see metaguard.h. */
+	meta_guard_hold(txn);
+	meta_guard_hold(c);
 	rc = mdb_cursor_get(c, &k, &v, MDB_FIRST);
 	while (rc == 0) {
 		struct meta_block b;
@@ -2483,6 +2521,8 @@ int meta_foreach_block(struct fs_meta *m,
 			break;
 		rc = mdb_cursor_get(c, &k, &v, MDB_NEXT);
 	}
+	meta_guard_release(c);
+	meta_guard_release(txn);
 	mdb_cursor_close(c);
 	mdb_txn_abort(txn);
 	if (ret)
@@ -2545,11 +2585,15 @@ int meta_purge_orphans(struct fs_meta *m, struct locvec *freed, uint64_t *count)
 		    rec.nlink == 0) {
 			if (n == cap) {
 				cap = cap ? cap * 2 : 16;
+				/* The purge is guarded: its buffer is held (metaguard.h). */
+				meta_guard_release(orphans);
 				uint64_t *p = realloc(orphans, cap * sizeof(*p));
 				if (!p) {
+					meta_guard_hold(orphans);
 					ret = -ENOMEM;
 					break;
 				}
+				meta_guard_hold(p);
 				orphans = p;
 			}
 			orphans[n++] = get_be64(k.mv_data);
@@ -2559,6 +2603,7 @@ int meta_purge_orphans(struct fs_meta *m, struct locvec *freed, uint64_t *count)
 	mdb_cursor_close(c);
 	for (size_t i = 0; i < n && !ret; i++)
 		ret = meta_inode_purge(m, txn, orphans[i], freed);
+	meta_guard_release(orphans);
 	free(orphans);
 	if (ret) {
 		mdb_txn_abort(txn);
@@ -2746,6 +2791,7 @@ int meta_walk(struct fs_meta *m, MDB_txn *txn, enum meta_table t, meta_walk_fn f
 	rc = mdb_cursor_open(txn, table_dbi(m, t), &c);
 	if (rc)
 		return mdb_err(rc);
+	meta_guard_hold(c); /* fsck reads every page through it: see metaguard.h */
 	rc = mdb_cursor_get(c, &k, &v, MDB_FIRST);
 	while (rc == 0) {
 		struct meta_rec r;
@@ -2756,6 +2802,7 @@ int meta_walk(struct fs_meta *m, MDB_txn *txn, enum meta_table t, meta_walk_fn f
 			break;
 		rc = mdb_cursor_get(c, &k, &v, MDB_NEXT);
 	}
+	meta_guard_release(c);
 	mdb_cursor_close(c);
 	if (ret)
 		return ret;
@@ -2847,9 +2894,11 @@ static int find_format(void *arg)
 	int rc = mdb_txn_begin(a->env, NULL, MDB_RDONLY, &txn);
 
 	if (rc == 0) {
+		meta_guard_hold(txn);
 		rc = mdb_dbi_open(txn, "info", 0, &dbi);
 		if (rc == 0)
 			rc = mdb_get(txn, dbi, &k, &v);
+		meta_guard_release(txn);
 		mdb_txn_abort(txn);
 	}
 	a->found = rc == 0 || lmdb_damaged(rc); /* damaged: meta_open says how */

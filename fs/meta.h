@@ -329,6 +329,12 @@ bool meta_store_exists(const char *dir);
  * store is only fit for meta_close.
  */
 int meta_guarded(struct fs_meta *m, int (*fn)(void *arg), void *arg, char *err, size_t errlen);
+/*
+ * What a guarded call may abandon (a read transaction), kept reachable
+ * while it may (see metaguard.h): for the callers of meta_guarded.
+ */
+void meta_guard_hold(const void *p);
+void meta_guard_release(const void *p);
 /* What a meta function's error (-errno, or LMDB's own code) means, in words; damage says so. */
 const char *meta_strerror(int ret);
 

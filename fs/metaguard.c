@@ -28,6 +28,7 @@
 
 #define GUARD_MAPS 8 /* stores open at once in one process */
 #define CODE_RANGES 4
+#define HELD_MAX 16 /* objects one guarded call holds at once */
 
 /* The watched maps; the handler reads them, meta_guard_add and _remove change them under lock. */
 static struct guard_map {
@@ -43,9 +44,10 @@ static struct {
 	uintptr_t start, end;
 } code[CODE_RANGES];
 
-/* The guarded call on this thread, if any, and what ended it. */
+/* The guarded call on this thread, if any, what ended it, and what it holds. */
 static __thread sigjmp_buf *guard_jmp;
 static __thread struct meta_fault guard_fault;
+static __thread const void *held[HELD_MAX];
 
 static const struct guard_map *find_map(uintptr_t a)
 {
@@ -248,6 +250,26 @@ void meta_guard_check(const char *dir, const char *msg)
 		"tfsctl fsck",
 		dir ? dir : "?", msg);
 	_exit(1);
+}
+
+void meta_guard_hold(const void *p)
+{
+	for (int i = 0; p && i < HELD_MAX; i++) {
+		if (!held[i]) {
+			held[i] = p;
+			return;
+		}
+	}
+}
+
+void meta_guard_release(const void *p)
+{
+	for (int i = 0; p && i < HELD_MAX; i++) {
+		if (held[i] == p) {
+			held[i] = NULL;
+			return;
+		}
+	}
 }
 
 int meta_guard_run(int (*fn)(void *arg), void *arg, struct meta_fault *fault)

@@ -59,5 +59,13 @@ struct meta_fault {
 int meta_guard_run(int (*fn)(void *arg), void *arg, struct meta_fault *fault);
 /* For mdb_env_set_assert: LMDB found the pages of the store in dir inconsistent. */
 void meta_guard_check(const char *dir, const char *msg);
+/*
+ * A guarded call that faults abandons what its frames held: a read
+ * transaction, a cursor, a buffer. Held here (per thread) from when it is
+ * made until it is freed, it stays reachable, so that a leak checker does
+ * not report the refusal of a damaged store as a leak. NULL is ignored.
+ */
+void meta_guard_hold(const void *p);
+void meta_guard_release(const void *p);
 
 #endif
