@@ -1106,7 +1106,8 @@ static int check_format(struct fs_meta *m, MDB_txn *txn, size_t *block_size, boo
 	if (rc == MDB_NOTFOUND) {
 		memset(&f, 0, sizeof(f));
 		f.version = META_FORMAT_VERSION;
-		f.block_size = *block_size;
+		f.block_size = *block_size ? *block_size : META_BLOCK_DEFAULT;
+		*block_size = f.block_size;
 		make_store_id(f.store_id);
 		v.mv_size = sizeof(f);
 		v.mv_data = &f;

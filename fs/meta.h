@@ -35,7 +35,8 @@
 
 #define META_FORMAT_VERSION 3 /* 2: nblocks; 3: a block's stored length */
 #define META_ROOT_INO 1
-#define META_BLOCK_MIN (4UL << 10) /* block=, and what a format record may name */
+#define META_BLOCK_DEFAULT (1UL << 20) /* a new store's, when none is asked for */
+#define META_BLOCK_MIN (4UL << 10)     /* block=, and what a format record may name */
 #define META_BLOCK_MAX (64UL << 20)
 
 struct meta_inode {

@@ -21,7 +21,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define DEF_BLOCK (1UL << 20)
+#define DEF_BLOCK META_BLOCK_DEFAULT
 #define MIN_BLOCK META_BLOCK_MIN /* what a store's format record may name */
 #define MAX_BLOCK META_BLOCK_MAX
 #define DEF_THREADS 32
