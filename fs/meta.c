@@ -210,7 +210,9 @@ static bool store_id_bytes(const char *id, unsigned char out[STORE_ID_BYTES])
  * (positive errnos: ENOSPC when the metadata's filesystem is full, EIO,
  * ENOMEM...): they keep their errno, so that a full disk reads as one to
  * the writer and in the log, not as an I/O error. Its own codes (negative)
- * that have no errno of their own are damage or misuse: EIO.
+ * that say its pages are damaged are EUCLEAN, as a filesystem says of its
+ * own damage; the others, which have no errno of their own, are misuse:
+ * EIO.
  */
 static int mdb_err(int rc)
 {
@@ -224,6 +226,11 @@ static int mdb_err(int rc)
 	case MDB_MAP_FULL:
 	case MDB_TXN_FULL:
 		return -ENOSPC;
+	case MDB_CORRUPTED:
+	case MDB_PAGE_NOTFOUND:
+	case MDB_INVALID:
+	case MDB_VERSION_MISMATCH:
+		return -EUCLEAN;
 	default:
 		return rc > 0 ? -rc : -EIO;
 	}
