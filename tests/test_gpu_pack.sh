@@ -8,6 +8,11 @@
 # does (on a GPU machine it runs it). With -f the pack holds fio and its
 # libraries, `run` puts that fio first on PATH, and `run bench` (as root)
 # runs tools/bench's swap matrix on a mount of the packed daemon.
+# As root, `run all` (the whole GPU check) with each step bounded to 5 s
+# and a python3 that never ends first on PATH: every step runs, in order,
+# whatever the ones before did (here the GPU steps fail or skip and the
+# offload steps time out); summary.md names each step's result; no mount
+# is left behind; it exits non-zero.
 # Usage: test_gpu_pack.sh SOURCE_ROOT BUILD_ROOT
 set -u
 SRC=$1
@@ -59,5 +64,27 @@ if [ -n "$FIO" ]; then
 		grep -qE '^\| tfs \| [0-9]+\.[0-9]+ \|' "$D/bench.out" ||
 			fail "run bench gave no tfs row: $(tail -n 5 "$D/bench.out")"
 	fi
+fi
+if [ "$(id -u)" -eq 0 ] && [ -c /dev/fuse ]; then
+	mkdir -p "$D/slow"
+	printf '#!/bin/sh\nexec sleep 600\n' >"$D/slow/python3"
+	chmod +x "$D/slow/python3"
+	t0=$(date +%s)
+	(cd "$SRC" && PATH="$D/slow:$PATH" GPU_DRAM=256M "$D/pack/run" all -T 5 -o "$D/all" \
+		>"$D/all.out" 2>&1)
+	all_rc=$?
+	[ $all_rc -ne 0 ] || fail "run all exited 0 with steps that failed"
+	[ $(($(date +%s) - t0)) -lt 120 ] || fail "run all took $(($(date +%s) - t0)) s with 5 s steps"
+	[ -s "$D/all/summary.md" ] && [ -s "$D/all/log.txt" ] ||
+		fail "run all wrote no summary.md or log.txt: $(tail -n 5 "$D/all.out")"
+	steps=$(awk -F' [|] ' '/^[|] [a-z]/ { sub(/^[|] /, "", $1); if ($1 != "step") print $1 }' \
+		"$D/all/summary.md" | tr '\n' ' ')
+	[ "$steps" = "test gpubench gpubench-fallback offload-2048 offload-4096 gpubench-nvme " ] ||
+		fail "run all's steps: $steps"
+	grep -qE '^[|] offload-2048 [|] timed out after 5 s [|]' "$D/all/summary.md" ||
+		fail "run all: offload-2048 did not time out: $(grep offload-2048 "$D/all/summary.md")"
+	grep -qE '^[|] gpubench-nvme [|] (pass|skip|failed|timed out)' "$D/all/summary.md" ||
+		fail "run all: the step after the timeouts did not run"
+	grep -E "/tmp/tfs-(gpubench|offload)\." /proc/mounts && fail "run all left a mount behind"
 fi
 echo "PASS: gpu-pack ($(ls "$D/pack" | wc -l) files; run test exited $rc)"
