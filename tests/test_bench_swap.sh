@@ -7,6 +7,7 @@
 #   1. On snapshots written here, the parsing and the sums come out as
 #      worked by hand: a snapshot with a missing column is dropped, and too
 #      few iterations give no figure rather than a wrong one.
+#      The swap matrices need no fio; the fio matrix does.
 #   2. As root, with /dev/fuse: a small matrix (192 MB of state read and
 #      written per iteration over dram=96M, about twice) on a real mount
 #      prints both tables: the devices moved under 0.8 of the raw folder's
@@ -68,6 +69,11 @@ assert bench.steady_device_share(rows, (100, 200)) is None
 assert bench.steady_device_share(rows_of("1 2 3\n4 5 6\n7 8 9\n"), (None, 200)) is None
 assert rows_of("not a number\n") == []
 print("   bytes share 0.5; late 10/80 over 3..5 and 5/60 over the last two")
+for m in ("swap", "swap-dram", "swap-remote", "learner"):
+    assert "fio" not in bench.tools_needed(m), (m, bench.tools_needed(m))
+for m in ("fio", "all", "tiers", "latency", "dedup"):
+    assert "fio" in bench.tools_needed(m), (m, bench.tools_needed(m))
+print("   fio is needed by fio, all, tiers, latency and dedup, not by the swap matrices")
 PY
 
 echo "2. a small matrix on a real mount"
