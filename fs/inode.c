@@ -126,6 +126,20 @@ int fs_iget(struct fs *fs, uint64_t ino, struct fs_inode **out)
 		return ret;
 	ret = meta_inode_get(fs->meta, txn, ino, &rec);
 	meta_abort(txn);
+	if (ret == -ENOENT) {
+		static long log_sec;
+
+		/*
+		 * The kernel names only inodes it holds a lookup on, and those stay
+		 * in the table: one in neither is a record gone from under a name
+		 * (or a lookup that raced an unlink). Said, so that an ENOENT a
+		 * caller did not expect names its source.
+		 */
+		if (log_ratelimit(&log_sec, 1))
+			log_info("inode %llu is not in the store (MDB_NOTFOUND): its request "
+				 "fails with ENOENT",
+				 (unsigned long long)ino);
+	}
 	if (ret)
 		return ret;
 

@@ -132,6 +132,14 @@ static void fs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		goto err;
 	ret = meta_dirent_lookup(fs->meta, txn, parent, name, &ino);
 	meta_abort(txn);
+	/*
+	 * A name missing from the root ends every path under it: when a create
+	 * under a folder that exists fails with ENOENT, this (at log_level=debug;
+	 * the kernel looks up every new name first, so it is routine) or
+	 * fs_iget's line says where the ENOENT came from.
+	 */
+	if (ret == -ENOENT && parent == FUSE_ROOT_ID)
+		log_debug("lookup of \"%s\" in the root: no such name (ENOENT)", name);
 	if (ret)
 		goto err;
 	ret = fs_iget(fs, ino, &in);
@@ -210,6 +218,10 @@ static int make_node(struct fs *fs, fuse_req_t req, uint64_t parent, const char 
 	if (strlen(name) > 255)
 		return -ENAMETOOLONG;
 	ret = fs_iget(fs, parent, &dir);
+	if (ret == -ENOENT)
+		log_warn("create of \"%s\" in folder inode %llu: the folder is not in the store "
+			 "(ENOENT)",
+			 name, (unsigned long long)parent);
 	if (ret)
 		return ret;
 	if (!S_ISDIR(dir->rec.mode)) {
