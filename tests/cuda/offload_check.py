@@ -6,11 +6,16 @@ TensorfsOffload saving its activations to MNT/act through libtensorfs-cuda
 built with the memcpy engine ($TENSORFS_CUDA_LIB). The losses and weights
 must be bitwise equal; files must exist on the mount between forward and
 backward and none after; a byte budget must bound what goes; nvme0 must
-have written nothing (the files die in DRAM). Exit 0 pass, 1 fail.
+have written nothing (the files die in DRAM). A tensor saved twice, two
+forwards before one backward and a graph dropped without backward give
+the same gradients and leave no file; a second backward (retain_graph)
+is refused with a message. Exit 0 pass, 1 fail.
 """
+import gc
 import json
 import os
 import sys
+import time
 
 sys.path.insert(0, os.environ["OFFLOAD_MODULE_DIR"])
 import torch  # noqa: E402
@@ -106,7 +111,85 @@ if not 0 < off3.offloaded_bytes <= 0.5 * off3.eligible_bytes:
     fail(f"budget 0.5: offloaded {off3.offloaded_bytes} of {off3.eligible_bytes}")
 print(f"budget: {off2.offloaded_bytes} of at most {budget} bytes; "
       f"0.5: {off3.offloaded_bytes} of {off3.eligible_bytes}")
-for o in (off, off2, off3):
+
+
+def grads_of(fn, off=None):
+    """fn's loss and the gradients of its parameters, with or without offloading."""
+    torch.manual_seed(3)
+    m = model()
+    x = torch.randn(64, 256)
+    if off is None:
+        loss = fn(m, x)
+    else:
+        with off:
+            loss = fn(m, x)
+    loss.backward()
+    return loss.detach(), [p.grad.clone() for p in m.parameters()]
+
+
+def same(a, b, what):
+    if not torch.equal(a[0], b[0]) or not all(torch.equal(u, v) for u, v in zip(a[1], b[1])):
+        fail(f"{what}: loss or gradients differ from no offloading")
+
+
+def wait_empty(what):
+    for _ in range(100):   # 10 s at most: the writer lets go of a handle once written
+        if not os.listdir(ACT):
+            return
+        time.sleep(0.1)
+    fail(f"{what}: files left: {os.listdir(ACT)[:5]}")
+
+
+# A tensor saved twice (h * h saves h as both operands): one file, read once
+# for both, and the gradient right.
+def squared(m, x):
+    h = m(x)
+    return (h * h).mean()
+
+
+off4 = TensorfsOffload(ACT, budget=None, min_bytes=64 << 10)
+same(grads_of(squared, off4), grads_of(squared), "a tensor saved twice")
+wait_empty("a tensor saved twice")
+
+# Two forwards before one backward (gradient accumulation): two steps live at once.
+def twice(m, x, off=None):
+    losses = []
+    for scale in (1.0, 0.5):
+        if off is None:
+            losses.append(m(x * scale).pow(2).mean())
+        else:
+            with off:
+                losses.append(m(x * scale).pow(2).mean())
+    return losses[0] + losses[1]
+
+
+same(grads_of(lambda m, x: twice(m, x, off4)), grads_of(twice), "two forwards, one backward")
+wait_empty("two forwards, one backward")
+
+# A graph dropped without backward: its files go when autograd drops the handles.
+torch.manual_seed(3)
+m = model()
+with off4:
+    loss = m(torch.randn(64, 256)).pow(2).mean()
+del loss
+gc.collect()
+wait_empty("a graph dropped without backward")
+
+# retain_graph: the second backward is refused with a message, not wrong data.
+with off4:
+    loss = m(torch.randn(64, 256)).pow(2).mean()
+loss.backward(retain_graph=True)
+try:
+    loss.backward()
+    fail("a second backward through offloaded tensors was not refused")
+except RuntimeError as e:
+    if "retain_graph" not in str(e):
+        raise
+del loss
+gc.collect()
+wait_empty("retain_graph")
+print("offload: saved twice, two forwards, a dropped graph and retain_graph: ok")
+for o in (off, off2, off3, off4):
     o.close()
 
 # the files died in DRAM: nothing reached nvme
