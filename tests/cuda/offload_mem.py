@@ -14,7 +14,8 @@ tensors a step, and nothing else of that size). MODE:
   B          cuda/tensorfs_offload.py with budget B (a fraction, or "auto")
 Prints one JSON line: the RssAnon before the first step, the peak of each
 step, the saved bytes a step (counted by a hook of this script, not the
-offloader), the offloader's chosen bytes, the loss of each step.
+offloader), the offloader's chosen bytes, the loss of each step, its
+time and the offloader's waits for copies in it.
 """
 import json
 import os
@@ -93,7 +94,7 @@ s = Sampler()
 time.sleep(0.05)
 s.start()
 time.sleep(0.05)
-losses, chosen, grads, ms = [], [], [], []
+losses, chosen, grads, ms, waits = [], [], [], [], []
 for step in range(STEPS):
     s.phase = step
     t0 = time.perf_counter()
@@ -109,6 +110,8 @@ for step in range(STEPS):
     p.grad = None
     del loss
     ms.append((time.perf_counter() - t0) * 1e3)
+    if off is not None and hasattr(off, "waits"):
+        waits.append(round(sum(off.waits) * 1e3, 1))
     time.sleep(0.02)   # a sample after the step's last free
 s.phase = STEPS
 time.sleep(0.05)
@@ -120,6 +123,7 @@ print(json.dumps({"mode": MODE, "before_kib": s.peaks.get(-1),
                   "peaks_kib": [s.peaks.get(i) for i in range(STEPS)],
                   "saved_bytes": saved, "chosen_bytes": chosen,
                   "losses": losses, "grads": grads, "ms": [round(v, 1) for v in ms],
+                  "waits_ms": waits,
                   "learned": None if off is None else {   # None where the offloader learns not
                       k: getattr(off, k, None)
                       for k in ("d2h_rate", "h2d_rate", "fwd_s", "bwd_s", "target_bytes")}}))
