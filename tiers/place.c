@@ -218,10 +218,19 @@ void tb_space(struct tb_store *s, uint64_t *total, uint64_t *avail)
 {
 	struct tb_dev_stats st;
 
+	/*
+	 * A device's size is its capacity, less what its filesystem cannot
+	 * give any more (space others took, dev.c's room; a device that is
+	 * out): so "used" (size less free) is what this store holds, whoever
+	 * else fills the disk, and the size shrinks as the disk does.
+	 */
 	*total = 0;
 	for (unsigned i = 0; i < s->n_devs; i++) {
+		uint64_t can;
+
 		dev_get_stats(s->dev[i], &st);
-		*total += st.capacity;
+		can = dev_free_slots(s->dev[i]) * s->bs;
+		*total += st.used + can < st.capacity ? st.used + can : st.capacity;
 	}
 	pthread_mutex_lock(&s->lock);
 	*avail = place_avail(s) * s->bs;
