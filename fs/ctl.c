@@ -13,6 +13,8 @@
  *           mount's owner or root may open it
  *   pins    JSON: the pinned files (pins.c), for the owner or root only,
  *           since it names files in folders others may not search
+ *   scrub   JSON: the report of the last scrub (scrub.c), for the owner or
+ *           root only, for the same reason
  */
 #include "ctlcmd.h"
 #include "fs.h"
@@ -40,7 +42,8 @@ static const struct {
 		 {"ctl", FS_CTL_CTL_INO},
 		 {"metrics", FS_CTL_METRICS_INO},
 		 {"gpu", FS_CTL_GPU_INO},
-		 {"pins", FS_CTL_PINS_INO}};
+		 {"pins", FS_CTL_PINS_INO},
+		 {"scrub", FS_CTL_SCRUB_INO}};
 
 #define N_CTL_FILES (sizeof(ctl_files) / sizeof(ctl_files[0]))
 
@@ -61,7 +64,7 @@ void fs_ctl_root_stat(struct stat *st, uint64_t ino)
 	} else if (ino == FS_CTL_CTL_INO) {
 		st->st_mode = S_IFREG | 0200;
 		st->st_nlink = 1;
-	} else if (ino == FS_CTL_PINS_INO) {
+	} else if (ino == FS_CTL_PINS_INO || ino == FS_CTL_SCRUB_INO) {
 		st->st_mode = S_IFREG | 0400;
 		st->st_nlink = 1;
 	} else {
@@ -330,6 +333,8 @@ static json_t *stats_json(struct fs *fs)
 			json_object_set_new(t, "compacted_bytes",
 					    json_integer((json_int_t)d->compacted_bytes));
 		}
+		json_object_set_new(t, "checksum_errors",
+				    json_integer((json_int_t)d->checksum_errors));
 		json_object_set_new(t, "queued", json_integer(d->queued));
 		json_object_set_new(t, "inflight_demand", json_integer(d->inflight_demand));
 		json_object_set_new(t, "inflight_prefetch", json_integer(d->inflight_prefetch));
@@ -439,6 +444,11 @@ static json_t *stats_json(struct fs *fs)
 			  (json_int_t)st->dedup_hits, "verify_mismatches",
 			  (json_int_t)st->dedup_verify_mismatch, "verify_from_dram",
 			  (json_int_t)st->dedup_verify_cached));
+	/* Blocks read from the devices, checked against the hash their records keep. */
+	json_object_set_new(root, "checksum",
+			    json_pack("{sIsIsI}", "verified", (json_int_t)st->checksum_verified,
+				      "unverified", (json_int_t)st->checksum_unverified, "errors",
+				      (json_int_t)st->checksum_errors));
 	free(st);
 	return root;
 }
@@ -541,7 +551,7 @@ struct tier_row {
 	double cap, used, rb, wb, ro, wo, err, up, rbps, wbps;
 	double full, avail, recent_err;
 	double q, in_demand, in_prefetch, in_wb;
-	double requests, weight, capable, objects, dead, slab, returned;
+	double requests, weight, capable, objects, dead, slab, returned, sum_err;
 	bool dev;
 };
 
@@ -615,6 +625,7 @@ static char *metrics_text(struct fs *fs, size_t *len)
 		r->dead = (double)d->dead_bytes;
 		r->slab = (double)d->slab_bytes;
 		r->returned = (double)d->returned_bytes;
+		r->sum_err = (double)d->checksum_errors;
 	}
 	n = st->n_devs + 1;
 	pthread_mutex_lock(&fs->rate_lock);
@@ -654,6 +665,8 @@ static char *metrics_text(struct fs *fs, size_t *len)
 		    1);
 	TIER_METRIC(f, rows, n, "tier_recent_errors", "gauge",
 		    "I/O errors of the device in the last health window (60 s).", recent_err, 1);
+	TIER_METRIC(f, rows, n, "tier_checksum_errors_total", "counter",
+		    "Blocks read from the device that did not match their hash.", sum_err, 1);
 	TIER_METRIC(f, rows, n, "tier_queued", "gauge", "Requests waiting for the device.", q, 1);
 	TIER_METRIC(f, rows, n, "tier_requests_total", "counter",
 		    "Requests made to the device (HTTP requests for s3).", requests, 1);
@@ -745,6 +758,15 @@ static char *metrics_text(struct fs *fs, size_t *len)
 		(double)sp.free_bytes);
 	metric1(f, "meta_unsynced_commits", "gauge",
 		"Metadata commits since the last sync point.", (double)st->unsynced_commits);
+	metric1(f, "checksum_verified_total", "counter",
+		"Blocks read from the devices and checked against their hash.",
+		(double)st->checksum_verified);
+	metric1(f, "checksum_unverified_total", "counter",
+		"Blocks read from the devices with no hash to check (stored before blocks kept one).",
+		(double)st->checksum_unverified);
+	metric1(f, "checksum_errors_total", "counter",
+		"Blocks read from the devices that did not match their hash (EIO).",
+		(double)st->checksum_errors);
 
 	struct {
 		const char *name;
@@ -804,7 +826,7 @@ void fs_ctl_open(struct fs *fs, fuse_req_t req, uint64_t ino, struct fuse_file_i
 		return;
 	}
 	if ((fi->flags & O_ACCMODE) != O_RDONLY ||
-	    (ino == FS_CTL_PINS_INO && !caller_may_steer(req))) {
+	    ((ino == FS_CTL_PINS_INO || ino == FS_CTL_SCRUB_INO) && !caller_may_steer(req))) {
 		fuse_reply_err(req, EACCES);
 		return;
 	}
@@ -816,10 +838,11 @@ void fs_ctl_open(struct fs *fs, fuse_req_t req, uint64_t ino, struct fuse_file_i
 	if (ino == FS_CTL_METRICS_INO) {
 		b->data = metrics_text(fs, &b->len);
 	} else {
-		j = ino == FS_CTL_STATS_INO  ? stats_json(fs)
-		    : ino == FS_CTL_GPU_INO  ? fs_gpu_json(fs)
-		    : ino == FS_CTL_PINS_INO ? fs_pins_json(fs)
-					      : config_json(fs);
+		j = ino == FS_CTL_STATS_INO   ? stats_json(fs)
+		    : ino == FS_CTL_GPU_INO   ? fs_gpu_json(fs)
+		    : ino == FS_CTL_PINS_INO  ? fs_pins_json(fs)
+		    : ino == FS_CTL_SCRUB_INO ? fs_scrub_json(fs)
+					       : config_json(fs);
 		/* ASCII: a name's control characters come out as \u escapes, never raw. */
 		b->data =
 		    j ? json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_ENSURE_ASCII)
@@ -1052,8 +1075,8 @@ static int ctl_apply(struct fs *fs, enum fs_ctlverb verb, const struct fs_ino_li
 	return ret ? ret : r;
 }
 
-/* Run one command for user uid (the mount's owner or root). */
-static int ctl_run(struct fs *fs, const struct fs_ctlcmd *cmd, uint32_t uid)
+/* Run one command of request req, for user uid (the mount's owner or root). */
+static int ctl_run(struct fs *fs, fuse_req_t req, const struct fs_ctlcmd *cmd, uint32_t uid)
 {
 	struct fs_ino_list files = {0};
 	MDB_txn *txn;
@@ -1066,6 +1089,8 @@ static int ctl_run(struct fs *fs, const struct fs_ctlcmd *cmd, uint32_t uid)
 
 		return ret ? ret : r;
 	}
+	if (cmd->verb == CTL_SCRUB)
+		return fs_scrub(fs, req);
 	ret = ctl_resolve(fs, cmd, &ino);
 	if (ret == 0)
 		ret = meta_begin(fs->meta, false, &txn);
@@ -1102,7 +1127,7 @@ void fs_ctl_write(struct fs *fs, fuse_req_t req, uint64_t ino, const char *buf, 
 				 (unsigned)fuse_req_ctx(req)->uid, why);
 	} else {
 		fs_watch(req); /* flush and evict wait for write-back */
-		ret = ctl_run(fs, cmd, fuse_req_ctx(req)->uid);
+		ret = ctl_run(fs, req, cmd, fuse_req_ctx(req)->uid);
 		fs_unwatch();
 		if (cmd->ino)
 			log_info("ctl: %s ino:%llu: %s", fs_ctlverb_name(cmd->verb),

@@ -13,7 +13,7 @@ static const struct {
 	bool takes_path;
 } verbs[] = {
 	{"prefetch", CTL_PREFETCH, true}, {"pin", CTL_PIN, true}, {"unpin", CTL_UNPIN, true},
-	{"evict", CTL_EVICT, true},	  {"flush", CTL_FLUSH, false},
+	{"evict", CTL_EVICT, true},	  {"flush", CTL_FLUSH, false}, {"scrub", CTL_SCRUB, false},
 };
 
 #define N_VERBS (sizeof(verbs) / sizeof(verbs[0]))
@@ -104,7 +104,7 @@ int fs_ctlcmd_parse(const char *buf, size_t len, struct fs_ctlcmd *out, const ch
 		if (strlen(verbs[i].name) == vlen && memcmp(verbs[i].name, buf, vlen) == 0)
 			break;
 	if (i == N_VERBS)
-		return fail(why, "unknown command (prefetch, pin, unpin, evict, flush)");
+		return fail(why, "unknown command (prefetch, pin, unpin, evict, flush, scrub)");
 	out->verb = verbs[i].verb;
 	if (!verbs[i].takes_path)
 		return vlen == len ? 0 : fail(why, "command takes no argument");

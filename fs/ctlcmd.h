@@ -9,6 +9,8 @@
  *   unpin PATH
  *   evict PATH      write back, then drop from DRAM
  *   flush           write back everything dirty and make it durable
+ *   scrub           read every stored block and check it against its hash;
+ *                   the report is /.tensorfs/scrub (scrub.c)
  *
  * PATH is absolute from the mount's root ("/" is the root itself) with no
  * empty, "." or ".." components, or "ino:N" for an inode number. Parsing
@@ -23,7 +25,7 @@
 
 #define FS_CTLCMD_MAX 4096
 
-enum fs_ctlverb { CTL_PREFETCH, CTL_PIN, CTL_UNPIN, CTL_EVICT, CTL_FLUSH };
+enum fs_ctlverb { CTL_PREFETCH, CTL_PIN, CTL_UNPIN, CTL_EVICT, CTL_FLUSH, CTL_SCRUB };
 
 struct fs_ctlcmd {
 	enum fs_ctlverb verb;

@@ -39,6 +39,7 @@
 #define FS_CTL_METRICS_INO (FS_CTL_DIR_INO + 4)
 #define FS_CTL_GPU_INO (FS_CTL_DIR_INO + 5) /* gpu.c's socket, for GPU clients */
 #define FS_CTL_PINS_INO (FS_CTL_DIR_INO + 6) /* pins.c: the pinned files, for the owner */
+#define FS_CTL_SCRUB_INO (FS_CTL_DIR_INO + 7) /* scrub.c: the last scrub's report */
 #define FS_CTL_NAME ".tensorfs"
 
 struct fs_inode {
@@ -120,6 +121,10 @@ struct fs {
 	pthread_mutex_t rate_lock;
 	uint64_t rate_ms, rate_rb[TB_MAX_DEVS + 1], rate_wb[TB_MAX_DEVS + 1];
 	double rate_rbps[TB_MAX_DEVS + 1], rate_wbps[TB_MAX_DEVS + 1];
+	/* scrub.c: the last scrub's report, and whether one runs; scrub_lock */
+	pthread_mutex_t scrub_lock;
+	struct json_t *scrub_report;
+	bool scrub_running;
 };
 
 #define FS_COUNT(fs, field, n) __atomic_fetch_add(&(fs)->cnt.field, (n), __ATOMIC_RELAXED)
@@ -258,6 +263,28 @@ int fs_pins_start(struct fs *fs);
 void fs_pins_stop(struct fs *fs);
 /* The contents of /.tensorfs/pins: each pinned file, its path and residency. */
 struct json_t *fs_pins_json(struct fs *fs);
+
+/* paths.c: the names of files given by inode number */
+struct fs_path {
+	uint64_t ino;
+	char *path; /* NULL until found; the caller frees it */
+};
+/*
+ * Find a path of each of v[0..n), sorted by inode and none twice, by
+ * walking the folders from the root in txn; one with no name keeps NULL.
+ */
+int fs_paths_find(struct fs *fs, MDB_txn *txn, struct fs_path *v, size_t n);
+
+/*
+ * scrub.c: read every stored block and check it against its hash, in the
+ * request req (which may be interrupted: -EINTR); -EBUSY while another
+ * scrub runs. Damaged blocks are logged with the files that map them and
+ * listed in the report, fs_scrub_json (/.tensorfs/scrub).
+ */
+void fs_scrub_init(struct fs *fs);
+void fs_scrub_fini(struct fs *fs);
+int fs_scrub(struct fs *fs, fuse_req_t req);
+struct json_t *fs_scrub_json(struct fs *fs);
 
 /* gpu.c: the shared DRAM arena for GPU clients (cuda=on) */
 /* With cuda=on: register the arena with CUDA if a GPU is there, serve the socket. */

@@ -345,7 +345,7 @@ static size_t block_len(const struct fs *fs, const struct meta_block *b)
 	return b->len ? (size_t)b->len : fs->bs;
 }
 
-static int owner_resolve(void *ctx, uint64_t obj, uint64_t idx, uint64_t *loc, size_t *len)
+static int owner_resolve(void *ctx, uint64_t obj, uint64_t idx, struct tb_stored *at)
 {
 	struct fs *fs = ctx;
 	struct meta_block b;
@@ -360,8 +360,10 @@ static int owner_resolve(void *ctx, uint64_t obj, uint64_t idx, uint64_t *loc, s
 		ret = meta_block_get(fs->meta, txn, id, &b);
 	meta_abort(txn);
 	if (ret == 0) {
-		*loc = b.loc;
-		*len = block_len(fs, &b);
+		at->loc = b.loc;
+		at->len = block_len(fs, &b);
+		at->hashed = b.flags & META_BLOCK_HASHED;
+		memcpy(at->hash, b.hash, TB_HASH_LEN);
 	}
 	return ret;
 }
@@ -401,7 +403,8 @@ static int owner_commit(void *ctx, const struct tb_commit *c, size_t n)
 	for (size_t i = 0; i < n && !ret; i++)
 		if (!c[i].share_id)
 			ret = meta_bmap_store(fs->meta, txn, c[i].obj, c[i].idx, c[i].loc,
-					      c[i].len, c[i].hashed ? c[i].hash : NULL, &freed);
+					      c[i].len, c[i].hashed ? c[i].hash : NULL,
+					      c[i].hashed && c[i].index, &freed);
 	if (ret) {
 		meta_abort(txn);
 		locvec_free(&freed);
@@ -992,6 +995,7 @@ int main(int argc, char *argv[])
 	pthread_mutex_init(&fs.rate_lock, NULL);
 	pthread_mutex_init(&fs.pin_lock, NULL);
 	pthread_cond_init(&fs.pin_cv, NULL);
+	fs_scrub_init(&fs);
 	if (fs_itab_init(&fs) < 0 || fs_learn_init(&fs.learn) < 0)
 		goto out;
 	se = fuse_session_new(&args, &fs_ops, sizeof(fs_ops), &fs);
@@ -1015,6 +1019,7 @@ out:
 	if (se)
 		fuse_session_destroy(se);
 	fs_itab_fini(&fs);
+	fs_scrub_fini(&fs);
 	if (fs.learn.files)
 		fs_learn_fini(&fs.learn);
 	free(fo.mountpoint);

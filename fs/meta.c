@@ -2119,7 +2119,7 @@ static int unref_mapping(struct fs_meta *m, MDB_txn *txn, uint64_t ino, uint64_t
 }
 
 int meta_bmap_store(struct fs_meta *m, MDB_txn *txn, uint64_t ino, uint64_t idx, uint64_t loc,
-		    uint64_t len, const uint8_t *hash, struct locvec *freed)
+		    uint64_t len, const uint8_t *hash, bool index, struct locvec *freed)
 {
 	unsigned char kb[16];
 	MDB_val k = {16, kb}, v;
@@ -2148,7 +2148,7 @@ int meta_bmap_store(struct fs_meta *m, MDB_txn *txn, uint64_t ino, uint64_t idx,
 	ret = block_put(m, txn, id, &b);
 	if (ret)
 		return ret;
-	if (hash) {
+	if (hash && index) {
 		/* The newest block with this content is the one others share. */
 		MDB_val hk = {META_HASH_LEN, (void *)hash}, hv = {sizeof(id), &id};
 
@@ -2536,6 +2536,30 @@ int meta_foreach_block(struct fs_meta *m,
 	if (ret)
 		return ret;
 	return rc == MDB_NOTFOUND ? 0 : mdb_err(rc);
+}
+
+int meta_blocks_list(struct fs_meta *m, MDB_txn *txn, uint64_t from, uint64_t *ids,
+		     struct meta_block *b, unsigned max, unsigned *n)
+{
+	unsigned char kb[8];
+	MDB_val k = {8, kb}, v;
+	MDB_cursor *c;
+	int rc, ret;
+
+	*n = 0;
+	ret = mdb_err(mdb_cursor_open(txn, m->block, &c));
+	if (ret)
+		return ret;
+	put_be64(kb, from);
+	rc = mdb_cursor_get(c, &k, &v, MDB_SET_RANGE);
+	while (rc == 0 && *n < max) {
+		/* A malformed record is fsck's to report: passed over here. */
+		if (k.mv_size == 8 && meta_decode_block(v.mv_data, v.mv_size, &b[*n]) == 0)
+			ids[(*n)++] = get_be64(k.mv_data);
+		rc = mdb_cursor_get(c, &k, &v, MDB_NEXT);
+	}
+	mdb_cursor_close(c);
+	return rc == 0 || rc == MDB_NOTFOUND ? 0 : mdb_err(rc);
 }
 
 int meta_inodes_flagged(struct fs_meta *m, MDB_txn *txn, uint32_t flags, meta_inode_fn fn,

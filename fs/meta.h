@@ -57,7 +57,7 @@ struct meta_block {
 	uint64_t loc;
 	uint32_t refs;
 	uint32_t flags; /* META_BLOCK_HASHED when hash is set */
-	uint8_t hash[META_HASH_LEN];
+	uint8_t hash[META_HASH_LEN]; /* of the whole block: every read of it is checked */
 	/*
 	 * Bytes stored at loc, from the block's start: the rest of the block
 	 * is zeros and was not written (a file's last block). 0: all of it,
@@ -178,11 +178,11 @@ int meta_bmap_get(struct fs_meta *m, MDB_txn *txn, uint64_t ino, uint64_t idx, u
 int meta_block_get(struct fs_meta *m, MDB_txn *txn, uint64_t id, struct meta_block *b);
 /*
  * Point (ino, idx) at a new block at loc (or a hole for TB_LOC_NONE) that
- * stores len bytes (struct meta_block); hash, if not NULL, enters the new
- * block in the dedup index.
+ * stores len bytes (struct meta_block) and whose bytes have hash (NULL:
+ * unknown); index enters the new block in the dedup index under it.
  */
 int meta_bmap_store(struct fs_meta *m, MDB_txn *txn, uint64_t ino, uint64_t idx, uint64_t loc,
-		    uint64_t len, const uint8_t *hash, struct locvec *freed);
+		    uint64_t len, const uint8_t *hash, bool index, struct locvec *freed);
 /*
  * Point (ino, idx) at the existing block id, which must still hold hash:
  * -ESTALE if it went away since it was found.
@@ -247,6 +247,13 @@ int meta_symlink_put(struct fs_meta *m, MDB_txn *txn, uint64_t ino, const char *
 int meta_foreach_block(struct fs_meta *m, int (*fn)(void *arg, uint64_t id,
 						    const struct meta_block *b),
 		       void *arg);
+/*
+ * Up to max block records with ids from from on, in id order: their ids in
+ * ids and records in b, and how many in *n (fewer than max: no more). A
+ * walk of every stored block in steps, each in a transaction of its own.
+ */
+int meta_blocks_list(struct fs_meta *m, MDB_txn *txn, uint64_t from, uint64_t *ids,
+		     struct meta_block *b, unsigned max, unsigned *n);
 /*
  * Each inode with one of flags (META_INODE_*) set, in inode order, until fn
  * returns non-zero (which is returned); a walk of the whole inode table, for

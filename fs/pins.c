@@ -9,9 +9,8 @@
  * while the hint queue is full, so the mount does not wait for the loads.
  * unpin and evict clear the mark; an unlinked file takes it with its
  * inode. pin_lock orders the changes of a pin against each other and
- * against the thread. The list of pins (/.tensorfs/pins) finds each
- * pinned file's path by walking the names from the root, and stops once
- * it has found them all.
+ * against the thread. The list of pins (/.tensorfs/pins) names each
+ * pinned file by its path (paths.c).
  */
 #include "fs.h"
 #include "log.h"
@@ -228,27 +227,16 @@ void fs_pins_stop(struct fs *fs)
 
 /* ---- the list ---- */
 
-struct pin_entry {
-	uint64_t ino;
-	char *path; /* NULL until the walk finds it */
-};
-
-struct pin_walk {
-	struct fs *fs;
-	MDB_txn *txn;
-	struct pin_entry *pins; /* in inode order */
-	size_t npins, found;
-	struct fs_ino_list dirs; /* folders to visit, breadth first */
-	char **dir_paths;	 /* the path of each, parallel to dirs */
-	size_t dir_cap;
-	const char *parent; /* the path of the folder being read */
-	int err;
+/* The pinned files, in inode order; their paths come from fs_paths_find. */
+struct pin_list {
+	struct fs_path *v;
+	size_t n;
 };
 
 static int collect_pin(void *arg, uint64_t ino, const struct meta_inode *rec)
 {
-	struct pin_walk *w = arg;
-	struct pin_entry *p;
+	struct pin_list *l = arg;
+	struct fs_path *p;
 
 	/*
 	 * An unlinked file's pin goes with its last name, though the inode
@@ -257,93 +245,15 @@ static int collect_pin(void *arg, uint64_t ino, const struct meta_inode *rec)
 	 */
 	if (!S_ISREG(rec->mode) || rec->nlink == 0)
 		return 0;
-	p = realloc(w->pins, (w->npins + 1) * sizeof(*p));
+	p = realloc(l->v, (l->n + 1) * sizeof(*p));
 	if (!p)
 		return -ENOMEM;
-	w->pins = p;
-	w->pins[w->npins++] = (struct pin_entry){.ino = ino};
+	l->v = p;
+	l->v[l->n++] = (struct fs_path){.ino = ino};
 	return 0;
 }
 
-static struct pin_entry *find_pin(struct pin_walk *w, uint64_t ino)
-{
-	size_t lo = 0, hi = w->npins;
-
-	while (lo < hi) {
-		size_t mid = lo + (hi - lo) / 2;
-
-		if (w->pins[mid].ino == ino)
-			return &w->pins[mid];
-		if (w->pins[mid].ino < ino)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return NULL;
-}
-
-static char *join(const char *parent, const char *name, size_t len)
-{
-	size_t plen = strcmp(parent, "/") == 0 ? 0 : strlen(parent);
-	char *p = malloc(plen + len + 2);
-
-	if (!p)
-		return NULL;
-	memcpy(p, parent, plen);
-	p[plen] = '/';
-	memcpy(p + plen + 1, name, len);
-	p[plen + 1 + len] = 0;
-	return p;
-}
-
-/* Queue folder ino, whose path is path (taken over, freed on failure). */
-static int add_dir(struct pin_walk *w, uint64_t ino, char *path)
-{
-	if (path && w->dirs.n == w->dir_cap) {
-		size_t cap = w->dir_cap ? w->dir_cap * 2 : 64;
-		char **v = realloc(w->dir_paths, cap * sizeof(*v));
-
-		if (v) {
-			w->dir_paths = v;
-			w->dir_cap = cap;
-		}
-	}
-	if (!path || w->dirs.n == w->dir_cap || fs_ino_push(&w->dirs, ino) < 0) {
-		free(path);
-		return -ENOMEM;
-	}
-	w->dir_paths[w->dirs.n - 1] = path;
-	return 0;
-}
-
-static int visit_name(void *arg, const char *name, size_t len, uint64_t ino, uint64_t cookie)
-{
-	struct pin_walk *w = arg;
-	struct meta_inode rec;
-	struct pin_entry *p;
-
-	(void)cookie;
-	if (meta_inode_get(w->fs->meta, w->txn, ino, &rec) != 0)
-		return 0; /* a name without its inode: fsck's business */
-	if (S_ISDIR(rec.mode)) {
-		if (add_dir(w, ino, join(w->parent, name, len)) < 0)
-			goto nomem;
-		return 0;
-	}
-	p = find_pin(w, ino);
-	if (p && !p->path) {
-		p->path = join(w->parent, name, len);
-		if (!p->path)
-			goto nomem;
-		w->found++;
-	}
-	return w->found == w->npins;
-nomem:
-	w->err = -ENOMEM;
-	return 1;
-}
-
-static json_t *pin_json(struct fs *fs, const struct pin_entry *p)
+static json_t *pin_json(struct fs *fs, const struct fs_path *p)
 {
 	uint64_t size = 0, resident;
 	struct fs_inode *in;
@@ -364,33 +274,25 @@ static json_t *pin_json(struct fs *fs, const struct pin_entry *p)
 
 json_t *fs_pins_json(struct fs *fs)
 {
-	struct pin_walk w = {.fs = fs};
+	struct pin_list pins = {0};
 	json_t *list = NULL, *j = NULL;
-	int ret = meta_begin(fs->meta, false, &w.txn);
+	MDB_txn *txn;
+	int ret = meta_begin(fs->meta, false, &txn);
 
 	if (ret)
 		return NULL;
-	ret = meta_inodes_flagged(fs->meta, w.txn, META_INODE_PINNED, collect_pin, &w);
-	if (!ret && w.npins)
-		ret = add_dir(&w, META_ROOT_INO, strdup("/"));
-	for (size_t i = 0; !ret && i < w.dirs.n && w.found < w.npins; i++) {
-		w.parent = w.dir_paths[i];
-		ret = meta_readdir(fs->meta, w.txn, w.dirs.v[i], 0, visit_name, &w);
-		ret = ret ? ret : w.err;
-	}
-	meta_abort(w.txn);
+	ret = meta_inodes_flagged(fs->meta, txn, META_INODE_PINNED, collect_pin, &pins);
+	if (!ret)
+		ret = fs_paths_find(fs, txn, pins.v, pins.n);
+	meta_abort(txn);
 	if (!ret)
 		list = json_array();
-	for (size_t i = 0; list && i < w.npins; i++)
-		json_array_append_new(list, pin_json(fs, &w.pins[i]));
+	for (size_t i = 0; list && i < pins.n; i++)
+		json_array_append_new(list, pin_json(fs, &pins.v[i]));
 	if (list)
 		j = json_pack("{so}", "pins", list);
-	for (size_t i = 0; i < w.npins; i++)
-		free(w.pins[i].path);
-	for (size_t i = 0; i < w.dirs.n; i++)
-		free(w.dir_paths[i]);
-	free(w.pins);
-	free(w.dirs.v);
-	free(w.dir_paths);
+	for (size_t i = 0; i < pins.n; i++)
+		free(pins.v[i].path);
+	free(pins.v);
 	return j;
 }

@@ -49,6 +49,8 @@
 #define CLEAN_LOW_SHARE 64 /* the flusher keeps 1/64 to 1/32 of the slots clean */
 #define CLEAN_LOW_MIN 2
 #define STORE_ALIGN 4096 /* device I/O of a stored block's bytes: O_DIRECT on 4Kn devices */
+#define CHECK_BYTES (16UL << 20) /* the scrub reads this much at once, or one block */
+#define SUM_LOG_QUIET_MS 10000 /* a damaged block is logged once in this long */
 
 /* ---- waits that a request may give up ---- */
 
@@ -503,6 +505,10 @@ static void read_done(struct tb_io *r, int err)
 	struct tb_store *s = e->s;
 	struct tb_waiter *w;
 
+	/* Checked before anyone sees it: the entry is LOADING, the slot ours alone. */
+	if (!err)
+		err = cache_check(s, cache_slot_data(s, e), e->hashed ? e->hash : NULL, e->loc,
+				  e->obj, e->idx);
 	pthread_mutex_lock(&s->lock);
 	w = e->waiters;
 	e->waiters = NULL;
@@ -539,6 +545,91 @@ static void read_done(struct tb_io *r, int err)
 	call_waiters(w, err);
 }
 
+/* ---- checksums ---- */
+
+/*
+ * The hash a block's record keeps, of the whole block (block_size bytes:
+ * its stored bytes and the zeros past them). The collision test hook makes
+ * every block hash alike, reads included, so that its reads still pass.
+ */
+void cache_hash(const struct tb_store *s, const void *block, uint8_t out[TB_HASH_LEN])
+{
+	if (s->cfg.test_collide) {
+		uint64_t one = 1; /* every block collides: dedup's verify must hold */
+
+		memcpy(out, &one, 8);
+		memcpy(out + 8, &one, 8);
+		return;
+	}
+	tb_hash(block, s->bs, out);
+}
+
+/*
+ * Whether a damaged block at loc is to be logged: not when it was in the
+ * last SUM_LOG_QUIET_MS, so that the reads a reader retries (the kernel's
+ * readahead, then its own read) leave the log's lines of this format
+ * (log.c holds it to a few a second) for the other damaged blocks.
+ */
+static bool sum_log_first(struct tb_store *s, uint64_t loc)
+{
+	uint64_t now = now_ms();
+	unsigned oldest = 0;
+
+	pthread_mutex_lock(&s->lock);
+	for (unsigned i = 0; i < SUM_LOG_RING; i++) {
+		if (s->sum_logged[i].loc == loc && s->sum_logged[i].ms &&
+		    now - s->sum_logged[i].ms < SUM_LOG_QUIET_MS) {
+			pthread_mutex_unlock(&s->lock);
+			return false;
+		}
+		if (s->sum_logged[i].ms < s->sum_logged[oldest].ms)
+			oldest = i;
+	}
+	s->sum_logged[oldest].loc = loc;
+	s->sum_logged[oldest].ms = now;
+	pthread_mutex_unlock(&s->lock);
+	return true;
+}
+
+/*
+ * Check a whole block read from loc against the hash its record keeps
+ * (NULL: it keeps none, so there is nothing to check). 0, or -EIO when they
+ * differ: logged, naming block idx of inode obj unless obj is
+ * CACHE_NO_OBJ, and counted. No lock held.
+ */
+int cache_check(struct tb_store *s, const void *block, const uint8_t *hash, uint64_t loc,
+		uint64_t obj, uint64_t idx)
+{
+	uint8_t got[TB_HASH_LEN];
+	unsigned dev = tb_loc_dev(loc);
+
+	if (!hash) {
+		__atomic_add_fetch(&s->sum_unverified, 1, __ATOMIC_RELAXED);
+		return 0;
+	}
+	cache_hash(s, block, got);
+	__atomic_add_fetch(&s->sum_verified, 1, __ATOMIC_RELAXED);
+	if (memcmp(got, hash, TB_HASH_LEN) == 0)
+		return 0;
+	__atomic_add_fetch(&s->sum_errors, 1, __ATOMIC_RELAXED);
+	if (dev < s->n_devs)
+		__atomic_add_fetch(&s->sum_dev_errors[dev], 1, __ATOMIC_RELAXED);
+	if (!sum_log_first(s, loc))
+		return -EIO;
+	if (obj != CACHE_NO_OBJ)
+		log_err("checksum mismatch: inode %llu block %llu, read from %s slot %llu, does "
+			"not match its hash; not served (EIO)",
+			(unsigned long long)obj, (unsigned long long)idx,
+			dev < s->n_devs ? s->dev[dev]->name : "?",
+			(unsigned long long)tb_loc_slot(loc));
+	else
+		log_err("checksum mismatch: the block read from %s slot %llu does not match "
+			"its hash",
+			dev < s->n_devs ? s->dev[dev]->name : "?",
+			(unsigned long long)tb_loc_slot(loc));
+	return -EIO;
+}
+
 /* Whether a stored block at loc of len bytes can be: on one of our devices, in whole units. */
 bool cache_stored_ok(const struct tb_store *s, uint64_t loc, size_t len)
 {
@@ -555,29 +646,38 @@ size_t cache_io_len(size_t len)
 }
 
 /* The owner's resolve, checked (cache_stored_ok). No lock held. */
-int cache_resolve(struct tb_store *s, uint64_t obj, uint64_t idx, uint64_t *loc, size_t *len)
+int cache_resolve(struct tb_store *s, uint64_t obj, uint64_t idx, struct tb_stored *at)
 {
-	int ret = s->owner.resolve(s->owner.ctx, obj, idx, loc, len);
+	int ret;
 
-	if (ret == 0 && !cache_stored_ok(s, *loc, *len))
+	at->hashed = false;
+	ret = s->owner.resolve(s->owner.ctx, obj, idx, at);
+	if (ret == 0 && !cache_stored_ok(s, at->loc, at->len))
 		ret = -EIO;
 	return ret;
 }
 
-/* Load the len bytes stored at loc into e's slot; the rest of the block is zeros. */
-static void submit_read(struct tb_store *s, struct tb_entry *e, uint64_t loc, size_t len,
+/*
+ * Load the len bytes stored at loc into e's slot; the rest of the block is
+ * zeros. read_done checks them against hash, when there is one.
+ */
+static void submit_read(struct tb_store *s, struct tb_entry *e, const struct tb_stored *at,
 			enum io_class cls)
 {
-	e->loc = loc;
+	size_t io = cache_io_len(at->len);
+
+	e->loc = at->loc;
 	e->stored = true; /* LOADING: not dirty, so no count changes */
-	memset((char *)cache_slot_data(s, e) + cache_io_len(len), 0, s->bs - cache_io_len(len));
+	e->hashed = at->hashed;
+	memcpy(e->hash, at->hash, TB_HASH_LEN);
+	memset((char *)cache_slot_data(s, e) + io, 0, s->bs - io);
 	e->req.op = IO_READ;
 	e->req.cls = cls;
-	e->req.slot = tb_loc_slot(loc);
+	e->req.slot = tb_loc_slot(at->loc);
 	e->req.buf = cache_slot_data(s, e);
-	e->req.len = cache_io_len(len);
+	e->req.len = io;
 	e->req.done = read_done;
-	dev_submit(s->dev[tb_loc_dev(loc)], &e->req);
+	dev_submit(s->dev[tb_loc_dev(at->loc)], &e->req);
 }
 
 /*
@@ -588,8 +688,7 @@ static void submit_read(struct tb_store *s, struct tb_entry *e, uint64_t loc, si
 int cache_start_load(struct tb_store *s, struct tb_entry *e, uint64_t obj, uint64_t idx,
 		     struct tb_waiter *w, enum io_class cls, bool ahead)
 {
-	uint64_t loc;
-	size_t len;
+	struct tb_stored at;
 	int ret;
 
 	cache_set_state(s, e, ES_LOADING);
@@ -601,7 +700,7 @@ int cache_start_load(struct tb_store *s, struct tb_entry *e, uint64_t obj, uint6
 	if (cls == IO_DEMAND)
 		e->o->last_idx = idx;
 	pthread_mutex_unlock(&s->lock);
-	ret = cache_resolve(s, obj, idx, &loc, &len);
+	ret = cache_resolve(s, obj, idx, &at);
 	if (ret == 0) {
 		pthread_mutex_lock(&s->lock);
 		if (w) {
@@ -621,7 +720,7 @@ int cache_start_load(struct tb_store *s, struct tb_entry *e, uint64_t obj, uint6
 				s->n_pf++;
 		}
 		pthread_mutex_unlock(&s->lock);
-		submit_read(s, e, loc, len, cls);
+		submit_read(s, e, &at, cls);
 		pthread_mutex_lock(&s->lock);
 		return 1;
 	}
@@ -684,6 +783,93 @@ int cache_read_sync(struct tb_store *s, uint64_t loc, size_t len, void *buf)
 	return x.err;
 }
 
+/* The scrub's reads in flight: tb_check_stored waits until none is left. */
+struct check_wait {
+	pthread_mutex_t m;
+	pthread_cond_t cv;
+	size_t left;
+};
+
+struct check_io {
+	struct tb_io io;
+	struct check_wait *w;
+	int err;
+};
+
+static void check_io_done(struct tb_io *r, int err)
+{
+	struct check_io *x = (struct check_io *)r;
+
+	pthread_mutex_lock(&x->w->m);
+	x->err = err;
+	if (--x->w->left == 0)
+		pthread_cond_signal(&x->w->cv);
+	pthread_mutex_unlock(&x->w->m);
+}
+
+/* Read and check v[0..n), n at most CHECK_BYTES / bs, all at once. No lock held. */
+static void check_some(struct tb_store *s, struct tb_check *v, size_t n, struct check_io *x,
+		       char *bufs)
+{
+	struct check_wait w = {.left = 0};
+
+	pthread_mutex_init(&w.m, NULL);
+	pthread_cond_init(&w.cv, NULL);
+	for (size_t i = 0; i < n; i++) {
+		v[i].result = cache_stored_ok(s, v[i].loc, v[i].len) ? 0 : -EIO;
+		if (v[i].result == 0)
+			w.left++;
+	}
+	for (size_t i = 0; i < n; i++) {
+		char *buf = bufs + i * s->bs;
+		size_t io = cache_io_len(v[i].len);
+
+		if (v[i].result)
+			continue;
+		memset(buf + io, 0, s->bs - io);
+		x[i] = (struct check_io){.w = &w};
+		x[i].io.op = IO_READ;
+		x[i].io.cls = IO_PREFETCH; /* below the readers' demand */
+		x[i].io.slot = tb_loc_slot(v[i].loc);
+		x[i].io.buf = buf;
+		x[i].io.len = io;
+		x[i].io.done = check_io_done;
+		dev_submit(s->dev[tb_loc_dev(v[i].loc)], &x[i].io);
+	}
+	pthread_mutex_lock(&w.m);
+	while (w.left)
+		pthread_cond_wait(&w.cv, &w.m);
+	pthread_mutex_unlock(&w.m);
+	pthread_mutex_destroy(&w.m);
+	pthread_cond_destroy(&w.cv);
+	for (size_t i = 0; i < n; i++) {
+		if (v[i].result)
+			continue;
+		v[i].result = x[i].err;
+		if (!v[i].result && cache_check(s, bufs + i * s->bs, v[i].hashed ? v[i].hash : NULL,
+						v[i].loc, CACHE_NO_OBJ, 0) != 0)
+			v[i].result = -EBADMSG;
+	}
+}
+
+int tb_check_stored(struct tb_store *s, struct tb_check *v, size_t n)
+{
+	size_t most = CHECK_BYTES / s->bs ? CHECK_BYTES / s->bs : 1;
+	struct check_io *x = calloc(most, sizeof(*x));
+	char *bufs = NULL;
+	int ret = -ENOMEM;
+
+	if (!x || posix_memalign((void **)&bufs, IO_ALIGN, most * s->bs))
+		goto out;
+	for (size_t i = 0; i < n; i += most)
+		check_some(s, v + i, n - i < most ? n - i : most, x, bufs);
+	ret = 0;
+out:
+	free(bufs);
+	free(x);
+	return ret;
+}
+
 static bool sector_written(const struct tb_entry *e, uint32_t i)
 {
 	return e->written[i / 64] >> (i % 64) & 1;
@@ -716,20 +902,26 @@ static void zero_unwritten(struct tb_store *s, struct tb_entry *e)
 /*
  * Fill the sectors of a partial entry that were not written from its
  * persisted block, reading only its stored bytes, and only when some of
- * them were not written over. The entry is stable: no writer holds it
- * (merging or WB). 1 when it read, 0 when it did not, or -errno. No lock
- * held.
+ * them were not written over; the block read is checked against its hash
+ * first. The entry is stable: no writer holds it (merging or WB). 1 when
+ * it read, 0 when it did not, or -errno. No lock held.
  */
 int cache_merge_io(struct tb_store *s, struct tb_entry *e)
 {
 	char *bounce = NULL, *slot = cache_slot_data(s, e);
 	bool read = !covers_stored(e);
+	size_t io = cache_io_len(e->base_len);
 	int ret;
 
 	if (read) {
-		if (posix_memalign((void **)&bounce, IO_ALIGN, cache_io_len(e->base_len)))
+		/* The whole block, zeros past its stored bytes: what its hash is of. */
+		if (posix_memalign((void **)&bounce, IO_ALIGN, s->bs))
 			return -ENOMEM;
+		memset(bounce + io, 0, s->bs - io);
 		ret = cache_read_sync(s, e->base_loc, e->base_len, bounce);
+		if (ret == 0)
+			ret = cache_check(s, bounce, e->base_hashed ? e->base_hash : NULL,
+					  e->base_loc, e->obj, e->idx);
 		if (ret == 0)
 			for (uint32_t i = 0; i < e->base_len / SECTOR; i++)
 				if (!sector_written(e, i))
@@ -949,8 +1141,7 @@ static int wait_dirty_budget(struct tb_store *s)
 static int start_write(struct tb_store *s, struct tb_entry *e, uint64_t obj, uint64_t idx,
 		       bool whole, bool blind, uint64_t *resv)
 {
-	uint64_t loc;
-	size_t len;
+	struct tb_stored at;
 	int ret, from_resv;
 
 	from_resv = place_take(s, resv);
@@ -967,7 +1158,7 @@ static int start_write(struct tb_store *s, struct tb_entry *e, uint64_t obj, uin
 		return ret;
 	}
 	pthread_mutex_unlock(&s->lock);
-	ret = cache_resolve(s, obj, idx, &loc, &len);
+	ret = cache_resolve(s, obj, idx, &at);
 	if (ret == -ENOENT && !whole)
 		memset(cache_slot_data(s, e), 0, s->bs);
 	pthread_mutex_lock(&s->lock);
@@ -981,8 +1172,10 @@ static int start_write(struct tb_store *s, struct tb_entry *e, uint64_t obj, uin
 	}
 	if (ret == 0 && !whole) {
 		e->partial = true;
-		e->base_loc = loc;
-		e->base_len = len;
+		e->base_loc = at.loc;
+		e->base_len = at.len;
+		e->base_hashed = at.hashed;
+		memcpy(e->base_hash, at.hash, TB_HASH_LEN);
 		e->nwritten = 0;
 		memset(e->written, 0, s->sector_words * sizeof(uint64_t));
 		s->partial_created++;
@@ -1397,6 +1590,9 @@ void tb_get_stats(struct tb_store *s, struct tb_stats *st)
 	st->dedup_hits = s->dedup_hits;
 	st->dedup_verify_mismatch = s->dedup_mismatch;
 	st->dedup_verify_cached = s->dedup_verify_cached;
+	st->checksum_verified = __atomic_load_n(&s->sum_verified, __ATOMIC_RELAXED);
+	st->checksum_unverified = __atomic_load_n(&s->sum_unverified, __ATOMIC_RELAXED);
+	st->checksum_errors = __atomic_load_n(&s->sum_errors, __ATOMIC_RELAXED);
 	st->pinned_bytes = s->n_pinned_res * s->bs;
 	st->pin_limit_bytes = s->pin_limit * s->bs;
 	st->hot_bytes = (uint64_t)s->n_hot * s->bs;
@@ -1414,6 +1610,8 @@ void tb_get_stats(struct tb_store *s, struct tb_stats *st)
 			st->dev[i].avail = 0;
 			st->dev[i].full = true;
 		}
+		st->dev[i].checksum_errors =
+		    __atomic_load_n(&s->sum_dev_errors[i], __ATOMIC_RELAXED);
 	}
 }
 

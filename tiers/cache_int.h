@@ -26,6 +26,7 @@
 #define RANK_COST_SHARE 8 /* a ranking is reused for this many times what it took */
 #define IO_ALIGN 4096	 /* O_DIRECT alignment of a merge's bounce buffer */
 #define FULL_RETRY_MS 1000 /* a write-back that found no room, or a stall, is tried this often */
+#define SUM_LOG_RING 16	 /* damaged blocks remembered, so that each is logged once a while */
 
 enum entry_state { ES_FREE, ES_LOADING, ES_CLEAN, ES_DIRTY, ES_WB };
 
@@ -60,9 +61,16 @@ struct tb_entry {
 	uint32_t nwritten;
 	uint64_t base_loc; /* the persisted block a partial entry completes from */
 	size_t base_len;   /* bytes stored there; the rest of it is zeros */
+	bool base_hashed;  /* and its hash, to check it against */
+	uint8_t base_hash[TB_HASH_LEN];
 	uint64_t share_id; /* WB: commit as a reference to this stored block */
 	bool no_share;	   /* the last commit of it as a shared block was stale: store it */
-	bool hashed;
+	/*
+	 * The block's hash: LOADING, of the stored copy, to check the read
+	 * against; WB, of the bytes written back, and index says whether dedup
+	 * may share it.
+	 */
+	bool hashed, index;
 	uint8_t hash[TB_HASH_LEN];
 	int pins, wpins;
 	int err;	   /* last write-back error */
@@ -189,6 +197,11 @@ struct tb_store {
 	uint32_t nsectors;
 	uint64_t partial_created, partial_merged;
 	uint64_t dedup_hits, dedup_mismatch, dedup_verify_cached;
+	uint64_t sum_verified, sum_unverified, sum_errors; /* reads checked (tb_stats' checksum_) */
+	uint64_t sum_dev_errors[TB_MAX_DEVS];
+	struct {
+		uint64_t loc, ms;
+	} sum_logged[SUM_LOG_RING]; /* damaged blocks logged lately (sum_log_first) */
 	uint64_t ticks; /* counts pins, for lru */
 	/* 2q: blocks evicted from A1in, remembered by key in a ring */
 	uint64_t *ghost;
@@ -306,10 +319,14 @@ struct tb_entry *cache_entry_take(struct tb_store *s, struct tb_entry *e);
 void *cache_slot_data(struct tb_store *s, struct tb_entry *e);
 bool cache_stored_ok(const struct tb_store *s, uint64_t loc, size_t len);
 size_t cache_io_len(size_t len);
-int cache_resolve(struct tb_store *s, uint64_t obj, uint64_t idx, uint64_t *loc, size_t *len);
+int cache_resolve(struct tb_store *s, uint64_t obj, uint64_t idx, struct tb_stored *at);
 int cache_start_load(struct tb_store *s, struct tb_entry *e, uint64_t obj, uint64_t idx,
 		     struct tb_waiter *w, enum io_class cls, bool ahead);
 int cache_read_sync(struct tb_store *s, uint64_t loc, size_t len, void *buf);
+void cache_hash(const struct tb_store *s, const void *block, uint8_t out[TB_HASH_LEN]);
+#define CACHE_NO_OBJ UINT64_MAX /* cache_check of a block no file is named for */
+int cache_check(struct tb_store *s, const void *block, const uint8_t *hash, uint64_t loc,
+		uint64_t obj, uint64_t idx);
 int cache_merge_io(struct tb_store *s, struct tb_entry *e);
 void cache_pin(struct tb_store *s, struct tb_entry *e);
 void cache_unpin(struct tb_store *s, struct tb_entry *e);

@@ -429,26 +429,50 @@ void tb_hash(const void *data, size_t len, uint8_t out[TB_HASH_LEN])
 }
 
 /*
- * Hash the block; if a stored block has the same hash (and, in verify mode,
- * the same bytes as read back from its device), the entry is committed as
- * a reference to it. No lock held; the entry is in WB.
+ * Whether the stored block at loc, of len bytes and with hash (the entry's),
+ * holds the entry's bytes, as read back from its device. A block that does
+ * not is either another with the same hash or a damaged copy of this one:
+ * in the second case (its bytes do not match the hash either) *damaged is
+ * set. No lock held.
+ */
+static bool dedup_same_stored(struct tb_store *s, struct tb_entry *e, uint64_t loc, size_t len,
+			      bool *damaged)
+{
+	size_t io = cache_io_len(len);
+	char *bounce = NULL;
+	bool same;
+
+	*damaged = false;
+	/* Its stored bytes, and zeros past them: the whole block its hash is of. */
+	if (!cache_stored_ok(s, loc, len) || posix_memalign((void **)&bounce, IO_ALIGN, s->bs))
+		return false;
+	memset(bounce + io, 0, s->bs - io);
+	if (cache_read_sync(s, loc, len, bounce) != 0) {
+		free(bounce);
+		return false;
+	}
+	same = memcmp(bounce, cache_slot_data(s, e), io) == 0 &&
+	       e->new_len <= len; /* stored_len, set by start_writes */
+	if (!same)
+		*damaged = cache_check(s, bounce, e->hash, loc, CACHE_NO_OBJ, 0) != 0;
+	free(bounce);
+	return same;
+}
+
+/*
+ * The entry's bytes, hashed (start_writes): if a stored block has the same
+ * hash (and, in verify mode, the same bytes as read back from its device),
+ * the entry is committed as a reference to it. Otherwise it is stored, and
+ * entered in the index (e->index) unless the block found holds other bytes
+ * with the same hash. No lock held; the entry is in WB.
  */
 static bool dedup_match(struct tb_store *s, struct tb_entry *e)
 {
 	uint64_t id, loc;
 	size_t len;
-	char *bounce = NULL;
-	bool same;
+	bool same, damaged = false;
 
-	if (s->cfg.test_collide) {
-		uint64_t one = 1; /* every block collides: verify must hold */
-
-		memcpy(e->hash, &one, 8);
-		memcpy(e->hash + 8, &one, 8);
-	} else {
-		tb_hash(cache_slot_data(s, e), s->bs, e->hash);
-	}
-	e->hashed = true;
+	e->index = true;
 	if (s->owner.dedup_find(s->owner.ctx, e->hash, &id, &loc, &len) != 0)
 		return false;
 	if (s->cfg.dedup == TB_DEDUP_VERIFY) {
@@ -466,21 +490,18 @@ static bool dedup_match(struct tb_store *s, struct tb_entry *e)
 			same = memcmp(cache_slot_data(s, c), cache_slot_data(s, e), s->bs) == 0;
 			cache_unpin(s, c);
 		} else {
-			/* Its stored bytes, and zeros past them. */
-			if (!cache_stored_ok(s, loc, len) ||
-			    posix_memalign((void **)&bounce, IO_ALIGN, cache_io_len(len)))
-				return false;
-			same = cache_read_sync(s, loc, len, bounce) == 0 &&
-			       memcmp(bounce, cache_slot_data(s, e), cache_io_len(len)) == 0 &&
-			       e->new_len <= len; /* stored_len, set by start_writes */
-			free(bounce);
+			same = dedup_same_stored(s, e, loc, len, &damaged);
 		}
 		if (!same) {
 			pthread_mutex_lock(&s->lock);
 			s->dedup_mismatch++;
 			pthread_mutex_unlock(&s->lock);
-			/* Not the same bytes: store it, outside the index. */
-			e->hashed = false;
+			/*
+			 * Not the same bytes: store it. Outside the index, unless
+			 * the block found is damaged: then this one takes its
+			 * place, so that later copies share good bytes.
+			 */
+			e->index = damaged;
 			return false;
 		}
 	}
@@ -512,13 +533,16 @@ static void start_writes(struct tb_store *s, struct tb_entry **batch, size_t n,
 			pthread_mutex_unlock(&s->lock);
 		}
 		e->share_id = 0;
-		e->hashed = false;
+		e->hashed = e->index = false;
 		e->new_len = stored_len(cache_slot_data(s, e), s->bs);
 		if (!e->new_len) {
 			e->new_loc = TB_LOC_NONE;
 			holes[(*nholes)++] = e;
 			continue;
 		}
+		/* Every stored block keeps its hash: each read of it is checked. */
+		cache_hash(s, cache_slot_data(s, e), e->hash);
+		e->hashed = true;
 		if (s->cfg.dedup != TB_DEDUP_OFF && !e->no_share && dedup_match(s, e)) {
 			holes[(*nholes)++] = e; /* no I/O: committed as a shared block */
 			continue;
@@ -561,6 +585,7 @@ static void commit_batch(struct tb_store *s, struct tb_entry **v, size_t n)
 		c[i].len = v[i]->new_len;
 		c[i].share_id = v[i]->share_id;
 		c[i].hashed = v[i]->hashed;
+		c[i].index = v[i]->index;
 		memcpy(c[i].hash, v[i]->hash, TB_HASH_LEN);
 	}
 	if (c)

@@ -244,14 +244,13 @@ int tb_prefetch_deep(struct tb_store *s, uint64_t obj, uint64_t idx, unsigned de
 
 unsigned tb_ahead(struct tb_store *s, uint64_t obj, uint64_t idx, unsigned *run)
 {
-	uint64_t loc;
-	size_t len;
+	struct tb_stored at;
 	struct tb_dev *d;
 
 	*run = 1;
-	if (cache_resolve(s, obj, idx, &loc, &len) != 0)
+	if (cache_resolve(s, obj, idx, &at) != 0)
 		return 0;
-	d = s->dev[tb_loc_dev(loc)];
+	d = s->dev[tb_loc_dev(at.loc)];
 	*run = d->run;
 	return dev_ra_blocks(d);
 }

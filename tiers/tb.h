@@ -19,7 +19,13 @@
  * end, is written to a local device (nvme, pfs) only up to its last
  * non-zero KiB (in 4 KiB of I/O), and loaded as far: the owner keeps that
  * length with the location. The store tracks, for each cached block, how far its bytes
- * may be non-zero, so it never needs the file's size. All functions
+ * may be non-zero, so it never needs the file's size.
+ *
+ * Every block written back is hashed (tb_hash, of the whole block), and the
+ * owner keeps the hash with the location. A block read from a device, for
+ * a reader, a prefetch, the completion of a partial write or dedup's
+ * verify, is checked against it before it is used: one that does not match
+ * is never served nor cached, and its reader gets EIO. All functions
  * return 0 or -errno.
  */
 #ifndef TENSORFS_TB_H
@@ -118,7 +124,22 @@ struct tb_commit {
 	uint64_t loc;	   /* new location, or TB_LOC_NONE for a hole */
 	uint64_t len;	   /* bytes written at loc; the rest of the block is zeros */
 	uint64_t share_id; /* non-zero: point at this stored block instead */
-	bool hashed;	   /* hash is set */
+	bool hashed;	   /* hash is set: the block's bytes, kept to check every read */
+	bool index;	   /* and dedup may share the block: enter it in its index */
+	uint8_t hash[TB_HASH_LEN];
+};
+
+/*
+ * Where a persisted block is: its location, the bytes stored there from the
+ * block's start (the block size, or less for a block whose end is zeros:
+ * see tb_commit), and the hash of the whole block (tb_hash) when the owner
+ * has one. A block is checked against its hash whenever it is read from a
+ * device, and never served when the two differ.
+ */
+struct tb_stored {
+	uint64_t loc;
+	size_t len;
+	bool hashed;
 	uint8_t hash[TB_HASH_LEN];
 };
 
@@ -132,12 +153,8 @@ struct tb_use {
 
 struct tb_owner {
 	void *ctx;
-	/*
-	 * Location of persisted block (obj, idx): 0 with *loc and in *len the
-	 * bytes stored there from the block's start (the block size, or less
-	 * for a block whose end is zeros: see tb_commit), or -ENOENT for a hole.
-	 */
-	int (*resolve)(void *ctx, uint64_t obj, uint64_t idx, uint64_t *loc, size_t *len);
+	/* Where persisted block (obj, idx) is: 0 with *at filled, or -ENOENT for a hole. */
+	int (*resolve)(void *ctx, uint64_t obj, uint64_t idx, struct tb_stored *at);
 	/*
 	 * Make n write-back results part of the block maps, atomically;
 	 * -ESTALE when a block to share went away meanwhile (nothing changed).
@@ -205,6 +222,7 @@ struct tb_dev_stats {
 	uint64_t returned_bytes; /* free slab space given back to the filesystem so far */
 	uint64_t avail;		/* bytes it can still take: its room, 0 while full */
 	uint64_t recent_errors; /* errors of the last HEALTH_WINDOW_S seconds (dev.h) */
+	uint64_t checksum_errors; /* blocks read from it that did not match their hash */
 	bool up;
 	bool full; /* no room left, or a write said ENOSPC and none has succeeded since */
 };
@@ -236,6 +254,12 @@ struct tb_stats {
 	uint64_t partial_created, partial_merged; /* reads saved, and paid later */
 	uint64_t dedup_hits, dedup_verify_mismatch;
 	uint64_t dedup_verify_cached; /* verify compared with a copy in DRAM, not the device */
+	/*
+	 * Blocks read from a device: checked against their hash, read with no
+	 * hash to check (stored before blocks kept one), and that did not
+	 * match it (failed with EIO).
+	 */
+	uint64_t checksum_verified, checksum_unverified, checksum_errors;
 	uint64_t pinned_bytes, pin_limit_bytes; /* resident blocks of pinned objects */
 	uint64_t hot_bytes, ghost_hits;		/* 2q: Am's size, promotions from A1out */
 	bool huge_pages, locked;
@@ -464,6 +488,21 @@ void tb_resident_each(struct tb_store *s, uint64_t obj, tb_block_fn fn, void *ar
 void tb_release(struct tb_store *s, uint64_t loc);
 /* Check that n more blocks fit in the persistent tiers right now. */
 int tb_space_check(struct tb_store *s, uint64_t nblocks);
+/*
+ * The scrub's check of stored blocks: read each of the n blocks from its
+ * device (below demand reads) and compare it with its hash, where it has
+ * one. Each result is 0, -EBADMSG when the bytes do not match the hash, or
+ * the read's -errno; a mismatch is logged and counted as a read's is.
+ * Returns 0, or -errno when the check could not be made (no memory).
+ */
+struct tb_check {
+	uint64_t loc;
+	size_t len;
+	bool hashed;
+	uint8_t hash[TB_HASH_LEN];
+	int result;
+};
+int tb_check_stored(struct tb_store *s, struct tb_check *v, size_t n);
 /* Bytes of capacity and free space across the persistent tiers. */
 void tb_space(struct tb_store *s, uint64_t *total, uint64_t *avail);
 void tb_get_stats(struct tb_store *s, struct tb_stats *st);
@@ -471,9 +510,11 @@ size_t tb_block_size(const struct tb_store *s);
 /* A block of zeros, block_size long, for replying with holes. */
 const void *tb_zero_block(const struct tb_store *s);
 /*
- * Dedup's key for len bytes: XXH3-128, the low 64 bits then the high 64, each
- * in the host's byte order. The dedup index on disk holds these, so their
- * value never changes, whichever vector unit computes them.
+ * A block's hash, for len bytes: XXH3-128, the low 64 bits then the high 64,
+ * each in the host's byte order. Dedup's key and every read's check: the
+ * block records on disk hold these, so their value never changes, whichever
+ * vector unit computes them (the widest the CPU has, where libxxhash has its
+ * x86 dispatcher).
  */
 void tb_hash(const void *data, size_t len, uint8_t out[TB_HASH_LEN]);
 

@@ -28,13 +28,16 @@ int main(void)
 		"flush ", "evict", "prefetch ino:", "prefetch ino:x", "prefetch ino:-1",
 		"prefetch ino:0", "prefetch ino:12345678901234567890", "prefetch ino:1 ",
 		"pin /a\n\n", "pin /a\nflush", "pin /a\r", "pin /a\tb", " pin /a", "unpin\t/a",
-		"evict /\x7f",
+		"evict /\x7f", "scrub /", "scrub now", "scrub ",
 	};
 	char big[FS_CTLCMD_MAX + 16], name[300];
 
 	CHECK_EQ(parse("flush"), 0);
 	CHECK_EQ(cmd.verb, CTL_FLUSH);
 	CHECK_EQ(parse("flush\n"), 0);
+	CHECK_EQ(parse("scrub\n"), 0);
+	CHECK_EQ(cmd.verb, CTL_SCRUB);
+	CHECK(strcmp(fs_ctlverb_name(CTL_SCRUB), "scrub") == 0);
 	CHECK_EQ(parse("pin /a/b.bin"), 0);
 	CHECK_EQ(cmd.verb, CTL_PIN);
 	CHECK(strcmp(cmd.path, "/a/b.bin") == 0);

@@ -50,7 +50,7 @@ struct owner {
 	uint64_t cycle_blocks; /* 0: no cycle */
 };
 
-static int o_resolve(void *ctx, uint64_t obj, uint64_t idx, uint64_t *loc, size_t *len)
+static int o_resolve(void *ctx, uint64_t obj, uint64_t idx, struct tb_stored *at)
 {
 	struct owner *o = ctx;
 	int ret = -ENOENT;
@@ -58,8 +58,8 @@ static int o_resolve(void *ctx, uint64_t obj, uint64_t idx, uint64_t *loc, size_
 	CHECK(obj < MAX_OBJ && idx < OBJ_BLOCKS);
 	pthread_mutex_lock(&o->lock);
 	if (o->stored[obj][idx]) {
-		*loc = o->loc[obj][idx];
-		*len = o->len[obj][idx];
+		at->loc = o->loc[obj][idx];
+		at->len = o->len[obj][idx];
 		ret = 0;
 	}
 	pthread_mutex_unlock(&o->lock);

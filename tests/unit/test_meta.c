@@ -93,12 +93,12 @@ static void check_sparse_maps(struct fs_meta *m)
 	CHECK_EQ(meta_begin(m, true, &txn), 0);
 	f3 = meta_new_ino(m);
 	f4 = meta_new_ino(m);
-	CHECK_EQ(meta_bmap_store(m, txn, f3, 0, tb_loc(0, 100), 0, NULL, &freed), 0);
-	CHECK_EQ(meta_bmap_store(m, txn, f3, 7, tb_loc(0, 107), 0, NULL, &freed), 0);
-	CHECK_EQ(meta_bmap_store(m, txn, f3, far, tb_loc(0, 199), 0, NULL, &freed), 0);
+	CHECK_EQ(meta_bmap_store(m, txn, f3, 0, tb_loc(0, 100), 0, NULL, false, &freed), 0);
+	CHECK_EQ(meta_bmap_store(m, txn, f3, 7, tb_loc(0, 107), 0, NULL, false, &freed), 0);
+	CHECK_EQ(meta_bmap_store(m, txn, f3, far, tb_loc(0, 199), 0, NULL, false, &freed), 0);
 	/* f4 maps one block inside the range it will share into, one outside. */
-	CHECK_EQ(meta_bmap_store(m, txn, f4, 3, tb_loc(0, 203), 0, NULL, &freed), 0);
-	CHECK_EQ(meta_bmap_store(m, txn, f4, dbase + 5, tb_loc(0, 205), 0, NULL, &freed), 0);
+	CHECK_EQ(meta_bmap_store(m, txn, f4, 3, tb_loc(0, 203), 0, NULL, false, &freed), 0);
+	CHECK_EQ(meta_bmap_store(m, txn, f4, dbase + 5, tb_loc(0, 205), 0, NULL, false, &freed), 0);
 
 	CHECK_EQ(meta_bmap_next(m, txn, f3, 0, UINT64_MAX, &idx, &id), 0);
 	CHECK_EQ(idx, 0);
@@ -231,16 +231,18 @@ static void check_lengths(void)
 	struct meta_block blk;
 	struct fs_meta *m;
 	MDB_txn *txn;
-	uint64_t a, id, found;
-	uint8_t hash[META_HASH_LEN] = {9};
+	uint64_t a, id, found, ids[2];
+	uint8_t hash[META_HASH_LEN] = {9}, other[META_HASH_LEN] = {10};
+	struct meta_block recs[2];
+	unsigned n;
 
 	CHECK(mkdtemp(dir));
 	m = open_store(dir, 1 << 20, true, 0);
 	CHECK_EQ(meta_begin(m, true, &txn), 0);
 	a = meta_new_ino(m);
 	CHECK_EQ(meta_inode_put(m, txn, a, &rec), 0);
-	CHECK_EQ(meta_bmap_store(m, txn, a, 0, tb_loc(0, 1), 65536, hash, &freed), 0);
-	CHECK_EQ(meta_bmap_store(m, txn, a, 1, tb_loc(0, 2), 1 << 20, NULL, &freed), 0);
+	CHECK_EQ(meta_bmap_store(m, txn, a, 0, tb_loc(0, 1), 65536, hash, true, &freed), 0);
+	CHECK_EQ(meta_bmap_store(m, txn, a, 1, tb_loc(0, 2), 1 << 20, NULL, false, &freed), 0);
 	CHECK_EQ(meta_bmap_get(m, txn, a, 0, &id), 0);
 	CHECK_EQ(meta_block_get(m, txn, id, &blk), 0);
 	CHECK_EQ(blk.len, 65536);
@@ -248,6 +250,24 @@ static void check_lengths(void)
 	CHECK_EQ(found, id);
 	CHECK_EQ(blk.loc, tb_loc(0, 1));
 	CHECK_EQ(blk.len, 65536);
+	/* A block kept out of the index keeps its hash, for the reads' check. */
+	CHECK_EQ(meta_bmap_store(m, txn, a, 2, tb_loc(0, 3), 4096, other, false, &freed), 0);
+	CHECK_EQ(meta_bmap_get(m, txn, a, 2, &id), 0);
+	CHECK_EQ(meta_block_get(m, txn, id, &blk), 0);
+	CHECK(blk.flags & META_BLOCK_HASHED);
+	CHECK(memcmp(blk.hash, other, META_HASH_LEN) == 0);
+	CHECK_EQ(meta_dedup_find(m, txn, other, &found, &blk), -ENOENT);
+	/* The block records in steps, by id: the scrub's walk. */
+	CHECK_EQ(meta_blocks_list(m, txn, 0, ids, recs, 2, &n), 0);
+	CHECK_EQ(n, 2);
+	CHECK(ids[0] < ids[1]);
+	CHECK_EQ(recs[0].loc, tb_loc(0, 1));
+	CHECK_EQ(meta_blocks_list(m, txn, ids[1] + 1, ids, recs, 2, &n), 0);
+	CHECK_EQ(n, 1);
+	CHECK_EQ(ids[0], id);
+	CHECK_EQ(recs[0].len, 4096);
+	CHECK_EQ(meta_blocks_list(m, txn, id + 1, ids, recs, 2, &n), 0);
+	CHECK_EQ(n, 0);
 	CHECK_EQ(meta_commit(txn), 0);
 	meta_close(m);
 
@@ -292,14 +312,16 @@ static void check_counts(void)
 	CHECK_EQ(meta_inode_put(m, txn, b, &rec), 0);
 	CHECK_EQ(meta_inode_put(m, txn, c, &rec), 0);
 	CHECK_EQ(nblocks(m, txn, a), 0);
-	CHECK_EQ(meta_bmap_store(m, txn, a, 0, tb_loc(0, 1), 0, hash, &freed), 0);
-	CHECK_EQ(meta_bmap_store(m, txn, a, 1, tb_loc(0, 2), 0, NULL, &freed), 0);
-	CHECK_EQ(meta_bmap_store(m, txn, a, 1000000, tb_loc(0, 3), 0, NULL, &freed), 0);
+	CHECK_EQ(meta_bmap_store(m, txn, a, 0, tb_loc(0, 1), 0, hash, true, &freed), 0);
+	CHECK_EQ(meta_bmap_store(m, txn, a, 1, tb_loc(0, 2), 0, NULL, false, &freed), 0);
+	CHECK_EQ(meta_bmap_store(m, txn, a, 1000000, tb_loc(0, 3), 0, NULL, false, &freed), 0);
 	CHECK_EQ(nblocks(m, txn, a), 3);
-	CHECK_EQ(meta_bmap_store(m, txn, a, 1, tb_loc(0, 4), 0, NULL, &freed), 0); /* replaced */
+	/* replaced */
+	CHECK_EQ(meta_bmap_store(m, txn, a, 1, tb_loc(0, 4), 0, NULL, false, &freed), 0);
 	CHECK_EQ(nblocks(m, txn, a), 3);
-	CHECK_EQ(meta_bmap_store(m, txn, a, 1, TB_LOC_NONE, 0, NULL, &freed), 0); /* a hole */
-	CHECK_EQ(meta_bmap_store(m, txn, a, 7, TB_LOC_NONE, 0, NULL, &freed), 0); /* a hole again */
+	/* a hole, twice */
+	CHECK_EQ(meta_bmap_store(m, txn, a, 1, TB_LOC_NONE, 0, NULL, false, &freed), 0);
+	CHECK_EQ(meta_bmap_store(m, txn, a, 7, TB_LOC_NONE, 0, NULL, false, &freed), 0);
 	CHECK_EQ(nblocks(m, txn, a), 2);
 	/* b shares a's blocks 0..1000000: 2 blocks, whatever the range's length. */
 	CHECK_EQ(meta_bmap_share(m, txn, a, 0, b, 0, 1000001, &freed), 0);
@@ -308,7 +330,7 @@ static void check_counts(void)
 	CHECK_EQ(meta_bmap_share(m, txn, a, 0, b, 0, 1000001, &freed), 0); /* again: same */
 	CHECK_EQ(nblocks(m, txn, b), 2);
 	/* c shares a's block 0 by hash (dedup), over a block of its own and into a hole. */
-	CHECK_EQ(meta_bmap_store(m, txn, c, 5, tb_loc(0, 9), 0, NULL, &freed), 0);
+	CHECK_EQ(meta_bmap_store(m, txn, c, 5, tb_loc(0, 9), 0, NULL, false, &freed), 0);
 	CHECK_EQ(meta_bmap_get(m, txn, a, 0, &id), 0);
 	CHECK_EQ(meta_bmap_share_block(m, txn, c, 5, id, hash, &freed), 0);
 	CHECK_EQ(meta_bmap_share_block(m, txn, c, 6, id, hash, &freed), 0);
@@ -516,11 +538,11 @@ int main(void)
 	CHECK(strcmp(names.seen[0], "alpha") == 0);
 
 	/* Block maps: store, replace (old block freed), share, clear. */
-	CHECK_EQ(meta_bmap_store(m, txn, f1, 0, tb_loc(0, 10), 0, NULL, &freed), 0);
-	CHECK_EQ(meta_bmap_store(m, txn, f1, 1, tb_loc(1, 11), 0, NULL, &freed), 0);
-	CHECK_EQ(meta_bmap_store(m, txn, f1, 5, tb_loc(0, 15), 0, NULL, &freed), 0);
+	CHECK_EQ(meta_bmap_store(m, txn, f1, 0, tb_loc(0, 10), 0, NULL, false, &freed), 0);
+	CHECK_EQ(meta_bmap_store(m, txn, f1, 1, tb_loc(1, 11), 0, NULL, false, &freed), 0);
+	CHECK_EQ(meta_bmap_store(m, txn, f1, 5, tb_loc(0, 15), 0, NULL, false, &freed), 0);
 	CHECK_EQ(freed.n, 0);
-	CHECK_EQ(meta_bmap_store(m, txn, f1, 0, tb_loc(0, 20), 0, NULL, &freed), 0);
+	CHECK_EQ(meta_bmap_store(m, txn, f1, 0, tb_loc(0, 20), 0, NULL, false, &freed), 0);
 	CHECK_EQ(freed.n, 1);
 	CHECK(has_loc(&freed, tb_loc(0, 10)));
 	freed.n = 0;
@@ -543,7 +565,7 @@ int main(void)
 	CHECK_EQ(b.refs, 1);
 	freed.n = 0;
 	/* A hole stored over a block frees it. */
-	CHECK_EQ(meta_bmap_store(m, txn, f2, 1, TB_LOC_NONE, 0, NULL, &freed), 0);
+	CHECK_EQ(meta_bmap_store(m, txn, f2, 1, TB_LOC_NONE, 0, NULL, false, &freed), 0);
 	CHECK(has_loc(&freed, tb_loc(1, 11)));
 	CHECK_EQ(meta_bmap_get(m, txn, f2, 1, &id), -ENOENT);
 	freed.n = 0;
@@ -569,7 +591,7 @@ int main(void)
 	CHECK(strcmp(buf, "../target") == 0);
 
 	/* f1 becomes an orphan: unlinked but still with blocks. */
-	CHECK_EQ(meta_bmap_store(m, txn, f1, 3, tb_loc(0, 33), 0, NULL, &freed), 0);
+	CHECK_EQ(meta_bmap_store(m, txn, f1, 3, tb_loc(0, 33), 0, NULL, false, &freed), 0);
 	CHECK_EQ(meta_dirent_del(m, txn, META_ROOT_INO, "zeta"), 0);
 	rec.nlink = 0;
 	CHECK_EQ(meta_inode_put(m, txn, f1, &rec), 0);

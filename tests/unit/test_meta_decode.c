@@ -135,8 +135,8 @@ static void damaged_store(void)
 	m = open_store(dir);
 	CHECK_EQ(meta_begin(m, true, &txn), 0);
 	CHECK_EQ(meta_dirent_add(m, txn, META_ROOT_INO, "f", 7), 0);
-	CHECK_EQ(meta_bmap_store(m, txn, 7, 0, tb_loc(0, 5), 0, NULL, &freed), 0);
-	CHECK_EQ(meta_bmap_store(m, txn, 7, 1, tb_loc(0, 6), 0, NULL, &freed), 0);
+	CHECK_EQ(meta_bmap_store(m, txn, 7, 0, tb_loc(0, 5), 0, NULL, false, &freed), 0);
+	CHECK_EQ(meta_bmap_store(m, txn, 7, 1, tb_loc(0, 6), 0, NULL, false, &freed), 0);
 	CHECK_EQ(meta_commit(txn), 0);
 	CHECK_EQ(meta_foreach_block(m, count_block, &n), 0);
 	CHECK_EQ(n, 2);

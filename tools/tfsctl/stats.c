@@ -71,6 +71,11 @@ static void health(json_t *st, char *buf, size_t len)
 	if (wbe)
 		n += (size_t)snprintf(buf + n, n < len ? len - n : 0, "%s%llu write-back errors",
 				      n ? ", " : "", (unsigned long long)wbe);
+	uint64_t cse = jint(json_object_get(st, "checksum"), "errors");
+	if (cse)
+		n += (size_t)snprintf(buf + n, n < len ? len - n : 0,
+				      "%s%llu blocks failed their checksum", n ? ", " : "",
+				      (unsigned long long)cse);
 	if (n == 0)
 		snprintf(buf, len, "ok");
 }
@@ -221,6 +226,7 @@ static void print_summary(json_t *st)
 	fmt_bytes(jint(d, "physical_bytes"), f, sizeof(f));
 	printf("dedup     ratio %.2f (logical %s, physical %s, hits %llu)\n", jreal(d, "ratio"), e,
 	       f, (unsigned long long)jint(d, "hits"));
+	print_counters("checksum", json_object_get(st, "checksum"));
 	print_counters("fuse", json_object_get(st, "fuse"));
 	health(st, hl, sizeof(hl));
 	printf("health    %s\n", hl);
