@@ -480,6 +480,7 @@ static json_t *config_json(struct fs *fs)
 	json_object_set_new(root, "default_permissions", json_boolean(!c->no_default_permissions));
 	static const char *const dedups[] = {"off", "trust", "verify"};
 	json_object_set_new(root, "dedup", json_string(dedups[c->dedup]));
+	json_object_set_new(root, "checksum", json_boolean(c->checksum));
 	json_object_set_new(root, "cuda", json_boolean(c->cuda));
 	json_object_set_new(root, "readahead", json_integer((json_int_t)c->readahead));
 	json_object_set_new(root, "remote_readahead",
@@ -762,7 +763,7 @@ static char *metrics_text(struct fs *fs, size_t *len)
 		"Blocks read from the devices and checked against their hash.",
 		(double)st->checksum_verified);
 	metric1(f, "checksum_unverified_total", "counter",
-		"Blocks read from the devices with no hash to check (stored before blocks kept one).",
+		"Blocks read from the devices unchecked (no hash stored, or checksum=off).",
 		(double)st->checksum_unverified);
 	metric1(f, "checksum_errors_total", "counter",
 		"Blocks read from the devices that did not match their hash (EIO).",

@@ -75,6 +75,7 @@ static const struct fuse_opt tfs_opts[] = {
 	OPT("s3_object=%s", s3_object_s),
 	OPT("prefetch=%s", prefetch_s),
 	OPT("cuda=%s", cuda_s),
+	OPT("checksum=%s", checksum_s),
 	{"no_default_permissions", offsetof(struct fs_config, no_default_permissions), 1},
 	{"syslog", offsetof(struct fs_config, use_syslog), 1},
 	FUSE_OPT_KEY("allow_other", KEY_ALLOW_OTHER),
@@ -150,6 +151,8 @@ static void usage(const char *prog)
 	       "    -o dedup=MODE          verify (default), trust or off: store a block whose\n"
 	       "                           XXH3-128 hash is already stored as a reference to\n"
 	       "                           it; verify compares the bytes first\n"
+	       "    -o checksum=off        do not check blocks read from the devices against\n"
+	       "                           their hash (on: the default; an EIO when they differ)\n"
 	       "    -o cache_policy=P      auto (default: Belady on the learned access cycle,\n"
 	       "                           else 2q), 2q, clock, or lru (sampled)\n"
 	       "    -o readahead=SIZE      load this far ahead of a sequential reader (8M; 0: off)\n"
@@ -612,6 +615,7 @@ static int open_stores(struct fs *fs, unsigned nthreads, char *err, size_t errle
 	tc.spare_slots = bs == FS_MAX_WRITE ? (nthreads < SPARES_MAX ? nthreads : SPARES_MAX) : 0;
 	tc.remote_readahead = c->remote_readahead;
 	tc.dedup = c->dedup;
+	tc.no_checksum = !c->checksum;
 	tc.policy = c->policy;
 	tc.share_arena = c->cuda;
 	/* Test hook only: makes every block's hash collide, to prove verify. */

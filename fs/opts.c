@@ -157,7 +157,8 @@ static int on_ini_value(void *user, const char *section, const char *name, const
 		    {"s3_object", &c->s3_object_s},
 		    {"prefetch", &c->prefetch_s},
 		    {"cuda", &c->cuda_s},
-		    {"lock_wait", &c->lock_wait_s}};
+		    {"lock_wait", &c->lock_wait_s},
+		    {"checksum", &c->checksum_s}};
 	struct {
 		const char *key;
 		char **field;
@@ -962,6 +963,13 @@ int fs_config_resolve(struct fs_config *c, char *err, size_t errlen)
 		else if (strcmp(c->cuda_s, "off") != 0)
 			return bad(err, errlen, "cuda", c->cuda_s, "must be on or off");
 	}
+	c->checksum = true;
+	if (c->checksum_s) {
+		if (strcmp(c->checksum_s, "off") == 0)
+			c->checksum = false;
+		else if (strcmp(c->checksum_s, "on") != 0)
+			return bad(err, errlen, "checksum", c->checksum_s, "must be on or off");
+	}
 	c->prefetch = true;
 	if (c->prefetch_s) {
 		if (strcmp(c->prefetch_s, "off") == 0)
@@ -1065,7 +1073,7 @@ void fs_config_free(struct fs_config *c)
 			 &c->pfs_cap_s,	      &c->dedup_s,	   &c->policy_s,  &c->readahead_s,
 			 &c->prefetch_s, &c->cuda_s, &c->dirty_expire_s, &c->remote_readahead_s,
 			 &c->s3_object_s, &c->lock_wait_s, &c->sync_commits_s, &c->punch_after_s,
-			 &c->stall_wait_s};
+			 &c->stall_wait_s, &c->checksum_s};
 
 	if (c->s3_secret) {
 		/* Do not leave the secret in freed memory. */

@@ -507,8 +507,8 @@ static void read_done(struct tb_io *r, int err)
 
 	/* Checked before anyone sees it: the entry is LOADING, the slot ours alone. */
 	if (!err)
-		err = cache_check(s, cache_slot_data(s, e), e->hashed ? e->hash : NULL, e->loc,
-				  e->obj, e->idx);
+		err = cache_check(s, cache_slot_data(s, e), cache_read_sum(s, e->hashed, e->hash),
+				  e->loc, e->obj, e->idx);
 	pthread_mutex_lock(&s->lock);
 	w = e->waiters;
 	e->waiters = NULL;
@@ -564,6 +564,12 @@ void cache_hash(const struct tb_store *s, const void *block, uint8_t out[TB_HASH
 	tb_hash(block, s->bs, out);
 }
 
+/* The hash a read is checked against: none when it has none, or checksum=off. */
+const uint8_t *cache_read_sum(const struct tb_store *s, bool hashed, const uint8_t *hash)
+{
+	return hashed && !s->cfg.no_checksum ? hash : NULL;
+}
+
 /*
  * Whether a damaged block at loc is to be logged: not when it was in the
  * last SUM_LOG_QUIET_MS, so that the reads a reader retries (the kernel's
@@ -593,7 +599,7 @@ static bool sum_log_first(struct tb_store *s, uint64_t loc)
 
 /*
  * Check a whole block read from loc against the hash its record keeps
- * (NULL: it keeps none, so there is nothing to check). 0, or -EIO when they
+ * (NULL: it keeps none, or checksum=off: nothing to check). 0, or -EIO when they
  * differ: logged, naming block idx of inode obj unless obj is
  * CACHE_NO_OBJ, and counted. No lock held.
  */
@@ -920,7 +926,7 @@ int cache_merge_io(struct tb_store *s, struct tb_entry *e)
 		memset(bounce + io, 0, s->bs - io);
 		ret = cache_read_sync(s, e->base_loc, e->base_len, bounce);
 		if (ret == 0)
-			ret = cache_check(s, bounce, e->base_hashed ? e->base_hash : NULL,
+			ret = cache_check(s, bounce, cache_read_sum(s, e->base_hashed, e->base_hash),
 					  e->base_loc, e->obj, e->idx);
 		if (ret == 0)
 			for (uint32_t i = 0; i < e->base_len / SECTOR; i++)

@@ -324,6 +324,7 @@ int cache_start_load(struct tb_store *s, struct tb_entry *e, uint64_t obj, uint6
 		     struct tb_waiter *w, enum io_class cls, bool ahead);
 int cache_read_sync(struct tb_store *s, uint64_t loc, size_t len, void *buf);
 void cache_hash(const struct tb_store *s, const void *block, uint8_t out[TB_HASH_LEN]);
+const uint8_t *cache_read_sum(const struct tb_store *s, bool hashed, const uint8_t *hash);
 #define CACHE_NO_OBJ UINT64_MAX /* cache_check of a block no file is named for */
 int cache_check(struct tb_store *s, const void *block, const uint8_t *hash, uint64_t loc,
 		uint64_t obj, uint64_t idx);

@@ -454,7 +454,8 @@ static bool dedup_same_stored(struct tb_store *s, struct tb_entry *e, uint64_t l
 	same = memcmp(bounce, cache_slot_data(s, e), io) == 0 &&
 	       e->new_len <= len; /* stored_len, set by start_writes */
 	if (!same)
-		*damaged = cache_check(s, bounce, e->hash, loc, CACHE_NO_OBJ, 0) != 0;
+		*damaged = cache_check(s, bounce, cache_read_sum(s, true, e->hash), loc,
+				       CACHE_NO_OBJ, 0) != 0;
 	free(bounce);
 	return same;
 }

@@ -112,6 +112,7 @@ struct tb_config {
 	unsigned spare_slots;	   /* arena slots beyond dram_bytes, for tb_swap_slot */
 	uint64_t remote_readahead; /* deepest window ahead of a reader of remote blocks, bytes */
 	enum tb_dedup dedup;	   /* share blocks whose bytes are already stored */
+	bool no_checksum; /* blocks read are not checked against their hash (still kept) */
 	enum tb_policy policy;	   /* eviction */
 	bool share_arena;	   /* a memfd that GPU clients map (cuda=on) */
 	bool test_collide;	   /* test hook: every block hashes alike */
@@ -256,8 +257,8 @@ struct tb_stats {
 	uint64_t dedup_verify_cached; /* verify compared with a copy in DRAM, not the device */
 	/*
 	 * Blocks read from a device: checked against their hash, read with no
-	 * hash to check (stored before blocks kept one), and that did not
-	 * match it (failed with EIO).
+	 * hash to check (stored before blocks kept one, or checksum=off), and
+	 * that did not match it (failed with EIO).
 	 */
 	uint64_t checksum_verified, checksum_unverified, checksum_errors;
 	uint64_t pinned_bytes, pin_limit_bytes; /* resident blocks of pinned objects */
@@ -491,7 +492,7 @@ int tb_space_check(struct tb_store *s, uint64_t nblocks);
 /*
  * The scrub's check of stored blocks: read each of the n blocks from its
  * device (below demand reads) and compare it with its hash, where it has
- * one. Each result is 0, -EBADMSG when the bytes do not match the hash, or
+ * one, checksum=off or not. Each result is 0, -EBADMSG when the bytes do not match the hash, or
  * the read's -errno; a mismatch is logged and counted as a read's is.
  * Returns 0, or -errno when the check could not be made (no memory).
  */

@@ -19,7 +19,9 @@
 #      that completes the block from its stored copy is checked too (EIO);
 #   5. the slab truncated in c's last block: it and every block stored past
 #      it read EIO, and scrub lists them as failed reads;
-#   6. dedup=off keeps the hash too: a flipped byte is found the same way.
+#   6. dedup=off keeps the hash too: a flipped byte is found the same way;
+#   7. checksum=off: reads are not checked (counted unverified), and scrub
+#      still finds the damaged block.
 # On 2582941 the damaged blocks read back with their wrong bytes and rc 0.
 . "$(dirname "$0")/lib.sh"
 
@@ -212,5 +214,16 @@ echo "c 6" >"$T/want"
 tfs_mount dedup=off
 readcheck c >"$T/eio"
 expect_eio "$T/want" "$T/eio"
+tfs_umount || fail "unmount"
+
+# 7. checksum=off: the reads go unchecked; scrub checks all the same.
+tfs_mount dedup=off,checksum=off
+cat "$MNT/c" >/dev/null || fail "checksum=off: a read failed"
+[ "$(stat_val checksum verified)" -eq 0 ] || fail "checksum=off: reads were checked"
+[ "$(stat_val checksum unverified)" -ge 8 ] || fail "checksum=off: unchecked reads not counted"
+rc=0
+"$TFSCTL" -m "$MNT" scrub >"$T/scrub.txt" 2>&1 || rc=$?
+[ $rc -eq 1 ] && grep -q "^/c block 6: checksum mismatch" "$T/scrub.txt" ||
+	{ cat "$T/scrub.txt" >&2; fail "checksum=off: scrub does not find c's block 6"; }
 tfs_umount || fail "unmount"
 echo "PASS: checksum"

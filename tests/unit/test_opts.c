@@ -213,6 +213,7 @@ int main(void)
 	CHECK_EQ(c.n_nvme, 1);
 	CHECK(strstr(c.meta, "/meta") != NULL);
 	CHECK_EQ(c.sync_commits, 256);
+	CHECK(c.checksum); /* reads are checked unless checksum=off */
 	CHECK_EQ(c.punch_after_ms, 10000);
 	fs_config_free(&c);
 
@@ -233,6 +234,18 @@ int main(void)
 	c.punch_after_s = strdup("-1");
 	CHECK_EQ(resolve(&c, dir, err), -EINVAL);
 	CHECK(strstr(err, "punch_after_ms") != NULL);
+	fs_config_free(&c);
+
+	/* checksum= takes on or off, nothing else. */
+	memset(&c, 0, sizeof(c));
+	c.checksum_s = strdup("off");
+	CHECK_EQ(resolve(&c, dir, err), 0);
+	CHECK(!c.checksum);
+	fs_config_free(&c);
+	memset(&c, 0, sizeof(c));
+	c.checksum_s = strdup("yes");
+	CHECK_EQ(resolve(&c, dir, err), -EINVAL);
+	CHECK(strstr(err, "checksum") && strstr(err, "on or off"));
 	fs_config_free(&c);
 
 	/* Each bad value is refused and named. */
