@@ -599,8 +599,8 @@ static bool sum_log_first(struct tb_store *s, uint64_t loc)
 
 /*
  * Check a whole block read from loc against the hash its record keeps
- * (NULL: it keeps none, or checksum=off: nothing to check). 0, or -EIO when they
- * differ: logged, naming block idx of inode obj unless obj is
+ * (NULL: it keeps none, or checksum=off: nothing to check). 0, or -EIO
+ * when they differ: logged, naming block idx of inode obj unless obj is
  * CACHE_NO_OBJ, and counted. No lock held.
  */
 int cache_check(struct tb_store *s, const void *block, const uint8_t *hash, uint64_t loc,

@@ -174,7 +174,8 @@ h0=$(stat_val dedup hits) m0=$(stat_val dedup verify_mismatches)
 dd if="$T/a2" of="$MNT/copy2" bs=1M conv=fsync status=none || fail "write copy2"
 [ "$(stat_val dedup hits)" -eq $((h0 + 1)) ] ||
 	fail "a copy of a damaged block's bytes does not share the good copy stored since"
-[ "$(stat_val dedup verify_mismatches)" -eq "$m0" ] || fail "dedup compared with the damaged copy again"
+[ "$(stat_val dedup verify_mismatches)" -eq "$m0" ] ||
+	fail "dedup compared with the damaged copy again"
 cmp -s "$T/a2" "$MNT/copy1" && cmp -s "$T/a2" "$MNT/copy2" || fail "the copies read back wrong"
 
 # 4. One KiB written into a's block 5, which is damaged and not cached:
