@@ -528,7 +528,7 @@ static int cmd_pins(int argc, char **argv, const struct tfs_args *a)
 static void print_bad(json_t *b)
 {
 	const char *path = json_string_value(json_object_get(b, "path"));
-	char alt[48];
+	char alt[48], epath[ESC_SIZE(PATH_MAX)];
 
 	if (!json_is_integer(json_object_get(b, "ino"))) {
 		printf("block id %llu (mapped by no file): %s (%s slot %llu)\n",
@@ -542,8 +542,8 @@ static void print_bad(json_t *b)
 		snprintf(alt, sizeof(alt), "ino:%llu", (unsigned long long)jint(b, "ino"));
 		path = alt;
 	}
-	printf("%s block %llu: %s (%s slot %llu)\n", path, (unsigned long long)jint(b, "index"),
-	       json_string_value(json_object_get(b, "error")),
+	printf("%s block %llu: %s (%s slot %llu)\n", esc_name(path, epath, sizeof(epath)),
+	       (unsigned long long)jint(b, "index"), json_string_value(json_object_get(b, "error")),
 	       json_string_value(json_object_get(b, "tier")), (unsigned long long)jint(b, "slot"));
 }
 
@@ -573,7 +573,7 @@ static int cmd_scrub(int argc, char **argv, const struct tfs_args *a)
 	if (!j)
 		return EXIT_RUNTIME;
 	if (a->json) {
-		json_dumpf(j, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+		json_dumpf(j, stdout, JSON_OUT);
 		putchar('\n');
 	} else {
 		json_array_foreach(json_object_get(j, "bad"), i, b) {
