@@ -49,8 +49,6 @@
 #define CLEAN_LOW_SHARE 64 /* the flusher keeps 1/64 to 1/32 of the slots clean */
 #define CLEAN_LOW_MIN 2
 #define STORE_ALIGN 4096 /* device I/O of a stored block's bytes: O_DIRECT on 4Kn devices */
-#define CHECK_BYTES (16UL << 20) /* the scrub reads this much at once, or one block */
-#define SUM_LOG_QUIET_MS 10000 /* a damaged block is logged once in this long */
 
 /* ---- waits that a request may give up ---- */
 
@@ -499,16 +497,16 @@ static void call_waiters(struct tb_waiter *w, int err)
 	}
 }
 
-static void read_done(struct tb_io *r, int err)
+/*
+ * A load ended (err) and its bytes were checked: the entry becomes CLEAN,
+ * pinned for each waiter, or goes. Called once per load, on an I/O thread
+ * (a device's, or a verifier's). No lock held.
+ */
+void cache_load_done(struct tb_entry *e, int err)
 {
-	struct tb_entry *e = (struct tb_entry *)((char *)r - offsetof(struct tb_entry, req));
 	struct tb_store *s = e->s;
 	struct tb_waiter *w;
 
-	/* Checked before anyone sees it: the entry is LOADING, the slot ours alone. */
-	if (!err)
-		err = cache_check(s, cache_slot_data(s, e), cache_read_sum(s, e->hashed, e->hash),
-				  e->loc, e->obj, e->idx);
 	pthread_mutex_lock(&s->lock);
 	w = e->waiters;
 	e->waiters = NULL;
@@ -545,95 +543,24 @@ static void read_done(struct tb_io *r, int err)
 	call_waiters(w, err);
 }
 
-/* ---- checksums ---- */
-
 /*
- * The hash a block's record keeps, of the whole block (block_size bytes:
- * its stored bytes and the zeros past them). The collision test hook makes
- * every block hash alike, reads included, so that its reads still pass.
+ * The device read of a load ended. A block with a hash to check goes to
+ * the verifiers (verify.c), so that the device's thread goes on feeding
+ * the device; it stays LOADING until checked, and no one sees its bytes.
  */
-void cache_hash(const struct tb_store *s, const void *block, uint8_t out[TB_HASH_LEN])
+static void read_done(struct tb_io *r, int err)
 {
-	if (s->cfg.test_collide) {
-		uint64_t one = 1; /* every block collides: dedup's verify must hold */
+	struct tb_entry *e = (struct tb_entry *)((char *)r - offsetof(struct tb_entry, req));
+	struct tb_store *s = e->s;
+	const uint8_t *sum = cache_read_sum(s, e->hashed, e->hash);
 
-		memcpy(out, &one, 8);
-		memcpy(out + 8, &one, 8);
+	if (!err && sum) {
+		verify_load(s, e);
 		return;
 	}
-	tb_hash(block, s->bs, out);
-}
-
-/* The hash a read is checked against: none when it has none, or checksum=off. */
-const uint8_t *cache_read_sum(const struct tb_store *s, bool hashed, const uint8_t *hash)
-{
-	return hashed && !s->cfg.no_checksum ? hash : NULL;
-}
-
-/*
- * Whether a damaged block at loc is to be logged: not when it was in the
- * last SUM_LOG_QUIET_MS, so that the reads a reader retries (the kernel's
- * readahead, then its own read) leave the log's lines of this format
- * (log.c holds it to a few a second) for the other damaged blocks.
- */
-static bool sum_log_first(struct tb_store *s, uint64_t loc)
-{
-	uint64_t now = now_ms();
-	unsigned oldest = 0;
-
-	pthread_mutex_lock(&s->lock);
-	for (unsigned i = 0; i < SUM_LOG_RING; i++) {
-		if (s->sum_logged[i].loc == loc && s->sum_logged[i].ms &&
-		    now - s->sum_logged[i].ms < SUM_LOG_QUIET_MS) {
-			pthread_mutex_unlock(&s->lock);
-			return false;
-		}
-		if (s->sum_logged[i].ms < s->sum_logged[oldest].ms)
-			oldest = i;
-	}
-	s->sum_logged[oldest].loc = loc;
-	s->sum_logged[oldest].ms = now;
-	pthread_mutex_unlock(&s->lock);
-	return true;
-}
-
-/*
- * Check a whole block read from loc against the hash its record keeps
- * (NULL: it keeps none, or checksum=off: nothing to check). 0, or -EIO
- * when they differ: logged, naming block idx of inode obj unless obj is
- * CACHE_NO_OBJ, and counted. No lock held.
- */
-int cache_check(struct tb_store *s, const void *block, const uint8_t *hash, uint64_t loc,
-		uint64_t obj, uint64_t idx)
-{
-	uint8_t got[TB_HASH_LEN];
-	unsigned dev = tb_loc_dev(loc);
-
-	if (!hash) {
-		__atomic_add_fetch(&s->sum_unverified, 1, __ATOMIC_RELAXED);
-		return 0;
-	}
-	cache_hash(s, block, got);
-	__atomic_add_fetch(&s->sum_verified, 1, __ATOMIC_RELAXED);
-	if (memcmp(got, hash, TB_HASH_LEN) == 0)
-		return 0;
-	__atomic_add_fetch(&s->sum_errors, 1, __ATOMIC_RELAXED);
-	if (dev < s->n_devs)
-		__atomic_add_fetch(&s->sum_dev_errors[dev], 1, __ATOMIC_RELAXED);
-	if (!sum_log_first(s, loc))
-		return -EIO;
-	if (obj != CACHE_NO_OBJ)
-		log_err("checksum mismatch: inode %llu block %llu, read from %s slot %llu, does "
-			"not match its hash; not served (EIO)",
-			(unsigned long long)obj, (unsigned long long)idx,
-			dev < s->n_devs ? s->dev[dev]->name : "?",
-			(unsigned long long)tb_loc_slot(loc));
-	else
-		log_err("checksum mismatch: the block read from %s slot %llu does not match "
-			"its hash",
-			dev < s->n_devs ? s->dev[dev]->name : "?",
-			(unsigned long long)tb_loc_slot(loc));
-	return -EIO;
+	if (!err)
+		cache_check(s, cache_slot_data(s, e), NULL, e->loc, e->obj, e->idx); /* counted */
+	cache_load_done(e, err);
 }
 
 /* Whether a stored block at loc of len bytes can be: on one of our devices, in whole units. */
@@ -787,93 +714,6 @@ int cache_read_sync(struct tb_store *s, uint64_t loc, size_t len, void *buf)
 	pthread_mutex_destroy(&x.m);
 	pthread_cond_destroy(&x.cv);
 	return x.err;
-}
-
-/* The scrub's reads in flight: tb_check_stored waits until none is left. */
-struct check_wait {
-	pthread_mutex_t m;
-	pthread_cond_t cv;
-	size_t left;
-};
-
-struct check_io {
-	struct tb_io io;
-	struct check_wait *w;
-	int err;
-};
-
-static void check_io_done(struct tb_io *r, int err)
-{
-	struct check_io *x = (struct check_io *)r;
-
-	pthread_mutex_lock(&x->w->m);
-	x->err = err;
-	if (--x->w->left == 0)
-		pthread_cond_signal(&x->w->cv);
-	pthread_mutex_unlock(&x->w->m);
-}
-
-/* Read and check v[0..n), n at most CHECK_BYTES / bs, all at once. No lock held. */
-static void check_some(struct tb_store *s, struct tb_check *v, size_t n, struct check_io *x,
-		       char *bufs)
-{
-	struct check_wait w = {.left = 0};
-
-	pthread_mutex_init(&w.m, NULL);
-	pthread_cond_init(&w.cv, NULL);
-	for (size_t i = 0; i < n; i++) {
-		v[i].result = cache_stored_ok(s, v[i].loc, v[i].len) ? 0 : -EIO;
-		if (v[i].result == 0)
-			w.left++;
-	}
-	for (size_t i = 0; i < n; i++) {
-		char *buf = bufs + i * s->bs;
-		size_t io = cache_io_len(v[i].len);
-
-		if (v[i].result)
-			continue;
-		memset(buf + io, 0, s->bs - io);
-		x[i] = (struct check_io){.w = &w};
-		x[i].io.op = IO_READ;
-		x[i].io.cls = IO_PREFETCH; /* below the readers' demand */
-		x[i].io.slot = tb_loc_slot(v[i].loc);
-		x[i].io.buf = buf;
-		x[i].io.len = io;
-		x[i].io.done = check_io_done;
-		dev_submit(s->dev[tb_loc_dev(v[i].loc)], &x[i].io);
-	}
-	pthread_mutex_lock(&w.m);
-	while (w.left)
-		pthread_cond_wait(&w.cv, &w.m);
-	pthread_mutex_unlock(&w.m);
-	pthread_mutex_destroy(&w.m);
-	pthread_cond_destroy(&w.cv);
-	for (size_t i = 0; i < n; i++) {
-		if (v[i].result)
-			continue;
-		v[i].result = x[i].err;
-		if (!v[i].result && cache_check(s, bufs + i * s->bs, v[i].hashed ? v[i].hash : NULL,
-						v[i].loc, CACHE_NO_OBJ, 0) != 0)
-			v[i].result = -EBADMSG;
-	}
-}
-
-int tb_check_stored(struct tb_store *s, struct tb_check *v, size_t n)
-{
-	size_t most = CHECK_BYTES / s->bs ? CHECK_BYTES / s->bs : 1;
-	struct check_io *x = calloc(most, sizeof(*x));
-	char *bufs = NULL;
-	int ret = -ENOMEM;
-
-	if (!x || posix_memalign((void **)&bufs, IO_ALIGN, most * s->bs))
-		goto out;
-	for (size_t i = 0; i < n; i += most)
-		check_some(s, v + i, n - i < most ? n - i : most, x, bufs);
-	ret = 0;
-out:
-	free(bufs);
-	free(x);
-	return ret;
 }
 
 static bool sector_written(const struct tb_entry *e, uint32_t i)
@@ -1919,6 +1759,9 @@ int tb_start(struct tb_store *s)
 {
 	int ret;
 
+	ret = verify_start(s);
+	if (ret < 0)
+		return ret;
 	for (unsigned i = 0; i < s->n_devs; i++) {
 		ret = dev_start(s->dev[i]);
 		if (ret < 0)
@@ -1978,6 +1821,7 @@ int tb_close(struct tb_store *s)
 	}
 	for (unsigned i = 0; i < s->n_devs; i++)
 		dev_close(s->dev[i]);
+	verify_stop(s); /* after the devices: no load completes any more */
 	dram_arena_fini(&s->arena);
 	if (s->ohash)
 		for (uint64_t i = 0; i <= s->ohash_mask; i++)

@@ -1,9 +1,9 @@
 /*
  * cache_int.h - what the block cache's files share, and nothing outside
  * tiers/ includes: the entry, object and store structures, and the calls
- * that cross from one of cache.c, evict.c, flush.c, giveback.c, place.c
- * and prefetch.c to another (each file's opening comment says what it
- * owns).
+ * that cross from one of cache.c, evict.c, flush.c, giveback.c, place.c,
+ * prefetch.c and verify.c to another (each file's opening comment says
+ * what it owns).
  *
  * Lock order: store lock, then a device lock. The store lock is never held
  * while calling the owner.
@@ -27,6 +27,7 @@
 #define IO_ALIGN 4096	 /* O_DIRECT alignment of a merge's bounce buffer */
 #define FULL_RETRY_MS 1000 /* a write-back that found no room, or a stall, is tried this often */
 #define SUM_LOG_RING 16	 /* damaged blocks remembered, so that each is logged once a while */
+#define VERIFY_THREADS_MAX 8 /* threads that check loaded blocks: one per CPU, at most this */
 
 enum entry_state { ES_FREE, ES_LOADING, ES_CLEAN, ES_DIRTY, ES_WB };
 
@@ -202,6 +203,13 @@ struct tb_store {
 	struct {
 		uint64_t loc, ms;
 	} sum_logged[SUM_LOG_RING]; /* damaged blocks logged lately (sum_log_first) */
+	/* verify.c: loads waiting for their check (chained by req.next), and the verifiers */
+	pthread_mutex_t verify_lock; /* guards verify_head, verify_tail and verify_stopping */
+	pthread_cond_t verify_cv;
+	struct tb_io *verify_head, *verify_tail;
+	bool verify_started, verify_stopping;
+	pthread_t verifier[VERIFY_THREADS_MAX];
+	unsigned nverifiers;
 	uint64_t ticks; /* counts pins, for lru */
 	/* 2q: blocks evicted from A1in, remembered by key in a ring */
 	uint64_t *ghost;
@@ -323,11 +331,7 @@ int cache_resolve(struct tb_store *s, uint64_t obj, uint64_t idx, struct tb_stor
 int cache_start_load(struct tb_store *s, struct tb_entry *e, uint64_t obj, uint64_t idx,
 		     struct tb_waiter *w, enum io_class cls, bool ahead);
 int cache_read_sync(struct tb_store *s, uint64_t loc, size_t len, void *buf);
-void cache_hash(const struct tb_store *s, const void *block, uint8_t out[TB_HASH_LEN]);
-const uint8_t *cache_read_sum(const struct tb_store *s, bool hashed, const uint8_t *hash);
-#define CACHE_NO_OBJ UINT64_MAX /* cache_check of a block no file is named for */
-int cache_check(struct tb_store *s, const void *block, const uint8_t *hash, uint64_t loc,
-		uint64_t obj, uint64_t idx);
+void cache_load_done(struct tb_entry *e, int err);
 int cache_merge_io(struct tb_store *s, struct tb_entry *e);
 void cache_pin(struct tb_store *s, struct tb_entry *e);
 void cache_unpin(struct tb_store *s, struct tb_entry *e);
@@ -340,6 +344,17 @@ static inline uint64_t cache_evictable(const struct tb_store *s)
 {
 	return s->free_list.n + s->nclean - s->nclean_pinned;
 }
+
+/* verify.c: the check of blocks read against their hash */
+void cache_hash(const struct tb_store *s, const void *block, uint8_t out[TB_HASH_LEN]);
+const uint8_t *cache_read_sum(const struct tb_store *s, bool hashed, const uint8_t *hash);
+#define CACHE_NO_OBJ UINT64_MAX /* cache_check of a block no file is named for */
+int cache_check(struct tb_store *s, const void *block, const uint8_t *hash, uint64_t loc,
+		uint64_t obj, uint64_t idx);
+/* Check a load's bytes on a verifier, then cache_load_done. No lock held. */
+void verify_load(struct tb_store *s, struct tb_entry *e);
+int verify_start(struct tb_store *s);
+void verify_stop(struct tb_store *s); /* once no load can complete: drains the queue */
 
 /* evict.c: the policies */
 void evict_admit(struct tb_store *s, struct tb_entry *e);
