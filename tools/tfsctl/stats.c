@@ -71,11 +71,6 @@ static void health(json_t *st, char *buf, size_t len)
 	if (wbe)
 		n += (size_t)snprintf(buf + n, n < len ? len - n : 0, "%s%llu write-back errors",
 				      n ? ", " : "", (unsigned long long)wbe);
-	uint64_t cse = jint(json_object_get(st, "checksum"), "errors");
-	if (cse)
-		n += (size_t)snprintf(buf + n, n < len ? len - n : 0,
-				      "%s%llu blocks failed their checksum", n ? ", " : "",
-				      (unsigned long long)cse);
 	if (n == 0)
 		snprintf(buf, len, "ok");
 }
