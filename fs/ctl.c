@@ -421,7 +421,8 @@ static json_t *stats_json(struct fs *fs)
 		   {"copy_file_range", c.copies},
 		   {"copy_shared_bytes", c.copy_shared_bytes},
 		   {"fallocate", c.fallocates},
-		   {"errors", c.errors}};
+		   {"errors", c.errors},
+		   {"write_parked", c.writes_parked}};
 	for (size_t i = 0; i < sizeof(ops) / sizeof(ops[0]); i++)
 		json_object_set_new(f, ops[i].name, json_integer((json_int_t)ops[i].v));
 	json_object_set_new(root, "fuse", f);
@@ -790,6 +791,9 @@ static char *metrics_text(struct fs *fs, size_t *len)
 		(double)c.write_bytes);
 	metric1(f, "fuse_errors_total", "counter", "FUSE requests answered with an error.",
 		(double)c.errors);
+	metric1(f, "fuse_write_parked_total", "counter",
+		"Writes that waited for dirty room off the threads serving /dev/fuse.",
+		(double)c.writes_parked);
 	free(st);
 	if (fclose(f) != 0) {
 		free(buf);

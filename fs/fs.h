@@ -81,8 +81,8 @@ struct fs_pf_file {
 
 struct fs_counters {
 	uint64_t lookups, getattrs, setattrs, opens, creates, reads, writes, read_bytes,
-		write_bytes, fsyncs, unlinks, renames, copies, copy_shared_bytes, fallocates,
-		errors;
+	    write_bytes, fsyncs, unlinks, renames, copies, copy_shared_bytes, fallocates, errors,
+	    writes_parked;
 };
 
 struct fs {
@@ -109,6 +109,7 @@ struct fs {
 	bool pf_stop, pf_running;
 	bool pf_room_wait; /* atomic: the cycle's pass waits for readers to catch up */
 	struct fs_gpu *gpu; /* gpu.c: the shared-arena server, NULL unless cuda=on */
+	struct fs_defer *defer; /* defer.c: writes waiting for room, while fs_loop runs */
 	/* pins.c: the thread that pins the marked files again at mount */
 	pthread_t pin_thread;
 	pthread_mutex_t pin_lock; /* guards pin_stop; held across each change of a pin */
@@ -137,7 +138,8 @@ struct fs {
  * Where the request being served on this thread has its write bytes, when
  * they are not behind its header (expect, what libfuse hands fs_write):
  * size bytes at data, in the arena's spare slot *slot, which
- * tb_swap_slot may trade for the block's own.
+ * tb_swap_slot may trade for the block's own, or a parked write (defer.c)
+ * for another spare.
  */
 struct fs_landing {
 	const char *expect;
@@ -155,6 +157,39 @@ extern __thread uint32_t fs_write_flags;
  */
 #define FS_SIGWAKE SIGUSR2
 int fs_loop(struct fs *fs, struct fuse_session *se, unsigned nthreads);
+
+/* ops.c: one write's progress, while it runs and while it is parked (defer.c) */
+struct fs_wjob {
+	fuse_req_t req;	     /* NULL: not a FUSE write of its own */
+	struct fs_inode *in; /* a reference of its own, while parked */
+	const char *data;    /* the bytes, NULL: zeros */
+	size_t len, done;    /* bytes at off, and of them written */
+	uint64_t off;
+	size_t reply;	/* the count to answer with: the request's whole size */
+	uint64_t resv;	/* blocks of space still reserved for it (tb_reserve) */
+	uint32_t *slot; /* data is this spare slot of the arena (tb_swap_slot), or NULL */
+	struct tb_writer who;
+};
+/* Write the rest of a parked job, waiting for room, and answer it. */
+void fs_write_resume(struct fs *fs, struct fs_wjob *j);
+/* Answer a write job with ret or its count, giving back what it holds. */
+void fs_write_end(struct fs *fs, struct fs_wjob *j, int ret);
+/* Do an fsync of in, unless err says why not, answer it and drop the reference on in. */
+void fs_fsync_run(struct fs *fs, fuse_req_t req, struct fs_inode *in, int err);
+
+/* defer.c */
+int fs_defer_start(struct fs *fs, unsigned nthreads);
+/* Answer every parked write, then end the threads. */
+void fs_defer_stop(struct fs *fs);
+/*
+ * Park write job j, which would wait for room: 0 when parked (the pool
+ * writes and answers it; j's reference and reservation went with it, and
+ * the spare slot *j->slot, if the bytes are there, for another spare),
+ * else -errno, and j is still the caller's.
+ */
+int fs_defer_write(struct fs *fs, struct fs_wjob *j);
+/* Answer an fsync of in from the pool: 0 when queued (in's reference went with it), else -errno. */
+int fs_defer_fsync(struct fs *fs, fuse_req_t req, struct fs_inode *in);
 
 /* inode.c */
 /* A growable list of inode numbers; free v when done. */

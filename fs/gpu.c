@@ -594,6 +594,8 @@ static void wpin_unlock(struct fs_inode *in)
 /* Pin every block of p for writing, holding in->io shared until release. */
 static int pin_write_blocks(struct fs *fs, struct fs_inode *in, struct gpu_pin *p, size_t bs)
 {
+	/* Only the mount's owner is served: its blocks count against it (tiers/fair.c). */
+	const struct tb_writer who = {.uid = (uint32_t)fs->gpu->owner};
 	uint64_t resv = p->n;
 	uint32_t i;
 	int ret;
@@ -609,7 +611,8 @@ static int pin_write_blocks(struct fs *fs, struct fs_inode *in, struct gpu_pin *
 		size_t bo, n;
 
 		pin_span(p, bs, i, &bo, &n);
-		ret = tb_get_write(fs->tb, p->ino, p->first + i, bo, n, false, &p->refs[i], &resv);
+		ret = tb_get_write(fs->tb, p->ino, p->first + i, bo, n, false, &p->refs[i], &resv,
+				   &who);
 		if (ret)
 			break;
 	}

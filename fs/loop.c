@@ -13,7 +13,9 @@
  * slot, as it would have from the buffer; any other request is put back
  * together in the buffer first. Either way libfuse parses and dispatches
  * it (fuse_session_process_buf), and fs_write finds the bytes through
- * fs_landing.
+ * fs_landing. A write that must wait for room does not wait here: it is
+ * parked (defer.c), and one received into the spare slot takes the slot
+ * with it, leaving the thread another spare in its place.
  *
  * The threads read the session's descriptor, as a reply goes back on the
  * descriptor its request came from. As in libfuse's loop, the signals its
@@ -199,6 +201,10 @@ int fs_loop(struct fs *fs, struct fuse_session *se, unsigned nthreads)
 	sigaddset(&block, SIGHUP);
 	sigaddset(&block, SIGQUIT);
 	pthread_sigmask(SIG_BLOCK, &block, &old);
+	/* Its threads take the writes that wait for room: they start first and end last. */
+	if (fs_defer_start(fs, nthreads) != 0)
+		log_warn("no threads for writes that wait for room: they wait in the ones that "
+			 "serve /dev/fuse");
 	for (unsigned i = 0; i < nthreads; i++) {
 		w[i].l = &l;
 		w[i].buf = malloc(REQ_BUF);
@@ -240,6 +246,7 @@ int fs_loop(struct fs *fs, struct fuse_session *se, unsigned nthreads)
 			tb_spare_give(fs->tb, w[i].spare);
 		free(w[i].buf);
 	}
+	fs_defer_stop(fs); /* the writes they parked are answered */
 	sem_destroy(&l.finish);
 	free(w);
 	return l.error;

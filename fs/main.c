@@ -611,8 +611,12 @@ static int open_stores(struct fs *fs, unsigned nthreads, char *err, size_t errle
 	tc.sync_commits = c->sync_commits;
 	tc.stall_wait_ms = c->stall_wait_ms;
 	tc.max_pinned = max_pinned(c, bs);
-	/* One per thread that serves requests, where one write fills a block (loop.c). */
-	tc.spare_slots = bs == FS_MAX_WRITE ? (nthreads < SPARES_MAX ? nthreads : SPARES_MAX) : 0;
+	/*
+	 * Where one write fills a block (loop.c): one per thread that serves
+	 * requests, and as many again for writes parked with their bytes in one
+	 * while they wait for room (defer.c).
+	 */
+	tc.spare_slots = bs == FS_MAX_WRITE ? 2 * (nthreads < SPARES_MAX ? nthreads : SPARES_MAX) : 0;
 	tc.remote_readahead = c->remote_readahead;
 	tc.dedup = c->dedup;
 	tc.no_checksum = !c->checksum;

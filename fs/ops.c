@@ -3,10 +3,11 @@
  *
  * Names, attributes and block maps go to the metadata store, one write
  * transaction per namespace change. File data goes through the block
- * store: a write copies into DRAM slots and is answered at once; a read is
- * answered straight from the slots with an iovec, and a read that misses
- * is answered from the I/O completion, so no worker thread waits on a
- * device; nor long on a GPU client's write pin: a change of size gives up
+ * store: a write copies into DRAM slots and is answered at once, or, where
+ * it would wait for dirty room, from defer.c's threads, as an fsync is; a
+ * read is answered straight from the slots with an iovec, and a read that
+ * misses is answered from the I/O completion, so no worker thread waits on
+ * a device; nor long on a GPU client's write pin: a change of size gives up
  * with ETXTBSY (io_lock_excl). Every op replies exactly once on every
  * path. The table of ops is at the bottom.
  */
@@ -806,52 +807,76 @@ static int io_lock_excl(fuse_req_t req, struct fs_inode *in)
 	return -ETXTBSY;
 }
 
-/*
- * Store len bytes of buf (NULL: zeros) at off, extending the size. A file
- * written over its whole size since it was last read is written blind:
- * its writer streams over it and does not read it back (tb_get_write).
- */
-static int write_data(struct fs *fs, struct fs_inode *in, const char *buf, size_t len, off_t off,
-		      struct fs_landing *land)
+/* Blocks of persistent space a write of len bytes at off needs. */
+static uint64_t write_blocks(const struct fs *fs, uint64_t off, size_t len)
 {
-	uint64_t first = (uint64_t)off / fs->bs;
-	uint64_t resv = len ? ((uint64_t)off + len - 1) / fs->bs - first + 1 : 0;
-	size_t done = 0;
+	return len ? (off + len - 1) / fs->bs - off / fs->bs + 1 : 0;
+}
+
+/*
+ * Store the rest of job j (from j->done on) in the block store, extending
+ * the size; the caller holds j->in->io shared. A file written over its
+ * whole size since it was last read is written blind: its writer streams
+ * over it and does not read it back (tb_get_write). -EAGAIN where a nowait
+ * job would wait (struct tb_writer), with j->done telling how far it came.
+ */
+static int write_run(struct fs *fs, struct fs_wjob *j)
+{
+	struct fs_inode *in = j->in;
+	size_t done0 = j->done;
 	bool blind;
-	int ret;
+	int ret = 0;
 
 	pthread_mutex_lock(&in->lock);
 	blind = in->rec.size && in->unread >= in->rec.size;
 	pthread_mutex_unlock(&in->lock);
-
-	/* All the space first, so a full tier fails the request before it changes anything. */
-	ret = tb_reserve(fs->tb, resv);
-	if (ret)
-		return ret;
-	while (done < len) {
-		uint64_t pos = (uint64_t)off + done;
+	while (j->done < j->len) {
+		uint64_t pos = j->off + j->done;
 		uint64_t idx = pos / fs->bs;
 		size_t bo = pos % fs->bs, n = fs->bs - bo;
 		struct tb_ref ref;
 
-		if (n > len - done)
-			n = len - done;
-		ret = tb_get_write(fs->tb, in->ino, idx, bo, n, blind, &ref, &resv);
+		if (n > j->len - j->done)
+			n = j->len - j->done;
+		ret = tb_get_write(fs->tb, in->ino, idx, bo, n, blind, &ref, &j->resv, &j->who);
 		if (ret)
 			break;
-		if (land && done == 0 && n == len && n == fs->bs &&
-		    tb_swap_slot(fs->tb, &ref, land->slot))
-			land = NULL; /* the block's slot holds the bytes now; the spare is another */
-		else if (buf)
-			memcpy((char *)ref.data + bo, buf + done, n);
+		if (j->slot && j->done == 0 && n == j->len && n == fs->bs &&
+		    tb_swap_slot(fs->tb, &ref, j->slot))
+			; /* the block's slot holds the bytes now; *j->slot is another spare */
+		else if (j->data)
+			memcpy((char *)ref.data + bo, j->data + j->done, n);
 		else
 			memset((char *)ref.data + bo, 0, n);
 		tb_put_dirty(fs->tb, &ref, bo, n);
-		done += n;
+		j->done += n;
 	}
-	tb_unreserve(fs->tb, resv);
-	if (done)
-		fs_inode_written(in, (uint64_t)off + done, done);
+	if (j->done > done0)
+		fs_inode_written(in, j->off + j->done, j->done - done0);
+	return ret;
+}
+
+/*
+ * Store len bytes of buf (NULL: zeros) at off for uid, extending the size,
+ * waiting for room where it must; the caller holds in->io.
+ */
+static int write_data(struct fs *fs, struct fs_inode *in, const char *buf, size_t len, off_t off,
+		      uint32_t uid)
+{
+	struct fs_wjob j = {.in = in,
+			    .data = buf,
+			    .len = len,
+			    .off = (uint64_t)off,
+			    .resv = write_blocks(fs, (uint64_t)off, len),
+			    .who = {.uid = uid}};
+	int ret;
+
+	/* All the space first, so a full tier fails the request before it changes anything. */
+	ret = tb_reserve(fs->tb, j.resv);
+	if (ret)
+		return ret;
+	ret = write_run(fs, &j);
+	tb_unreserve(fs->tb, j.resv);
 	return ret;
 }
 
@@ -915,8 +940,9 @@ static int drop_blocks(struct fs *fs, struct fs_inode *in, uint64_t from, uint64
 	return fs_release_locs(fs, &freed);
 }
 
-/* Zero bytes [off, off+len) that lie in partial blocks; caller holds io. */
-static int zero_partial(struct fs *fs, struct fs_inode *in, uint64_t off, uint64_t len)
+/* Zero bytes [off, off+len) that lie in partial blocks, for uid; caller holds io. */
+static int zero_partial(struct fs *fs, struct fs_inode *in, uint64_t off, uint64_t len,
+			uint32_t uid)
 {
 	uint64_t end = off + len;
 	uint64_t head_end = (off / fs->bs + 1) * fs->bs;
@@ -925,17 +951,17 @@ static int zero_partial(struct fs *fs, struct fs_inode *in, uint64_t off, uint64
 	if (off % fs->bs) {
 		uint64_t n = (end < head_end ? end : head_end) - off;
 
-		ret = write_data(fs, in, NULL, n, (off_t)off, NULL);
+		ret = write_data(fs, in, NULL, n, (off_t)off, uid);
 		if (ret || end <= head_end)
 			return ret;
 	}
 	if (end % fs->bs && end / fs->bs * fs->bs >= off)
-		ret = write_data(fs, in, NULL, end % fs->bs, (off_t)(end / fs->bs * fs->bs), NULL);
+		ret = write_data(fs, in, NULL, end % fs->bs, (off_t)(end / fs->bs * fs->bs), uid);
 	return ret;
 }
 
-/* Change the size; caller holds in->io exclusively. */
-static int truncate_to(struct fs *fs, struct fs_inode *in, uint64_t size)
+/* Change the size, for uid; caller holds in->io exclusively. */
+static int truncate_to(struct fs *fs, struct fs_inode *in, uint64_t size, uint32_t uid)
 {
 	struct meta_inode rec;
 	uint64_t old;
@@ -949,7 +975,7 @@ static int truncate_to(struct fs *fs, struct fs_inode *in, uint64_t size)
 		uint64_t blk_end = (size / fs->bs + 1) * fs->bs;
 		uint64_t zero_end = old < blk_end ? old : blk_end;
 
-		ret = write_data(fs, in, NULL, zero_end - size, (off_t)size, NULL);
+		ret = write_data(fs, in, NULL, zero_end - size, (off_t)size, uid);
 		if (ret)
 			return ret;
 	}
@@ -996,7 +1022,7 @@ static void fs_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 		if (ret)
 			goto put;
 		fs_watch(req);
-		ret = truncate_to(fs, in, (uint64_t)attr->st_size);
+		ret = truncate_to(fs, in, (uint64_t)attr->st_size, fuse_req_ctx(req)->uid);
 		fs_unwatch();
 		pthread_rwlock_unlock(&in->io);
 		if (ret)
@@ -1078,7 +1104,7 @@ static void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		/* The kernel hands O_TRUNC to us (atomic_o_trunc). */
 		ret = io_lock_excl(req, in);
 		if (ret == 0) {
-			ret = truncate_to(fs, in, 0);
+			ret = truncate_to(fs, in, 0, fuse_req_ctx(req)->uid);
 			pthread_rwlock_unlock(&in->io);
 		}
 		if (ret) {
@@ -1132,19 +1158,33 @@ static void fs_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_f
 		return;
 	}
 	ret = fs_iget(fs, ino, &in);
-	if (ret)
-		goto out;
-	fs_watch(req);
-	ret = tb_flush_obj(fs->tb, ino);
-	fs_unwatch();
-	int r = fs_iflush_attr(fs, in);
-	if (!ret)
-		ret = r;
-	r = tb_durable(fs->tb);
-	if (!ret)
-		ret = r;
+	if (ret) {
+		reply_err(fs, req, ret);
+		return;
+	}
+	/* It waits for the devices: in defer.c's threads, not in this one. */
+	if (fs_defer_fsync(fs, req, in) != 0)
+		fs_fsync_run(fs, req, in, 0);
+}
+
+void fs_fsync_run(struct fs *fs, fuse_req_t req, struct fs_inode *in, int err)
+{
+	int ret = err, r;
+
+	if (!ret) {
+		fs_watch(req);
+		ret = tb_flush_obj(fs->tb, in->ino);
+		fs_unwatch();
+	}
+	if (!err) {
+		r = fs_iflush_attr(fs, in);
+		if (!ret)
+			ret = r;
+		r = tb_durable(fs->tb);
+		if (!ret)
+			ret = r;
+	}
 	fs_iput(fs, in);
-out:
 	reply_err(fs, req, ret);
 }
 
@@ -1461,26 +1501,75 @@ static void fs_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 	if (fs_touch(fs, in, fsize, (uint64_t)off, size, true))
 		fs_prefetch_kick(fs);
 	ret = privs ? drop_privs(fs, in, fs_write_flags) : 0;
-	if (ret == 0) {
-		pthread_rwlock_rdlock(&in->io);
-		fs_watch(req);
-		ret = write_data(fs, in, buf, size, off, land);
-		fs_unwatch();
-		pthread_rwlock_unlock(&in->io);
-	}
-	fs_iput(fs, in);
 	if (ret) {
-		/* Never a short count: the writer learns the whole request failed. */
+		fs_iput(fs, in);
 		reply_err(fs, req, ret);
 		return;
 	}
-	FS_COUNT(fs, write_bytes, size);
-	fuse_reply_write(req, size);
+	struct fs_wjob j = {.req = req,
+			    .in = in,
+			    .data = buf,
+			    .len = size,
+			    .off = (uint64_t)off,
+			    .reply = size,
+			    .resv = write_blocks(fs, (uint64_t)off, size),
+			    .slot = land ? land->slot : NULL,
+			    .who = {.uid = fuse_req_ctx(req)->uid, .nowait = true}};
+	/* All the space first, so a full tier fails the request before it changes anything. */
+	ret = tb_reserve(fs->tb, j.resv);
+	if (ret) {
+		fs_iput(fs, in);
+		reply_err(fs, req, ret);
+		return;
+	}
+	pthread_rwlock_rdlock(&in->io);
+	ret = write_run(fs, &j);
+	pthread_rwlock_unlock(&in->io);
+	/*
+	 * Where it would wait (for dirty room, mostly), the rest waits in
+	 * defer.c's threads, not in this one, which serves /dev/fuse: the
+	 * job, its reference on in and its reservation go with it. Refused
+	 * there (past the bytes a user may park), it waits here, as before.
+	 */
+	if (ret == -EAGAIN && fs_defer_write(fs, &j) == 0)
+		return;
+	if (ret == -EAGAIN)
+		fs_write_resume(fs, &j);
+	else
+		fs_write_end(fs, &j, ret);
+}
+
+void fs_write_resume(struct fs *fs, struct fs_wjob *j)
+{
+	int ret;
+
+	j->who.nowait = false;
+	pthread_rwlock_rdlock(&j->in->io);
+	fs_watch(j->req); /* the waits end with EINTR if its writer goes */
+	ret = write_run(fs, j);
+	fs_unwatch();
+	pthread_rwlock_unlock(&j->in->io);
+	fs_write_end(fs, j, ret);
+}
+
+void fs_write_end(struct fs *fs, struct fs_wjob *j, int ret)
+{
+	tb_unreserve(fs->tb, j->resv);
+	j->resv = 0;
+	fs_iput(fs, j->in);
+	j->in = NULL;
+	if (ret) {
+		/* Never a short count: the writer learns the whole request failed. */
+		reply_err(fs, j->req, ret);
+		return;
+	}
+	FS_COUNT(fs, write_bytes, j->reply);
+	fuse_reply_write(j->req, j->reply);
 }
 
 /* ---- fallocate and copy_file_range ---- */
 
-static int punch(struct fs *fs, struct fs_inode *in, uint64_t off, uint64_t len)
+static int punch(struct fs *fs, struct fs_inode *in, uint64_t off, uint64_t len, uint32_t uid)
 {
 	uint64_t size, end, first, last;
 	int ret;
@@ -1499,7 +1588,7 @@ static int punch(struct fs *fs, struct fs_inode *in, uint64_t off, uint64_t len)
 			return ret;
 	}
 	/* write_data must not grow the file: zero only inside it. */
-	ret = zero_partial(fs, in, off, end - off);
+	ret = zero_partial(fs, in, off, end - off, uid);
 	pthread_mutex_lock(&in->lock);
 	in->rec.size = size;
 	pthread_mutex_unlock(&in->lock);
@@ -1537,7 +1626,7 @@ static void fs_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, of
 	}
 	if (mode & FALLOC_FL_PUNCH_HOLE) {
 		fs_watch(req);
-		ret = punch(fs, in, (uint64_t)off, (uint64_t)len);
+		ret = punch(fs, in, (uint64_t)off, (uint64_t)len, fuse_req_ctx(req)->uid);
 		fs_unwatch();
 	} else {
 		/* No preallocation: we check that the space exists now. */
@@ -1559,19 +1648,35 @@ err:
 	reply_err(fs, req, ret);
 }
 
-/* Copy n bytes by value, through a bounce buffer. */
+/*
+ * Copy n bytes by value, through a bounce buffer, for uid; *done counts
+ * them. Once some are copied, it stops with -EAGAIN where a write would
+ * wait for room, so that the request answers with a short count rather
+ * than hold its worker (callers loop on it); the first block waits.
+ */
 static int copy_bytes(struct fs *fs, struct fs_inode *src, uint64_t soff, struct fs_inode *dst,
-		      uint64_t doff, uint64_t n)
+		      uint64_t doff, uint64_t n, uint32_t uid, uint64_t *done)
 {
 	char *buf = malloc(fs->bs);
 	int ret = buf ? 0 : -ENOMEM;
 
 	while (!ret && n) {
 		size_t chunk = n < fs->bs ? n : fs->bs;
+		struct fs_wjob j = {.in = dst,
+				    .data = buf,
+				    .len = chunk,
+				    .off = doff,
+				    .resv = write_blocks(fs, doff, chunk),
+				    .who = {.uid = uid, .nowait = *done > 0}};
 
 		ret = read_data(fs, src, buf, chunk, (off_t)soff);
 		if (!ret)
-			ret = write_data(fs, dst, buf, chunk, (off_t)doff, NULL);
+			ret = tb_reserve(fs->tb, j.resv);
+		if (ret)
+			break;
+		ret = write_run(fs, &j);
+		tb_unreserve(fs->tb, j.resv);
+		*done += j.done;
 		soff += chunk;
 		doff += chunk;
 		n -= chunk;
@@ -1626,7 +1731,8 @@ static void fs_copy_file_range(fuse_req_t req, fuse_ino_t ino_in, off_t off_in,
 {
 	struct fs *fs = req_fs(req);
 	struct fs_inode *src = NULL, *dst = NULL;
-	uint64_t size_in, so = (uint64_t)off_in, dof = (uint64_t)off_out, n = 0;
+	uint64_t size_in, so = (uint64_t)off_in, dof = (uint64_t)off_out, n = 0, done = 0;
+	uint32_t uid;
 	int ret;
 
 	(void)fi_in;
@@ -1667,25 +1773,32 @@ static void fs_copy_file_range(fuse_req_t req, fuse_ino_t ino_in, off_t off_in,
 	if (ret)
 		goto out;
 	fs_watch(req);
+	uid = fuse_req_ctx(req)->uid;
 	if (so % fs->bs == dof % fs->bs) {
 		uint64_t head = so % fs->bs ? fs->bs - so % fs->bs : 0;
 
 		if (head > n)
 			head = n;
-		ret = copy_bytes(fs, src, so, dst, dof, head);
+		ret = copy_bytes(fs, src, so, dst, dof, head, uid, &done);
 		uint64_t whole = (n - head) / fs->bs;
 		if (!ret && whole)
 			ret = share_blocks(fs, src, (so + head) / fs->bs, dst, (dof + head) / fs->bs,
 					   whole, dof + head + whole * fs->bs);
+		if (!ret)
+			done += whole * fs->bs;
 		uint64_t tail = n - head - whole * fs->bs;
 		uint64_t t = head + whole * fs->bs;
 		if (!ret && tail)
-			ret = copy_bytes(fs, src, so + t, dst, dof + t, tail);
+			ret = copy_bytes(fs, src, so + t, dst, dof + t, tail, uid, &done);
 	} else {
-		ret = copy_bytes(fs, src, so, dst, dof, n);
+		ret = copy_bytes(fs, src, so, dst, dof, n, uid, &done);
 	}
 	fs_unwatch();
 	pthread_rwlock_unlock(&dst->io);
+	if (ret == -EAGAIN) { /* room to wait for: what is copied so far, a short count */
+		ret = 0;
+		n = done;
+	}
 	if (!ret)
 		ret = fs_iflush_attr(fs, dst);
 out:

@@ -27,7 +27,8 @@
  * slot takes a free one, or one that the policy frees.
  *
  * The rest of the cache, a file each (cache_int.h is what they share):
- * evict.c chooses what leaves DRAM, flush.c writes back and syncs,
+ * evict.c chooses what leaves DRAM, fair.c shares the dirty budget among
+ * the users who write, flush.c writes back and syncs,
  * place.c puts written blocks on the devices and counts their space, and
  * prefetch.c loads blocks ahead of their readers.
  */
@@ -391,9 +392,10 @@ static struct tb_entry *entry_alloc(struct tb_store *s, enum wait_stream wait_st
  * Writers that passed the dirty mark together may fill the slots beyond it,
  * and then only a write-back frees one: while write-back is stalled, the
  * wait ends with the failure (stalled), as the wait at the mark does.
+ * nowait: -EAGAIN where it would wait.
  */
 static int entry_alloc_wait(struct tb_store *s, uint64_t obj, uint64_t idx, struct tb_entry **out,
-			    enum wait_stream wait_stream)
+			    enum wait_stream wait_stream, bool nowait)
 {
 	struct timespec until;
 	int ret;
@@ -408,6 +410,8 @@ static int entry_alloc_wait(struct tb_store *s, uint64_t obj, uint64_t idx, stru
 		if (*out)
 			return 0;
 		flush_kick(s);
+		if (nowait)
+			return -EAGAIN;
 		if (!wait_stream) {
 			ret = stalled(s);
 			if (ret)
@@ -429,7 +433,7 @@ void *cache_slot_data(struct tb_store *s, struct tb_entry *e)
 	return dram_slot(&s->arena, e->slot);
 }
 
-static void make_dirty(struct tb_store *s, struct tb_entry *e, bool blind)
+static void make_dirty(struct tb_store *s, struct tb_entry *e, bool blind, uint32_t uid)
 {
 	/*
 	 * A stored block rewritten while not cached, or loaded since its last
@@ -450,6 +454,7 @@ static void make_dirty(struct tb_store *s, struct tb_entry *e, bool blind)
 	e->fill = 0;
 	e->reserved = true;
 	s->ndirty++;
+	fair_dirtied(s, e, uid);
 	elist_append(&s->dirty_list, e);
 	if (s->dirty_list.n == 1 && s->cfg.dirty_expire_ms)
 		flush_kick(s); /* the flusher sleeps until the head ages */
@@ -877,7 +882,7 @@ int tb_get(struct tb_store *s, uint64_t obj, uint64_t idx, struct tb_ref *ref,
 			pthread_cond_wait(&s->state_cv, &s->lock);
 			continue;
 		}
-		ret = entry_alloc_wait(s, obj, idx, &e, WAIT_NONE);
+		ret = entry_alloc_wait(s, obj, idx, &e, WAIT_NONE, false);
 		if (ret) {
 			pthread_mutex_unlock(&s->lock);
 			/* DRAM holds blocks that cannot be written back: to a reader, EIO. */
@@ -956,25 +961,44 @@ void tb_put(struct tb_store *s, struct tb_ref *ref, size_t bytes_read)
  * here, unkillable, for as long as another process kept the disk full
  * (14 minutes in one report). -EINTR when the request was interrupted.
  * Any other condition this wait comes to hold must keep both bounds.
+ *
+ * The room is shared among users (fair.c): who waits also while its user
+ * is at or over its share of the budget and another user under theirs
+ * waits; those users take the room first, so this keeps both bounds.
+ * -EAGAIN instead of any wait for a nowait writer (struct tb_writer).
  */
-static int wait_dirty_budget(struct tb_store *s)
+static int wait_dirty_budget(struct tb_store *s, const struct tb_writer *who)
 {
+	uint32_t uid = who ? who->uid : 0;
 	bool counted = false;
+	unsigned slot;
 	int ret;
 
-	while (s->ndirty >= s->dirty_max && !s->stopping) {
+	if (s->stopping || fair_may_dirty(s, fair_slot(s, uid), false))
+		return 0;
+	flush_kick(s);
+	ret = stalled(s);
+	if (ret || (who && who->nowait))
+		return ret ? ret : -EAGAIN;
+	/* Counted as waiting, for the others' share (fair.c), until room is ours. */
+	slot = fair_wait_begin(s, uid);
+	while (!fair_may_dirty(s, slot, true) && !s->stopping) {
 		ret = stalled(s);
 		if (ret)
-			return ret;
+			break;
 		if (!counted)
 			s->bp_waits++;
 		counted = true;
 		flush_kick(s);
 		ret = cache_wait(s, &s->space_cv);
 		if (ret)
-			return ret;
+			break;
 	}
-	return 0;
+	fair_wait_end(s, slot);
+	/* Its wait may have held back other users over their share: they look again. */
+	if (s->fair_n > 1)
+		pthread_cond_broadcast(&s->space_cv);
+	return ret;
 }
 
 /*
@@ -985,7 +1009,7 @@ static int wait_dirty_budget(struct tb_store *s)
  * resolve, during which the entry is a placeholder.
  */
 static int start_write(struct tb_store *s, struct tb_entry *e, uint64_t obj, uint64_t idx,
-		       bool whole, bool blind, uint64_t *resv)
+		       bool whole, bool blind, uint64_t *resv, uint32_t uid)
 {
 	struct tb_stored at;
 	int ret, from_resv;
@@ -1027,15 +1051,17 @@ static int start_write(struct tb_store *s, struct tb_entry *e, uint64_t obj, uin
 		s->partial_created++;
 	}
 	e->stored = ret == 0; /* not dirty yet: make_dirty counts it */
-	make_dirty(s, e, blind);
+	make_dirty(s, e, blind, uid);
 	pthread_cond_broadcast(&s->state_cv);
 	return 0;
 }
 
-int tb_get_write(struct tb_store *s, uint64_t obj, uint64_t idx, size_t off, size_t len,
-		 bool blind, struct tb_ref *ref, uint64_t *resv)
+int tb_get_write(struct tb_store *s, uint64_t obj, uint64_t idx, size_t off, size_t len, bool blind,
+		 struct tb_ref *ref, uint64_t *resv, const struct tb_writer *who)
 {
 	bool whole = off == 0 && len == s->bs;
+	bool nowait = who && who->nowait;
+	uint32_t uid = who ? who->uid : 0;
 	struct tb_entry *e;
 	int ret;
 
@@ -1043,10 +1069,16 @@ int tb_get_write(struct tb_store *s, uint64_t obj, uint64_t idx, size_t off, siz
 	for (;;) {
 		e = cache_lookup(s, obj, idx);
 		if (e && (e->state == ES_LOADING || e->state == ES_WB || e->merging)) {
+			ret = -EAGAIN;
+			if (nowait)
+				goto out_unlock;
 			pthread_cond_wait(&s->state_cv, &s->lock);
 			continue;
 		}
 		if (e && e->state == ES_DIRTY && e->partial && !sector_aligned(s, off, len)) {
+			ret = -EAGAIN; /* the merge reads the stored block */
+			if (nowait)
+				goto out_unlock;
 			ret = merge_partial(s, e);
 			if (ret)
 				goto out_unlock;
@@ -1055,7 +1087,7 @@ int tb_get_write(struct tb_store *s, uint64_t obj, uint64_t idx, size_t off, siz
 		if (e && e->state == ES_DIRTY)
 			break;
 		if (e) { /* CLEAN: becomes dirty */
-			ret = wait_dirty_budget(s);
+			ret = wait_dirty_budget(s, who);
 			if (ret)
 				goto out_unlock;
 			if (cache_lookup(s, obj, idx) != e || e->state != ES_CLEAN)
@@ -1067,21 +1099,21 @@ int tb_get_write(struct tb_store *s, uint64_t obj, uint64_t idx, size_t off, siz
 				place_give(s, resv, ret);
 				continue;
 			}
-			make_dirty(s, e, false);
+			make_dirty(s, e, false, uid);
 			ret = 0;
 			break;
 		}
-		ret = wait_dirty_budget(s);
+		ret = wait_dirty_budget(s, who);
 		if (ret)
 			goto out_unlock;
-		ret = entry_alloc_wait(s, obj, idx, &e, WAIT_READY);
+		ret = entry_alloc_wait(s, obj, idx, &e, WAIT_READY, nowait);
 		if (ret)
 			goto out_unlock;
 		if (!e)
 			continue;
 		if (sector_aligned(s, off, len)) {
 			/* An uncached block: no read; for part of it, remember which sectors. */
-			ret = start_write(s, e, obj, idx, whole, blind, resv);
+			ret = start_write(s, e, obj, idx, whole, blind, resv, uid);
 			if (ret < 0)
 				goto out_unlock;
 			continue; /* the entry is DIRTY now: found above */
@@ -1094,7 +1126,7 @@ int tb_get_write(struct tb_store *s, uint64_t obj, uint64_t idx, size_t off, siz
 				continue; /* wait for it in the loop above */
 			if (ret != -ENOENT)
 				goto out_unlock;
-			ret = entry_alloc_wait(s, obj, idx, &e, WAIT_READY);
+			ret = entry_alloc_wait(s, obj, idx, &e, WAIT_READY, nowait);
 			if (ret)
 				goto out_unlock;
 			if (!e)
@@ -1118,7 +1150,7 @@ int tb_get_write(struct tb_store *s, uint64_t obj, uint64_t idx, size_t off, siz
 			entry_free(s, e);
 			goto out_unlock;
 		}
-		make_dirty(s, e, false);
+		make_dirty(s, e, false, uid);
 		break;
 	}
 	cache_pin(s, e);
@@ -1261,6 +1293,7 @@ void tb_drop(struct tb_store *s, uint64_t obj, uint64_t from, uint64_t to)
 		if (e->state == ES_DIRTY) {
 			elist_remove(&s->dirty_list, e);
 			s->ndirty--;
+			fair_cleaned(s, e);
 			if (e->reserved)
 				s->reserved--;
 			e->reserved = false;

@@ -1,9 +1,9 @@
 /*
  * cache_int.h - what the block cache's files share, and nothing outside
  * tiers/ includes: the entry, object and store structures, and the calls
- * that cross from one of cache.c, evict.c, flush.c, giveback.c, place.c,
- * prefetch.c and verify.c to another (each file's opening comment says
- * what it owns).
+ * that cross from one of cache.c, evict.c, fair.c, flush.c, giveback.c,
+ * place.c, prefetch.c and verify.c to another (each file's opening comment
+ * says what it owns).
  *
  * Lock order: store lock, then a device lock. The store lock is never held
  * while calling the owner.
@@ -28,6 +28,8 @@
 #define FULL_RETRY_MS 1000 /* a write-back that found no room, or a stall, is tried this often */
 #define SUM_LOG_RING 16	 /* damaged blocks remembered, so that each is logged once a while */
 #define VERIFY_THREADS_MAX 8 /* threads that check loaded blocks: one per CPU, at most this */
+#define FAIR_USERS 64	 /* users with a slot of their own in the dirty budget's share (fair.c) */
+#define FAIR_FLOOR_DIV 16 /* a user's share is never under 1/16 of the dirty budget */
 
 enum entry_state { ES_FREE, ES_LOADING, ES_CLEAN, ES_DIRTY, ES_WB };
 
@@ -80,6 +82,7 @@ struct tb_entry {
 	uint64_t new_loc;  /* location being written while WB */
 	size_t new_len;	   /* and the bytes written there (stored_len) */
 	uint64_t dirty_seq;
+	uint16_t fair_slot; /* DIRTY or WB: its writer's user in s->users (fair.c) */
 	uint64_t dirty_ms; /* when it became dirty, or earliest retry */
 	size_t fill;	   /* bytes written since it became dirty */
 	struct tb_waiter *waiters;
@@ -105,6 +108,13 @@ struct tb_obj {
 	int wb_err; /* reported once by the next tb_flush_obj */
 	bool pinned; /* its blocks stay resident (tb_pin_obj) */
 	struct tb_obj *hnext;
+};
+
+/* A user's part of the dirty budget (fair.c): in use while either count is not 0. */
+struct tb_user {
+	uint32_t uid;
+	unsigned waiting; /* writers waiting for room */
+	uint64_t dirty;	  /* DIRTY and WB blocks it made dirty */
 };
 
 struct elist {
@@ -144,6 +154,8 @@ struct tb_store {
 	struct tb_entry *done; /* finished write I/O, for the flusher */
 	uint32_t clock_hand;
 	uint64_t ndirty;       /* DIRTY + WB */
+	struct tb_user users[FAIR_USERS + 1]; /* the last is shared by any more (fair.c) */
+	unsigned fair_n;		      /* slots in use */
 	/*
 	 * Blocks streaming through on their way out: DIRTY, whole and with no
 	 * writer (take_stream's next), and in WB.
@@ -368,6 +380,14 @@ size_t evict_take_cycle(struct tb_store *s, struct tb_entry **out, size_t max, u
 			uint64_t *next_ms);
 size_t evict_take_lru(struct tb_store *s, struct tb_entry **out, size_t max, uint64_t now,
 		      uint64_t *next_ms);
+
+/* fair.c: the dirty budget's share among users */
+unsigned fair_slot(const struct tb_store *s, uint32_t uid);
+bool fair_may_dirty(const struct tb_store *s, unsigned slot, bool queued);
+unsigned fair_wait_begin(struct tb_store *s, uint32_t uid);
+void fair_wait_end(struct tb_store *s, unsigned slot);
+void fair_dirtied(struct tb_store *s, struct tb_entry *e, uint32_t uid);
+void fair_cleaned(struct tb_store *s, struct tb_entry *e);
 
 /* flush.c: the flusher */
 int64_t flush_dirty_over(struct tb_store *s, uint64_t below);

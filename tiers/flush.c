@@ -645,6 +645,7 @@ static void commit_batch(struct tb_store *s, struct tb_entry **v, size_t n)
 		e->reserved = false;
 		s->reserved--;
 		s->ndirty--;
+		fair_cleaned(s, e);
 		s->wb_inflight--;
 	}
 	if (ret == 0) {

@@ -399,18 +399,32 @@ void tb_unplug(void);
 void tb_interruptible(bool (*fn)(void *arg), void *arg);
 
 /*
+ * Who writes (tb_get_write). The dirty budget is shared among the users
+ * who write (tiers/fair.c): uid is the user a block that becomes dirty
+ * counts against. nowait: where the write would sleep (for dirty room,
+ * for a slot, or for a read or write-back of the block), tb_get_write
+ * returns -EAGAIN instead, with nothing of the block changed, so that a
+ * caller serving requests can leave the wait to another thread.
+ */
+struct tb_writer {
+	uint32_t uid;
+	bool nowait;
+};
+/*
  * Pin block (obj, idx) for writing bytes [off, off + len) of it. Loads a
  * persisted block first when the write covers only part of it, waits while
  * the block is being written back, and waits above the dirty high-water
- * mark (bounded: see stall_wait_ms, and tb_interruptible). -ENOSPC when
- * the persistent tiers cannot take another block. A
- * block that becomes dirty takes one block of *resv when resv is given.
- * blind: the writer does not read what it writes (it has written the
- * whole file since it last read it); without a cycle, such rewrites of
- * stored blocks are written back from the background mark on.
+ * mark, and while its user is over its share of it and another user waits
+ * (see struct tb_writer; who NULL: uid 0, waiting); these waits are
+ * bounded (see stall_wait_ms, and tb_interruptible). -ENOSPC when the
+ * persistent tiers cannot take another block. A block that becomes dirty
+ * takes one block of *resv when resv is given. blind: the writer does not
+ * read what it writes (it has written the whole file since it last read
+ * it); without a cycle, such rewrites of stored blocks are written back
+ * from the background mark on.
  */
-int tb_get_write(struct tb_store *s, uint64_t obj, uint64_t idx, size_t off, size_t len,
-		 bool blind, struct tb_ref *ref, uint64_t *resv);
+int tb_get_write(struct tb_store *s, uint64_t obj, uint64_t idx, size_t off, size_t len, bool blind,
+		 struct tb_ref *ref, uint64_t *resv, const struct tb_writer *who);
 /*
  * Reserve n blocks of persistent space for one request before it changes
  * anything; tb_get_write takes from *resv first. Return what is left.

@@ -130,7 +130,7 @@ static void *write_new(void *arg)
 {
 	struct waiter *w = arg;
 
-	w->ret = tb_get_write(w->s, NEW_OBJ, 0, 0, BS, false, &w->ref, NULL);
+	w->ret = tb_get_write(w->s, NEW_OBJ, 0, 0, BS, false, &w->ref, NULL, NULL);
 	if (!w->ret) {
 		memset(w->ref.data, 0x5A, BS);
 		tb_put_dirty(w->s, &w->ref, 0, BS);
@@ -161,7 +161,7 @@ static uint64_t can_go(struct tb_store *s, uint64_t npin)
 
 static void fill_block(struct tb_store *s, uint64_t obj, uint64_t idx, struct tb_ref *ref)
 {
-	CHECK_EQ(tb_get_write(s, obj, idx, 0, BS, false, ref, NULL), 0);
+	CHECK_EQ(tb_get_write(s, obj, idx, 0, BS, false, ref, NULL, NULL), 0);
 	memset(ref->data, (int)(obj * 7 + idx + 1), BS);
 }
 
