@@ -28,8 +28,10 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define DEFER_FLOOR_DIV 16 /* a user's share of the parked bytes: never under 1/16 of the bound */
+#define BUSY_LOG_S 10	   /* the exit waits on a request this long, then says so (as loop.c) */
 
 struct job {
 	struct job *next;
@@ -249,7 +251,8 @@ int fs_defer_write(struct fs *fs, struct fs_wjob *w)
 
 	j->w = *w;
 	if (w->slot && w->done == 0 && tb_spare_take(fs->tb, &fresh) == 0) {
-		/* Received into a spare slot: the slot goes with it, no copy; the thread has another. */
+		/* Received into a spare slot: the slot goes with it, no copy; the thread has
+		 * another. */
 		j->slot = *w->slot;
 		j->w.slot = &j->slot;
 		*w->slot = fresh;
@@ -355,12 +358,27 @@ void fs_defer_stop(struct fs *fs)
 
 	if (!d)
 		return;
+	struct timespec until;
+	bool said = false;
+
 	pthread_mutex_lock(&d->lock);
 	d->stop = true;
 	pthread_cond_broadcast(&d->cv);
 	pthread_mutex_unlock(&d->lock);
-	for (unsigned i = 0; i < d->started; i++)
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += BUSY_LOG_S;
+	for (unsigned i = 0; i < d->started; i++) {
+		/* Every parked request is answered first: one that never ends holds the exit. */
+		if (!said && pthread_timedjoin_np(d->tid[i], NULL, &until) == 0)
+			continue;
+		if (!said)
+			log_err("exiting: a request thread is still inside a request after %d s; "
+				"waiting for it (SIGKILL ends the daemon, losing what is not "
+				"written back)",
+				BUSY_LOG_S);
+		said = true;
 		pthread_join(d->tid[i], NULL);
+	}
 	fs->defer = NULL;
 	pthread_cond_destroy(&d->cv);
 	pthread_mutex_destroy(&d->lock);
