@@ -470,7 +470,14 @@ static json_t *config_json(struct fs *fs)
 	json_object_set_new(root, "lock_wait", json_integer(c->lock_wait_secs));
 	json_object_set_new(root, "threads", json_integer(c->threads));
 	json_object_set_new(root, "nvme_engine", json_string(engines[c->engine]));
-	json_object_set_new(root, "dirty", json_integer((json_int_t)c->dirty));
+	/* dirty= unset (0) asks for the default: the limit in force is the store's */
+	struct tb_stats *st = calloc(1, sizeof(*st));
+
+	if (st)
+		tb_get_stats(fs->tb, st);
+	json_object_set_new(root, "dirty",
+			    json_integer((json_int_t)(st ? st->dirty_limit_bytes : c->dirty)));
+	free(st);
 	json_object_set_new(root, "queue_depth", json_integer(c->queue_depth));
 	json_object_set_new(root, "flush_delay_ms", json_integer(c->flush_delay_ms));
 	json_object_set_new(root, "dirty_expire_ms", json_integer(c->dirty_expire_ms));
@@ -482,6 +489,12 @@ static json_t *config_json(struct fs *fs)
 	static const char *const dedups[] = {"off", "trust", "verify"};
 	json_object_set_new(root, "dedup", json_string(dedups[c->dedup]));
 	json_object_set_new(root, "checksum", json_boolean(c->checksum));
+	static const char *const policies[] = {"auto", "clock", "lru", "2q"};
+	json_object_set_new(root, "cache_policy", json_string(policies[c->policy]));
+	json_object_set_new(root, "prefetch", json_string(c->prefetch ? "on" : "off"));
+	static const char *const levels[] = {"error", "warning", "info", "debug"};
+	json_object_set_new(root, "log_level", json_string(levels[c->log_level]));
+	json_object_set_new(root, "logfile", c->logfile ? json_string(c->logfile) : json_null());
 	json_object_set_new(root, "cuda", json_boolean(c->cuda));
 	json_object_set_new(root, "readahead", json_integer((json_int_t)c->readahead));
 	json_object_set_new(root, "remote_readahead",

@@ -25,6 +25,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #define ATTR_TIMEOUT 1.0
@@ -85,6 +86,102 @@ static const struct fuse_opt tfs_opts[] = {
 	FUSE_OPT_KEY("--version", KEY_VERSION),
 	FUSE_OPT_END,
 };
+
+/* Edits (insert, delete, change, swap of neighbours) that turn a into b. */
+static unsigned edit_distance(const char *a, const char *b)
+{
+	size_t la = strlen(a), lb = strlen(b);
+	unsigned d[40][40];
+
+	if (la >= 40 || lb >= 40)
+		return 99;
+	for (size_t i = 0; i <= la; i++)
+		d[i][0] = (unsigned)i;
+	for (size_t j = 0; j <= lb; j++)
+		d[0][j] = (unsigned)j;
+	for (size_t i = 1; i <= la; i++)
+		for (size_t j = 1; j <= lb; j++) {
+			unsigned best = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+
+			if (d[i - 1][j] + 1 < best)
+				best = d[i - 1][j] + 1;
+			if (d[i][j - 1] + 1 < best)
+				best = d[i][j - 1] + 1;
+			if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
+			    d[i - 2][j - 2] + 1 < best)
+				best = d[i - 2][j - 2] + 1;
+			d[i][j] = best;
+		}
+	return d[la][lb];
+}
+
+/*
+ * A hint for one option that libfuse refused: the tensorfs option it is
+ * probably a typo of, or the second folder of an nvme= list written with
+ * commas (nvme=A,B reaches libfuse as the option B).
+ */
+static void hint_option(const char *opt)
+{
+	size_t n = strcspn(opt, "=");
+	char name[64];
+	const char *best = NULL;
+	unsigned best_d; /* more edits than this is another word, not a typo */
+
+	if (!*opt || n >= sizeof(name))
+		return;
+	if (!opt[n] && strchr(opt, '/')) {
+		fprintf(stderr,
+			"tensorfs: '%s' is not an option: nvme folders are separated by ':' "
+			"(nvme=A:B), not ','\n",
+			opt);
+		return;
+	}
+	memcpy(name, opt, n);
+	name[n] = '\0';
+	best_d = n < 6 ? 2 : 3;
+	for (const struct fuse_opt *o = tfs_opts; o->templ; o++) {
+		char t[64];
+		size_t tn = strcspn(o->templ, "=");
+		unsigned d;
+
+		if (o->templ[0] == '-' || tn >= sizeof(t))
+			continue;
+		memcpy(t, o->templ, tn);
+		t[tn] = '\0';
+		d = edit_distance(name, t);
+		if (!d)
+			return; /* one of ours (allow_other, also libfuse's): not the one refused */
+		if (d < best_d) {
+			best_d = d;
+			best = o->templ;
+		}
+	}
+	if (best)
+		fprintf(stderr, "tensorfs: unknown option '%s': did you mean '%.*s'?\n", name,
+			(int)strcspn(best, "="), best);
+}
+
+/* Hints for the options left in args after ours were taken (see hint_option). */
+static void hint_options(const struct fuse_args *args)
+{
+	for (int i = 1; i < args->argc; i++) {
+		const char *a = args->argv[i];
+		char *list, *save = NULL;
+
+		if (!strcmp(a, "-o") && i + 1 < args->argc)
+			a = args->argv[++i];
+		else if (!strncmp(a, "-o", 2))
+			a += 2;
+		else
+			continue;
+		list = strdup(a);
+		if (!list)
+			return;
+		for (char *o = strtok_r(list, ",", &save); o; o = strtok_r(NULL, ",", &save))
+			hint_option(o);
+		free(list);
+	}
+}
 
 static void usage(const char *prog)
 {
@@ -281,10 +378,9 @@ static int mark_block(void *arg, uint64_t id, const struct meta_block *b)
 	if (ms->err)
 		return 0;
 	ret = tb_mark_used(ms->fs->tb, b->loc);
-	if (ret)
+	if (ret && ret != -ENODEV) /* a device not given: bind_devices names it */
 		log_err("block %llu names location %llx, which is %s",
-			(unsigned long long)id, (unsigned long long)b->loc,
-			ret == -ENODEV ? "on a missing nvme folder" : "invalid or used twice");
+			(unsigned long long)id, (unsigned long long)b->loc, "invalid or used twice");
 	ms->err = ret;
 	return 0;
 }
@@ -330,6 +426,17 @@ static int bind_devices(struct fs *fs, const struct mark_scan *ms, const char *s
 			 meta_strerror(ret));
 		return ret;
 	}
+	for (unsigned i = tb_n_devs(fs->tb); i < TB_MAX_DEVS; i++)
+		if (ms->blocks[i]) {
+			snprintf(err, errlen,
+				 "the store in %s has %u devices (nvme folders, then remotes) and "
+				 "%llu blocks on device %u; this mount gives %u: give every nvme "
+				 "folder of the store, in the order they were given, separated by "
+				 "':'",
+				 fs->cfg->meta, n_bind > i ? n_bind : i + 1,
+				 (unsigned long long)ms->blocks[i], i + 1, tb_n_devs(fs->tb));
+			return -ENODEV;
+		}
 	ret = tb_check_devices(fs->tb, ms->blocks, bind, n_bind, &changed, err, errlen);
 	if (ret || !changed)
 		return ret;
@@ -690,15 +797,37 @@ static void note_state(struct fs *fs, const char *state)
  * no longer ends anything that matters: it would only lose the data, so
  * only SIGKILL does that now.
  */
-static void begin_stop(struct fs *fs)
+static void begin_stop(struct fs *fs, uint64_t *dirty)
 {
+	struct tb_stats st = {0};
+
 	note_state(fs, "stopping");
 	signal(SIGINT, SIG_IGN);
 	signal(SIGTERM, SIG_IGN);
 	signal(SIGHUP, SIG_IGN);
-	log_info("unmounted %s; writing back what is dirty before the exit (signals other than "
-		 "SIGKILL wait for it)",
-		 fs->cfg->mountpoint);
+	if (fs->tb)
+		tb_get_stats(fs->tb, &st);
+	*dirty = st.dirty_bytes;
+	log_info("unmounted %s; writing back the %.1f MiB that are dirty before the exit "
+		 "(signals other than SIGKILL wait for it)",
+		 fs->cfg->mountpoint, (double)st.dirty_bytes / (1 << 20));
+}
+
+/* The mount's line in the log (stderr, and the logfile once detached). */
+static void log_mounted(const struct fs *fs)
+{
+	const struct fs_config *c = fs->cfg;
+
+	log_info("mounted %s: dram %zu MiB, block %zu KiB, %u nvme folder(s), meta %s",
+		 c->mountpoint, c->dram >> 20, fs->bs >> 10, c->n_nvme, c->meta);
+}
+
+static double secs_since(const struct timespec *t0)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)(t.tv_sec - t0->tv_sec) + (double)(t.tv_nsec - t0->tv_nsec) / 1e9;
 }
 
 /*
@@ -857,6 +986,8 @@ static int run(struct fs *fs, struct fuse_session *se, struct fuse_cmdline_opts 
 	       int logfd)
 {
 	struct fs_config *c = fs->cfg;
+	struct timespec t_stop;
+	uint64_t dirty;
 	char err[1024] = "";
 	int ret;
 
@@ -888,19 +1019,27 @@ static int run(struct fs *fs, struct fuse_session *se, struct fuse_cmdline_opts 
 		goto fail;
 	}
 	note_state(fs, "mounted");
-	log_info("mounted %s: dram %zu MiB, block %zu KiB, %u nvme folder(s), meta %s",
-		 c->mountpoint, c->dram >> 20, fs->bs >> 10, c->n_nvme, c->meta);
+	log_mounted(fs);
 	report(report_fd, 0);
-	if (!fo->foreground)
+	if (!fo->foreground) {
 		detach(logfd);
+		if (logfd >= 0)
+			log_mounted(fs);
+	}
 
 	ret = fs_loop(fs, se, fo->singlethread ? 1 : c->threads);
 	fuse_session_unmount(se);
 	fuse_remove_signal_handlers(se);
-	begin_stop(fs);
+	clock_gettime(CLOCK_MONOTONIC, &t_stop);
+	begin_stop(fs, &dirty);
 	if (close_stores(fs, false) < 0 && ret == 0)
 		ret = -EIO; /* exit 1: the unmount lost data */
-	log_info("stopped: %s", ret ? "with errors (see above)" : "all written back and synced");
+	if (ret)
+		log_info("stopped: with errors (see above)");
+	else
+		log_info("stopped: all written back and synced (%.1f MiB dirty at the unmount, "
+			 "%.1f s)",
+			 (double)dirty / (1 << 20), secs_since(&t_stop));
 	return ret < 0 ? 1 : 0;
 fail:
 	fprintf(stderr, "tensorfs: %s\n", err[0] ? err : strerror(-ret));
@@ -934,7 +1073,7 @@ static int daemonize(int *report_fd)
 
 int main(int argc, char *argv[])
 {
-	struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
+	struct fuse_args args = FUSE_ARGS_INIT(argc, argv), left = FUSE_ARGS_INIT(0, NULL);
 	struct fs_config cfg = {0};
 	struct fuse_cmdline_opts fo = {0};
 	struct fuse_session *se = NULL;
@@ -1006,8 +1145,13 @@ int main(int argc, char *argv[])
 	fs_scrub_init(&fs);
 	if (fs_itab_init(&fs) < 0 || fs_learn_init(&fs.learn) < 0)
 		goto out;
+	/* libfuse frees args when it refuses them: the hints read a copy */
+	for (int i = 0; i < args.argc; i++)
+		if (fuse_opt_add_arg(&left, args.argv[i]) != 0)
+			goto out;
 	se = fuse_session_new(&args, &fs_ops, sizeof(fs_ops), &fs);
 	if (!se) {
+		hint_options(&left);
 		fprintf(stderr, "tensorfs: bad FUSE options (see the message above)\n");
 		goto out;
 	}
@@ -1032,6 +1176,7 @@ out:
 		fs_learn_fini(&fs.learn);
 	free(fo.mountpoint);
 	fuse_opt_free_args(&args);
+	fuse_opt_free_args(&left);
 	fs_config_free(&cfg);
 	return ret;
 }

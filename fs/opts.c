@@ -79,9 +79,10 @@ int fs_parse_size(const char *s, size_t *out)
 	case 't': case 'T': shift = 40; end++; break;
 	default: break;
 	}
-	if (shift && (*end == 'i' || *end == 'I') && (end[1] == 'B' || end[1] == 'b'))
+	/* 2G, 2GB and 2GiB are bytes; a lower-case b (2Gb) would be bits: refused */
+	if (shift && *end == 'i' && end[1] == 'B')
 		end += 2;
-	else if (shift && (*end == 'B' || *end == 'b'))
+	else if (shift && *end == 'B')
 		end++;
 	if (*end)
 		return -EINVAL;

@@ -80,7 +80,7 @@ clean() {
 
 T=$(deb tensorfs)
 [ -n "$T" ] || fail "no tensorfs package: $(ls "$W")"
-has "$T" /usr/sbin/tensorfs /usr/sbin/tfsctl /usr/bin/swapbench \
+has "$T" /usr/sbin/tensorfs /usr/bin/tfsctl /usr/bin/swapbench \
 	/usr/share/man/man8/tensorfs.8.gz /usr/share/man/man8/tfsctl.8.gz \
 	/usr/share/man/man5/tensorfs.conf.5.gz /usr/share/man/man1/swapbench.1.gz \
 	/usr/share/doc/tensorfs/examples/tensorfs.conf.example /usr/share/doc/tensorfs/copyright \
@@ -91,10 +91,10 @@ grep -q gpubench "$W/list" && fail "tensorfs ships gpubench"
 dpkg-deb -f "$T" Depends | grep -q 'fuse3' || fail "tensorfs does not depend on fuse3"
 dpkg-deb -f "$T" Depends | grep -q 'libfuse3' || fail "tensorfs lacks its library dependencies"
 clean "$T"
-grep -qx 'ExecStop=/usr/sbin/tfsctl unmount %f' "$W/x/usr/lib/systemd/system/tensorfs@.service" ||
-	fail "the packaged tensorfs@.service does not stop with /usr/sbin/tfsctl unmount"
+grep -qx 'ExecStop=/usr/bin/tfsctl unmount %f' "$W/x/usr/lib/systemd/system/tensorfs@.service" ||
+	fail "the packaged tensorfs@.service does not stop with /usr/bin/tfsctl unmount"
 "$W/x/usr/sbin/tensorfs" --help >/dev/null 2>&1 || fail "the packaged tensorfs does not run"
-"$W/x/usr/sbin/tfsctl" --version >/dev/null 2>&1 || fail "the packaged tfsctl does not run"
+"$W/x/usr/bin/tfsctl" --version >/dev/null 2>&1 || fail "the packaged tfsctl does not run"
 "$W/x/usr/bin/swapbench" --help >/dev/null 2>&1 || fail "the packaged swapbench does not run"
 
 if [ $cuda -eq 1 ]; then

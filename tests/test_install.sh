@@ -28,7 +28,7 @@ done
 out=$(meson install --no-rebuild -C "$BUILD" --destdir "$D" 2>&1) || fail "meson install: $out"
 prefix=$(meson introspect --buildoptions "$BUILD" |
 	python3 -c 'import json,sys; print([o["value"] for o in json.load(sys.stdin) if o["name"] == "prefix"][0])')
-for f in sbin/tensorfs sbin/tfsctl bin/swapbench share/man/man8/tensorfs.8 \
+for f in sbin/tensorfs bin/tfsctl bin/swapbench share/man/man8/tensorfs.8 \
 	share/man/man8/tfsctl.8 share/man/man5/tensorfs.conf.5 share/man/man1/swapbench.1; do
 	[ -e "$D$prefix/$f" ] || fail "meson install did not install $prefix/$f"
 done
@@ -38,15 +38,15 @@ find "$D" -name tensorfs.conf.example | grep -q . || fail "no example config ins
 # the installed programs).
 unit=$D$prefix/lib/systemd/system/tensorfs@.service
 [ -f "$unit" ] || fail "meson install did not install $prefix/lib/systemd/system/tensorfs@.service"
-grep -qx "ExecStop=$prefix/sbin/tfsctl unmount %f" "$unit" ||
-	fail "tensorfs@.service does not stop with $prefix/sbin/tfsctl unmount: $(grep Exec "$unit")"
+grep -qx "ExecStop=$prefix/bin/tfsctl unmount %f" "$unit" ||
+	fail "tensorfs@.service does not stop with $prefix/bin/tfsctl unmount: $(grep Exec "$unit")"
 if command -v systemd-analyze >/dev/null; then
 	mkdir "$D/verify"
-	sed "s|=$prefix/sbin/|=$D$prefix/sbin/|" "$unit" >"$D/verify/tensorfs@.service"
+	sed "s|=$prefix/\(s*bin\)/|=$D$prefix/\1/|" "$unit" >"$D/verify/tensorfs@.service"
 	out=$(cd "$D/verify" && systemd-analyze verify --man=no ./tensorfs@mnt-tfs.service 2>&1) ||
 		fail "systemd-analyze verify tensorfs@mnt-tfs.service: $out"
 	[ -z "$out" ] || fail "systemd-analyze verify tensorfs@mnt-tfs.service: $out"
 fi
 "$D$prefix/sbin/tensorfs" --help >/dev/null || fail "the installed tensorfs does not run"
-"$D$prefix/sbin/tfsctl" --help >/dev/null || fail "the installed tfsctl does not run"
+"$D$prefix/bin/tfsctl" --help >/dev/null || fail "the installed tfsctl does not run"
 echo "PASS: $n man pages render clean; install puts programs, pages, config and unit in place"

@@ -136,6 +136,13 @@ next_case() {
 
 next_case; reject "unknown option" 'frobnicate' "$CM" -o "$OK_OPTS,frobnicate=1" "$CM"
 next_case; reject "dram=12Q" 'dram|12q' "$CM" -o "$OK_OPTS,dram=12Q" "$CM"
+# A typo of one of ours gets the name it was probably meant to be; a second
+# nvme folder after a comma, the separator; bits are not a size.
+next_case; reject "queue_detph=8" "unknown option 'queue_detph': did you mean 'queue_depth'" "$CM" \
+	-o "$OK_OPTS,queue_detph=8" "$CM"
+next_case; reject "nvme=A,B" "'$T/nvme-b' is not an option: nvme folders are separated by ':'" "$CM" \
+	-o "$OK_OPTS,nvme=$NVME,$T/nvme-b" "$CM"
+next_case; reject "dram=1Gb" 'dram|1gb' "$CM" -o "$OK_OPTS,dram=1Gb" "$CM"
 next_case; reject "dram= (empty)" 'dram' "$CM" -o "nvme=$NVME,meta=$T/meta.$n,dram=" "$CM"
 next_case; reject "block=3K" 'block|3k' "$CM" -o "$OK_OPTS,block=3K" "$CM"
 next_case; reject "block=1T" 'block|1t' "$CM" -o "$OK_OPTS,block=1T" "$CM"
@@ -236,6 +243,15 @@ next_case; reject "nvme folder of a store whose meta folder is elsewhere" \
 	"$CM" -o "nvme=$T/fresh-nvme,meta=$T/other-meta,dram=256M" "$CM"
 [ ! -e "$T/other-meta" ] || bad "a refused start left $T/other-meta"
 cmp -s "$T/fresh-nvme/tensorfs.dev" "$T/fresh-dev.orig" || bad "a refused start changed $T/fresh-nvme/tensorfs.dev"
+
+# A store made on two nvme folders, mounted with one: its count, and the fix.
+mkdir -p "$T/two-a" "$T/two-b"
+NVME="$T/two-a:$T/two-b" META="$T/two-meta" tfs_mount
+head -c $((8 << 20)) /dev/urandom >"$MNT/striped" || bad "writing to the two-folder store"
+tfs_umount || bad "the two-folder store: daemon exited non-zero"
+next_case; reject "a store of two nvme folders given one" \
+	"has 2 devices .* blocks on device 2; this mount gives 1: give every nvme folder of the store, in the order they were given, separated by ':'" \
+	"$CM" -o "nvme=$T/two-a,meta=$T/two-meta,dram=256M" "$CM"
 
 # A second daemon on a metadata folder in use.
 tfs_mount

@@ -11,7 +11,8 @@
 #      file.) A slab that is not a regular file is refused too.
 #   3. A relative logfile= and meta= name the files they meant even though
 #      the daemon moves to / in the background. (Regression: the log went
-#      to /FILE.)
+#      to /FILE.) The log file has the mount's line and what the unmount
+#      wrote back. (Regression: it had only the unmount's lines.)
 #   4. An s3 endpoint URL with a user or password in it is refused without
 #      being printed (the endpoint shows in logs, stats and the config), in
 #      any scheme and any case of it, and so is one with a query or a
@@ -112,6 +113,11 @@ kill -0 "$TFS_PID" 2>/dev/null && fail "the background daemon did not exit after
 TFS_PID=""
 grep -q "unmounted" "$T/cwd/rel.log" 2>/dev/null ||
 	fail "the log of a background daemon is not in $T/cwd/rel.log (relative to where it started)"
+# The log tells the whole life: the mount, and what the unmount wrote back.
+grep -q "info: mounted $MNT: dram 256 MiB" "$T/cwd/rel.log" ||
+	fail "the log file has no line for the mount: $(cat "$T/cwd/rel.log")"
+grep -Eq "stopped: all written back and synced \([0-9.]+ MiB dirty at the unmount, [0-9.]+ s\)" \
+	"$T/cwd/rel.log" || fail "the log file does not say what the unmount wrote back: $(cat "$T/cwd/rel.log")"
 echo "   log in $T/cwd/rel.log"
 
 echo "4. an s3 endpoint with credentials in it is refused, and not printed"

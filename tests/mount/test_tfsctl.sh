@@ -136,6 +136,15 @@ grep -qx "dram = $((256 * MB))" "$TFSCTL_OUT" || fail "config: no 'dram = $((256
 grep -qx "nvme = $NVME" "$TFSCTL_OUT" || fail "config: no 'nvme = $NVME'"
 grep -qx "meta = $META" "$TFSCTL_OUT" || fail "config: no 'meta = $META'"
 grep -qiE 'secret|password|token' "$TFSCTL_OUT" && fail "config shows a secret: $(cat "$TFSCTL_OUT")"
+# the values in force: dirty is the store's limit, never the 0 that asks
+# for the default; and the options that were left out (regression)
+cp "$TFSCTL_OUT" "$T/config.out"
+dl=$(js cache dirty_limit_bytes)
+grep -qx "dirty = $dl" "$T/config.out" ||
+	fail "config: dirty is not the limit in force ($dl): $(grep dirty "$T/config.out")"
+for k in 'cache_policy = (auto|clock|lru|2q)' 'prefetch = off' 'log_level = info' 'logfile = null'; do
+	grep -qxE "$k" "$T/config.out" || fail "config: no '$k'"
+done
 tc_ok config --json
 python3 -c 'import json,sys; c=json.load(open(sys.argv[1])); assert c["dram"] == 256 << 20' \
 	"$TFSCTL_OUT" || fail "config --json"
@@ -196,7 +205,13 @@ for _ in $(seq 1 100); do
 done
 [ "$(where_bytes "$MNT/keep/p" dram)" -eq $((16 * MB)) ] || fail "prefetch did not load p"
 # A pin that cannot fit fails whole, with a message.
-expect 1 'does not fit in DRAM' -m "$MNT" pin "$MNT"
+# It names the bound (pin_limit_bytes, in MiB) and what is pinned, once
+# each, and the command once (regression: "tfsctl pin: pin: ... does not
+# fit in DRAM" named neither).
+lim=$(( $(js cache pin_limit_bytes) >> 20 ))
+expect 1 "its files do not fit next to what is pinned: pins may hold $lim MiB of this mount's DRAM \(pin_limit_bytes.*\), 0 MiB are pinned already" \
+	-m "$MNT" pin "$MNT"
+grep -q 'pin: pin:' "$TFSCTL_ERR" && fail "tfsctl pin names the command twice: $(cat "$TFSCTL_ERR")"
 [ "$(js cache pinned_bytes)" -eq 0 ] || fail "a failed pin left pins behind"
 # Writes without fsync, then flush: nothing dirty.
 dd if=/dev/urandom of="$MNT/keep/late" bs=1M count=8 status=none || fail "writing late"

@@ -196,6 +196,11 @@ int main(void)
 	CHECK_EQ(fs_parse_size("2T", &v), 0);
 	CHECK_EQ(v, 2ULL << 40);
 	CHECK_EQ(fs_parse_size("12Q", &v), -EINVAL);
+	CHECK_EQ(fs_parse_size("1GB", &v), 0);
+	CHECK_EQ(v, 1ULL << 30);
+	CHECK_EQ(fs_parse_size("1Gb", &v), -EINVAL); /* bits: refused, as 1.5G is */
+	CHECK_EQ(fs_parse_size("1Gib", &v), -EINVAL);
+	CHECK_EQ(fs_parse_size("1.5G", &v), -EINVAL);
 	CHECK_EQ(fs_parse_size("", &v), -EINVAL);
 	CHECK_EQ(fs_parse_size("-1G", &v), -EINVAL);
 	CHECK_EQ(fs_parse_size("G", &v), -EINVAL);

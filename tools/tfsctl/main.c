@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 const char *prog = "tfsctl";
 
@@ -267,54 +268,83 @@ static int parse_flags(const struct command *c, int *argc, char ***argv, struct 
 /* ---- prefetch, pin, unpin, evict, flush ---- */
 
 /* Say what went wrong with verb on what (a path, or "" for flush). */
+/*
+ * A pin that did not fit: the mount's bound on pins (pin_limit_bytes in
+ * its stats: its DRAM less a quarter that writers cycle through and the
+ * readers' reserve), what is pinned already and what PATH holds.
+ */
+static void pin_error(const struct tfs_mount *m, const char *what, const char *lead)
+{
+	json_t *st = tfs_read_json(m, "stats"), *c = st ? json_object_get(st, "cache") : NULL;
+	json_t *lim = c ? json_object_get(c, "pin_limit_bytes") : NULL;
+	json_t *pinned = c ? json_object_get(c, "pinned_bytes") : NULL;
+	struct stat sb;
+	char size[64] = "";
+
+	if (what[0] && stat(what, &sb) == 0 && S_ISREG(sb.st_mode))
+		snprintf(size, sizeof(size), "its %.0f MiB ", (double)sb.st_size / (1 << 20));
+	else if (what[0])
+		snprintf(size, sizeof(size), "its files ");
+	if (json_is_integer(lim) && json_is_integer(pinned))
+		errmsg("%s%sdo not fit next to what is pinned: pins may hold %.0f MiB of this "
+		       "mount's DRAM (pin_limit_bytes: dram= less a quarter kept for writers "
+		       "and the readers' reserve), %.0f MiB are pinned already; unpin something "
+		       "(tfsctl pins lists them), or mount with a larger dram=",
+		       lead, size, (double)json_integer_value(lim) / (1 << 20),
+		       (double)json_integer_value(pinned) / (1 << 20));
+	else
+		errmsg("%sdoes not fit in DRAM next to what is pinned already, or no space is "
+		       "left to record it; unpin something, or mount with more dram= (tfsctl "
+		       "stats shows pin_limit_bytes)",
+		       lead);
+	json_decref(st);
+}
+
 static void ctl_error(const struct tfs_mount *m, const char *verb, const char *what, int err,
 		      bool opened)
 {
-	const char *sep = what[0] ? ": " : "";
+	char lead[PATH_MAX + 8];
 
 	if (!opened && err == -ENOENT) {
 		errmsg("%s: this tensorfs has no .tensorfs/ctl; it is too old for %s", m->root,
 		       verb);
 		return;
 	}
+	/* errmsg's prefix names the command (tfsctl pin): the message starts at PATH */
+	snprintf(lead, sizeof(lead), "%s%s", what, what[0] ? ": " : "");
 	switch (-err) {
 	case EACCES:
 	case EPERM:
-		errmsg("%s%s%s: permission denied: only the mount's owner or root may send "
+		errmsg("%spermission denied: only the mount's owner or root may send "
 		       "commands",
-		       verb, sep, what);
+		       lead);
 		break;
 	case ENOENT:
-		errmsg("%s%s%s: no such file or folder in the mount (removed meanwhile?)", verb,
-		       sep, what);
+		errmsg("%sno such file or folder in the mount (removed meanwhile?)", lead);
 		break;
 	case ENOSPC:
 		/* Only pin has a DRAM budget; the others write back, to devices that can fill. */
 		if (strcmp(verb, "pin") == 0)
-			errmsg("%s%s%s: does not fit in DRAM next to what is pinned already, or no "
-			       "space is left to record it; unpin something, or mount with more "
-			       "dram= (tfsctl stats shows which)",
-			       verb, sep, what);
+			pin_error(m, what, lead);
 		else
-			errmsg("%s%s%s: no space left on the devices: write-back failed, and the "
+			errmsg("%sno space left on the devices: write-back failed, and the "
 			       "data waits in DRAM; free space on the full device or on the meta "
 			       "folder's filesystem (tfsctl stats says which), then try again",
-			       verb, sep, what);
+			       lead);
 		break;
 	case EIO:
-		errmsg("%s%s%s: I/O error on a device; tfsctl stats and the daemon's log say "
+		errmsg("%sI/O error on a device; tfsctl stats and the daemon's log say "
 		       "which",
-		       verb, sep, what);
+		       lead);
 		break;
 	case EINTR:
-		errmsg("%s%s%s: interrupted; whatever it had not done stays as it was", verb, sep,
-		       what);
+		errmsg("%sinterrupted; whatever it had not done stays as it was", lead);
 		break;
 	case EINVAL:
-		errmsg("%s%s%s: the mount refused the command; its log says why", verb, sep, what);
+		errmsg("%sthe mount refused the command; its log says why", lead);
 		break;
 	default:
-		errmsg("%s%s%s: %s", verb, sep, what, strerror(-err));
+		errmsg("%s%s", lead, strerror(-err));
 	}
 }
 
