@@ -194,7 +194,8 @@ static void usage(const char *prog)
 	       "memory);\n"
 	       "                           at least (2 x threads + 16) MiB with 1M blocks,\n"
 	       "                           at most 90%% of the host's memory (MemTotal)\n"
-	       "    -o nvme=DIR[:DIR...]   nvme tier folders; blocks are striped across them\n"
+	       "    -o nvme=DIR[:DIR...]   nvme tier folders; blocks are spread across them by\n"
+	       "                           measured bandwidth\n"
 	       "                           (default: $XDG_DATA_HOME/tensorfs, /var/lib/tensorfs "
 	       "for root,\n"
 	       "                           else ~/.local/share/tensorfs)\n"
@@ -813,6 +814,25 @@ static void begin_stop(struct fs *fs, uint64_t *dirty)
 		 fs->cfg->mountpoint, (double)st.dirty_bytes / (1 << 20));
 }
 
+/*
+ * Two nvme folders on one filesystem share one disk's bandwidth and free
+ * space: allowed (a test or a small machine), but said, since it is more
+ * often a drive that did not mount under one of them.
+ */
+static void warn_shared_folders(const struct fs_config *c)
+{
+	struct stat a, b;
+
+	for (unsigned i = 0; i < c->n_nvme; i++)
+		for (unsigned j = i + 1; j < c->n_nvme; j++)
+			if (stat(c->nvme[i], &a) == 0 && stat(c->nvme[j], &b) == 0 &&
+			    a.st_dev == b.st_dev)
+				log_warn("nvme folders %s and %s are on one filesystem: they share "
+					 "its disk's bandwidth, and its free space counts once; "
+					 "give one folder per drive",
+					 c->nvme[i], c->nvme[j]);
+}
+
 /* The mount's line in the log (stderr, and the logfile once detached). */
 static void log_mounted(const struct fs *fs)
 {
@@ -1019,6 +1039,7 @@ static int run(struct fs *fs, struct fuse_session *se, struct fuse_cmdline_opts 
 		goto fail;
 	}
 	note_state(fs, "mounted");
+	warn_shared_folders(c);
 	log_mounted(fs);
 	report(report_fd, 0);
 	if (!fo->foreground) {

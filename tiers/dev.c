@@ -852,6 +852,28 @@ uint64_t dev_free_slots(struct tb_dev *d)
 	return n;
 }
 
+int dev_room_parts(struct tb_dev *d, uint64_t *fs_id, uint64_t *fs_free, uint64_t *slab_free)
+{
+	struct stat st;
+	uint64_t slab_bytes, slab_slots;
+	int ret;
+
+	pthread_mutex_lock(&d->lock);
+	if (!d->track_room || d->fd < 0 || fstat(d->fd, &st) < 0) {
+		pthread_mutex_unlock(&d->lock);
+		return -ENOTSUP;
+	}
+	ret = fs_room(d, fs_free, &slab_bytes);
+	if (ret == 0) {
+		slab_slots = slab_bytes / d->block_size;
+		*slab_free = (slab_slots > d->alloc.used ? slab_slots - d->alloc.used : 0) *
+			     d->block_size;
+		*fs_id = (uint64_t)st.st_dev;
+	}
+	pthread_mutex_unlock(&d->lock);
+	return ret;
+}
+
 bool dev_out(struct tb_dev *d)
 {
 	bool out;

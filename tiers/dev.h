@@ -210,6 +210,13 @@ int dev_mark(struct tb_dev *d, uint64_t slot);
  */
 uint64_t dev_free_slots(struct tb_dev *d);
 /*
+ * Where d's room comes from, for counting a filesystem that holds several
+ * devices once: its filesystem (st_dev of the slab), that filesystem's
+ * free space less the reserve, and the slab's own space no slot uses.
+ * -errno where the room is not followed (pfs, s3) or cannot be read.
+ */
+int dev_room_parts(struct tb_dev *d, uint64_t *fs_id, uint64_t *fs_free, uint64_t *slab_free);
+/*
  * Give the slab space of slots free since the last look back to the
  * filesystem: the runs are punched, and the slab's end is cut off once
  * every slot past the last in use has given its space back; then the free

@@ -224,15 +224,45 @@ void tb_space(struct tb_store *s, uint64_t *total, uint64_t *avail)
 	 * out): so "used" (size less free) is what this store holds, whoever
 	 * else fills the disk, and the size shrinks as the disk does.
 	 */
+	uint64_t can[TB_MAX_DEVS], fs_id[TB_MAX_DEVS], fs_free[TB_MAX_DEVS], slab_free[TB_MAX_DEVS];
+	bool shared[TB_MAX_DEVS] = {false}, counted[TB_MAX_DEVS] = {false};
+	uint64_t over = 0;
+
 	*total = 0;
 	for (unsigned i = 0; i < s->n_devs; i++) {
-		uint64_t can;
-
 		dev_get_stats(s->dev[i], &st);
-		can = dev_free_slots(s->dev[i]) * s->bs;
-		*total += st.used + can < st.capacity ? st.used + can : st.capacity;
+		can[i] = dev_free_slots(s->dev[i]) * s->bs;
+		if (st.used + can[i] > st.capacity)
+			can[i] = st.capacity > st.used ? st.capacity - st.used : 0;
+		*total += st.used + can[i];
+		shared[i] = dev_room_parts(s->dev[i], &fs_id[i], &fs_free[i], &slab_free[i]) == 0;
 	}
+	/*
+	 * Devices on one filesystem each see all of its free space: counted
+	 * once, a group can take its filesystem's free space and each slab's
+	 * own, or what their caps leave, whichever is less.
+	 */
+	for (unsigned i = 0; i < s->n_devs; i++) {
+		uint64_t sum = can[i], room = fs_free[i] + slab_free[i];
+		unsigned n = 1;
+
+		if (!shared[i] || counted[i])
+			continue;
+		for (unsigned j = i + 1; j < s->n_devs; j++)
+			if (shared[j] && !counted[j] && fs_id[j] == fs_id[i]) {
+				counted[j] = true;
+				sum += can[j];
+				room += slab_free[j];
+				n++;
+			}
+		if (n > 1 && sum > room)
+			over += sum - room;
+	}
+	if (over > *total)
+		over = *total;
+	*total -= over;
 	pthread_mutex_lock(&s->lock);
 	*avail = place_avail(s) * s->bs;
 	pthread_mutex_unlock(&s->lock);
+	*avail = *avail > over ? *avail - over : 0;
 }

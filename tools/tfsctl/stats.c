@@ -125,26 +125,34 @@ static void print_queues(json_t *st)
 	json_t *tiers = json_object_get(st, "tiers"), *t;
 	const char *name;
 	bool head = false;
-	char bw[24], cap[24];
+	char bw[24], cap[24], share[16];
+	double weights = 0;
 
+	/* SHARE: of new blocks, what each device is sent now (its placement weight) */
+	json_object_foreach(tiers, name, t)
+		weights += jreal(t, "weight");
 	json_object_foreach(tiers, name, t) {
 		if (!json_object_get(t, "queued"))
 			continue; /* dram has no queue */
 		if (!head)
-			printf("\n%-7s %6s %6s %8s %9s  %-8s %10s %10s\n", "QUEUE", "QUEUED",
-			       "DEMAND", "PREFETCH", "WRITEBACK", "ENGINE", "BW", "BW CAP");
+			printf("\n%-7s %6s %6s %8s %9s  %-8s %10s %10s %5s\n", "QUEUE", "QUEUED",
+			       "DEMAND", "PREFETCH", "WRITEBACK", "ENGINE", "BW", "BW CAP", "SHARE");
 		head = true;
 		fmt_rate((double)jint(t, "bw_measured"), bw, sizeof(bw));
 		if (jint(t, "bw_cap"))
 			fmt_rate((double)jint(t, "bw_cap"), cap, sizeof(cap));
 		else
 			snprintf(cap, sizeof(cap), "-");
-		printf("%-7.7s %6llu %6llu %8llu %9llu  %-8.8s %10s %10s\n", name,
+		if (weights > 0)
+			snprintf(share, sizeof(share), "%.0f%%", 100 * jreal(t, "weight") / weights);
+		else
+			snprintf(share, sizeof(share), "-");
+		printf("%-7.7s %6llu %6llu %8llu %9llu  %-8.8s %10s %10s %5s\n", name,
 		       (unsigned long long)jint(t, "queued"),
 		       (unsigned long long)jint(t, "inflight_demand"),
 		       (unsigned long long)jint(t, "inflight_prefetch"),
 		       (unsigned long long)jint(t, "inflight_writeback"), jstr(t, "engine", "-"),
-		       bw, cap);
+		       bw, cap, share);
 	}
 }
 
