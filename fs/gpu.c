@@ -85,6 +85,8 @@ struct gpu_conn {
 	uint64_t npinned, next_pin;
 	struct gpu_grant grants[GPU_GRANTS];
 	unsigned ngrants, grant_next;
+	/* what PREFETCH asked for and is not yet issued: blocks [pf_next, pf_end) of pf_ino */
+	uint64_t pf_ino, pf_next, pf_end;
 	struct tfs_gpu_rep *rep; /* TFS_GPU_REP_MAX bytes */
 	struct gpu_conn *next;
 };
@@ -657,6 +659,32 @@ static int granted_file(struct gpu_conn *c, const struct tfs_gpu_req *req, bool 
 	return ret;
 }
 
+/*
+ * Issue what is left of the connection's stream (PREFETCH) for in, up to
+ * the first block that finds no slot or I/O now; the rest waits for the
+ * connection's next PIN or PREFETCH. The loads go to the devices together
+ * (tb_plug), as a FUSE reader's do, so that an elevator can merge
+ * neighbours. Returns the blocks issued or found cached.
+ */
+static uint64_t pf_pump(struct gpu_conn *c, struct fs_inode *in)
+{
+	struct fs *fs = c->g->fs;
+	uint64_t b, from = c->pf_next;
+
+	if (c->pf_ino != in->ino || c->pf_next >= c->pf_end)
+		return 0;
+	/* in->io shared, as for a PIN_READ: no truncate frees the blocks under us. */
+	pthread_rwlock_rdlock(&in->io);
+	tb_plug();
+	for (b = c->pf_next; b < c->pf_end; b++)
+		if (tb_prefetch_stream(fs->tb, in->ino, b) < 0)
+			break;
+	tb_unplug();
+	pthread_rwlock_unlock(&in->io);
+	c->pf_next = b;
+	return b - from;
+}
+
 static int do_pin(struct gpu_conn *c, const struct tfs_gpu_req *req, bool write)
 {
 	struct fs_gpu *g = c->g;
@@ -701,6 +729,12 @@ static int do_pin(struct gpu_conn *c, const struct tfs_gpu_req *req, bool write)
 	if (fs_touch(fs, in, write ? (size > end ? size : end) : size, p->off, p->len,
 		     write))
 		fs_prefetch_kick(fs);
+	if (!write && pf_pump(c, in)) {
+		/* Blocks the last PREFETCH could not issue then: loading while this pin waits. */
+		pthread_mutex_lock(&g->lock);
+		g->prefetches++;
+		pthread_mutex_unlock(&g->lock);
+	}
 	ret = write ? pin_write_blocks(fs, in, p, g->bs) : pin_read_blocks(fs, in, p);
 	if (ret)
 		goto out;
@@ -777,15 +811,19 @@ static void pin_release(struct gpu_conn *c, struct gpu_pin *p, bool ok)
 /*
  * Start loading [off, off + len) below EOF, for a reader that will pin it
  * soon: hints, so that the prefetch bounds meant for guesses do not refuse
- * what a client says it will read next. Stops at the first block that
- * finds no slot or I/O now; says in rep->len how far it got.
+ * what a client says it will read next, with a stream's bound on loads in
+ * flight (tb_prefetch_stream). Stops at the first block that finds no slot
+ * or I/O now and says in rep->len how far it got; the connection keeps the
+ * rest and issues it at its next PIN or PREFETCH (pf_pump): a client asks
+ * for each range once. A PREFETCH that does not continue the last one
+ * replaces it.
  */
 static int do_prefetch(struct gpu_conn *c, const struct tfs_gpu_req *req)
 {
 	struct fs_gpu *g = c->g;
 	struct fs *fs = g->fs;
 	struct fs_inode *in = NULL;
-	uint64_t size = 0, end, first, last, b;
+	uint64_t size = 0, end, first, last, issued;
 	int ret;
 
 	ret = granted_file(c, req, false, &in, &size);
@@ -798,17 +836,23 @@ static int do_prefetch(struct gpu_conn *c, const struct tfs_gpu_req *req)
 		goto out;
 	first = req->off / g->bs;
 	last = (end - 1) / g->bs;
-	/* in->io shared, as for a PIN_READ: no truncate frees the blocks under us. */
-	pthread_rwlock_rdlock(&in->io);
-	for (b = first; b <= last; b++)
-		if (tb_prefetch(fs->tb, req->ino, b, true) < 0)
-			break;
-	pthread_rwlock_unlock(&in->io);
-	c->rep->len = (b > last ? end : b * g->bs) - req->off;
-	if (b > first) {
+	if (c->pf_ino == req->ino && first >= c->pf_next && first <= c->pf_end) {
+		if (last + 1 > c->pf_end)
+			c->pf_end = last + 1;
+	} else {
+		c->pf_ino = req->ino;
+		c->pf_next = first;
+		c->pf_end = last + 1;
+	}
+	issued = pf_pump(c, in);
+	if (c->pf_next <= first)
+		c->rep->len = 0;
+	else
+		c->rep->len = (c->pf_next > last ? end : c->pf_next * g->bs) - req->off;
+	if (issued) {
 		pthread_mutex_lock(&g->lock);
 		g->prefetches++;
-		g->prefetch_bytes += c->rep->len;
+		g->prefetch_bytes += issued * g->bs;
 		pthread_mutex_unlock(&g->lock);
 	}
 out:

@@ -59,15 +59,18 @@ static bool prefetch_worth(struct tb_store *s, const struct tb_entry *v, const s
 /*
  * Start loading (obj, idx) ahead of use, in the prefetch class (see tb.h);
  * depth > 0: for a reader of remote blocks, bounded by depth apart from
- * the shallow window.
+ * the shallow window. deep_inflight: the loads in flight may reach the
+ * deep window's bound rather than the shallow one.
  */
-static int prefetch(struct tb_store *s, uint64_t obj, uint64_t idx, bool hint, uint64_t depth)
+static int prefetch(struct tb_store *s, uint64_t obj, uint64_t idx, bool hint, uint64_t depth,
+		    bool deep_inflight)
 {
 	uint64_t *n_pf = depth ? &s->n_pf_deep : &s->n_pf;
 	uint64_t bound = depth ? (depth < s->pf_deep_max ? depth : s->pf_deep_max) : s->pf_win.depth;
 	/* A remote reader's whole window may be in flight: latency is what it hides. */
-	uint64_t inflight_max =
-	    depth && s->pf_deep_max > s->prefetch_max ? s->pf_deep_max : s->prefetch_max;
+	uint64_t inflight_max = (depth || deep_inflight) && s->pf_deep_max > s->prefetch_max
+				    ? s->pf_deep_max
+				    : s->prefetch_max;
 	struct tb_entry *e;
 	struct tb_use vu;
 	int ret;
@@ -234,12 +237,28 @@ void tb_cycle_pass(struct tb_store *s)
 int tb_prefetch(struct tb_store *s, uint64_t obj, uint64_t idx, bool hint)
 {
 	fault_inject("prefetch", FAULT_PREFETCH, idx); /* test builds: op=prefetch */
-	return prefetch(s, obj, idx, hint, 0);
+	return prefetch(s, obj, idx, hint, 0, false);
 }
 
 int tb_prefetch_deep(struct tb_store *s, uint64_t obj, uint64_t idx, unsigned depth)
 {
-	return prefetch(s, obj, idx, false, depth ? depth : 1);
+	return prefetch(s, obj, idx, false, depth ? depth : 1, false);
+}
+
+/*
+ * The shallow bound on loads in flight is the devices' queue depth (32
+ * blocks by default): enough for a reader that takes a block at a time,
+ * not for one that asks for a whole range ahead of a copy. Held to it,
+ * a GPU reader's PREFETCH of 96 blocks issued 32 and left the rest to
+ * its PINs, as demand loads a window at a time (cuda-stream counts the
+ * device's reads). A stream may have the deep window's share in flight:
+ * the device's queue then holds the reader's whole range, and the engine
+ * keeps the drive at its depth.
+ */
+int tb_prefetch_stream(struct tb_store *s, uint64_t obj, uint64_t idx)
+{
+	fault_inject("prefetch", FAULT_PREFETCH, idx); /* test builds: op=prefetch */
+	return prefetch(s, obj, idx, true, 0, true);
 }
 
 unsigned tb_ahead(struct tb_store *s, uint64_t obj, uint64_t idx, unsigned *run)

@@ -353,6 +353,13 @@ unsigned tb_ahead(struct tb_store *s, uint64_t obj, uint64_t idx, unsigned *run)
  */
 int tb_prefetch_deep(struct tb_store *s, uint64_t obj, uint64_t idx, unsigned depth);
 /*
+ * tb_prefetch's hint for a reader that streams a range it will read next
+ * (the GPU path's PREFETCH): its loads in flight may reach a quarter of
+ * the slots, the deep window's bound, rather than the devices' queue
+ * depth, so that the whole range is queued at the device at once.
+ */
+int tb_prefetch_stream(struct tb_store *s, uint64_t obj, uint64_t idx);
+/*
  * A pass of the learned cycle ended: tune how far the cycle's prefetch
  * loads ahead, from this pass's late prefetches and devices' idle time
  * (tb_pf_depth_next, which takes pct, the busiest device's share of the
