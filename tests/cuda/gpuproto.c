@@ -1933,6 +1933,52 @@ static int starve_expire(void)
 	return 0;
 }
 
+/*
+ * ---- stream: a PREFETCH of a range on nvme is read from the device whole ----
+ *
+ * PREFETCH the first nblk blocks of MNT/name, say ready (READY.1) and
+ * wait for go (GO.1): the script counts the device's reads meanwhile.
+ * Then PIN_READ the first block alone, release it, and do the same with
+ * READY.2 and GO.2. The daemon issues the rest of a range it could not
+ * issue at once at the connection's next PIN.
+ */
+static void handshake(const char *ready, const char *go, int step)
+{
+	char path[4096];
+	int fd;
+
+	snprintf(path, sizeof(path), "%s.%d", ready, step);
+	fd = open(path, O_WRONLY | O_CREAT, 0644);
+	CHECK(fd >= 0, "%s: %s", path, strerror(errno));
+	close(fd);
+	snprintf(path, sizeof(path), "%s.%d", go, step);
+	CHECK(wait_file(path), "no word to go on (%s)", path);
+}
+
+static int t_stream(const char *name, uint64_t nblk, const char *ready, const char *go)
+{
+	struct arena ar;
+	struct tfsc_conn *c = connect_mnt(&ar);
+	int fd = open_in(name, O_RDONLY);
+	uint64_t ino = ino_of(fd), pin;
+
+	CHECK(tfsc_grant(c, fd, ino) == 0, "GRANT: %s", tfs_gpu_error());
+	CHECK(tfsc_prefetch(c, ino, 0, nblk * ar.bs) == 0, "PREFETCH: %s", tfs_gpu_error());
+	printf("stream: PREFETCH of %llu blocks issued %llu bytes at once\n",
+	       (unsigned long long)nblk, (unsigned long long)c->rep->len);
+	handshake(ready, go, 1);
+	CHECK(tfsc_pin(c, false, ino, 0, ar.bs, 1) == 0 && c->rep->nblocks == 1,
+	      "PIN_READ of block 0: %s", tfs_gpu_error());
+	pin = c->rep->pin;
+	CHECK(tfsc_release(c, pin, 0) == 0, "RELEASE: %s", tfs_gpu_error());
+	handshake(ready, go, 2);
+	close(fd);
+	tfsc_close(c);
+	munmap(ar.base, ar.bytes);
+	printf("stream: ok\n");
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 3) {
@@ -1944,8 +1990,9 @@ int main(int argc, char **argv)
 			"       %s fallback DIR direct|buffered|any\n"
 			"       %s nvme MNT write|read SIZE-MIB\n"
 			"       %s starve MNT reserve|expire\n"
+			"       %s stream MNT FILE BLOCKS READY-FILE GO-FILE\n"
 			"       %s protocol|owner|hijack|crash|grantmode|pinwait|refuse MNT\n",
-			argv[0], argv[0], argv[0], argv[0], argv[0], argv[0], argv[0], argv[0]);
+			argv[0], argv[0], argv[0], argv[0], argv[0], argv[0], argv[0], argv[0], argv[0]);
 		return 2;
 	}
 	mnt = argv[2];
@@ -1981,6 +2028,8 @@ int main(int argc, char **argv)
 		return starve_expire();
 	if (strcmp(argv[1], "nvme") == 0 && argc >= 5)
 		return t_nvme(argv[3], (size_t)strtoull(argv[4], NULL, 10) << 20);
+	if (strcmp(argv[1], "stream") == 0 && argc >= 7)
+		return t_stream(argv[3], strtoull(argv[4], NULL, 10), argv[5], argv[6]);
 	fprintf(stderr, "unknown test %s\n", argv[1]);
 	return 2;
 }
