@@ -30,8 +30,11 @@
  *              DRAM, pinning nothing and waiting for nothing: the reply
  *              comes at once, its len the bytes from off whose loads were
  *              issued or found cached (fewer when no slot or I/O could be
- *              had). A reader sends it for the windows after the one it
- *              pins, so that device reads overlap its copies. Needs the
+ *              had: the daemon issues the rest at the connection's next
+ *              PIN or PREFETCH, so each range is asked for once). A reader
+ *              sends it for the windows after the one it pins, so that
+ *              device reads overlap its copies; the whole range may be in
+ *              flight at once (up to a quarter of the slots). Needs the
  *              right to read, as PIN_READ. A daemon older than this op
  *              answers -EOPNOTSUPP; the client then reads without it.
  *
