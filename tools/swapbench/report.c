@@ -191,7 +191,41 @@ static double median(double *v, int n)
 struct rp_steady {
 	int first, last; /* iterations the medians cover */
 	double total_s, read_gbps, write_gbps;
+	/*
+	 * Each rank's own median over the same iterations, and the slowest
+	 * and fastest of those: ranks that share one mount and its DRAM tier
+	 * should take about as long (an iteration waits for the slowest).
+	 */
+	double *rank_s;
+	double rank_min_s, rank_max_s;
 };
+
+/* Each rank's median iteration time over s->first..s->last. */
+static int rank_medians(const struct sb_config *cfg, const struct sb_rank *ranks,
+			struct rp_steady *s)
+{
+	int n = s->last - s->first + 1;
+	double *t = calloc((size_t)(n > 0 ? n : 1), sizeof(double));
+
+	s->rank_s = calloc((size_t)cfg->ranks, sizeof(double));
+	if (!t || !s->rank_s) {
+		free(t);
+		free(s->rank_s);
+		s->rank_s = NULL;
+		return -ENOMEM;
+	}
+	for (int i = 0; i < cfg->ranks; i++) {
+		for (int k = s->first; k <= s->last; k++)
+			t[k - s->first] = ranks[i].iters[k - 1].total_s;
+		s->rank_s[i] = median(t, n > 0 ? n : 0);
+		if (!i || s->rank_s[i] < s->rank_min_s)
+			s->rank_min_s = s->rank_s[i];
+		if (!i || s->rank_s[i] > s->rank_max_s)
+			s->rank_max_s = s->rank_s[i];
+	}
+	free(t);
+	return 0;
+}
 
 static int steady(const struct sb_config *cfg, const struct sb_rank *ranks, int done,
 		  struct rp_steady *s)
@@ -223,7 +257,7 @@ static int steady(const struct sb_config *cfg, const struct sb_rank *ranks, int 
 	free(t);
 	free(r);
 	free(w);
-	return 0;
+	return done > 0 ? rank_medians(cfg, ranks, s) : 0;
 }
 
 static struct sb_verify verify_total(const struct sb_config *cfg, const struct sb_rank *ranks)
@@ -339,6 +373,16 @@ static int summary_json(const struct sb_config *cfg, const struct sb_plan *plan,
 	json_object_set_new(st, "median_total_s", json_real(s->total_s));
 	json_object_set_new(st, "median_read_gbps", json_real(s->read_gbps));
 	json_object_set_new(st, "median_write_gbps", json_real(s->write_gbps));
+	if (s->rank_s) {
+		json_t *rs = json_array();
+
+		for (int i = 0; rs && i < cfg->ranks; i++)
+			json_array_append_new(rs, json_real(s->rank_s[i]));
+		json_object_set_new(st, "rank_median_total_s", rs);
+		json_object_set_new(
+		    st, "rank_spread",
+		    json_real(s->rank_min_s > 0 ? s->rank_max_s / s->rank_min_s - 1 : 0));
+	}
 	json_object_set(root, "steady", st);
 	json_object_set_new(ver, "checked_bytes", json_integer((json_int_t)v->checked_bytes));
 	json_object_set_new(ver, "errors", json_integer((json_int_t)v->errors));
@@ -366,12 +410,20 @@ int report_summary(const struct sb_config *cfg, const struct sb_plan *plan,
 	ret = steady(cfg, ranks, done > 0 ? done : 0, &s);
 	if (ret)
 		return ret;
-	if (cfg->json)
-		return summary_json(cfg, plan, ranks, done, status, &s, &v);
+	if (cfg->json) {
+		ret = summary_json(cfg, plan, ranks, done, status, &s, &v);
+		free(s.rank_s);
+		return ret;
+	}
 	if (done > 0)
 		printf("\nsteady (median of iterations %d-%d): total %.3f s, read %.2f GB/s, "
 		       "write %.2f GB/s\n",
 		       s.first, s.last, s.total_s, s.read_gbps, s.write_gbps);
+	if (done > 0 && cfg->ranks > 1 && s.rank_s)
+		printf("ranks (each one's median): fastest %.3f s, slowest %.3f s (+%.0f%%)\n",
+		       s.rank_min_s, s.rank_max_s,
+		       s.rank_min_s > 0 ? (s.rank_max_s / s.rank_min_s - 1) * 100 : 0.0);
+	free(s.rank_s);
 	printf("verify: %s checked, %" PRIu64 " error%s\n",
 	       fmt_bytes(a, sizeof(a), v.checked_bytes), v.errors, v.errors == 1 ? "" : "s");
 	fflush(stdout);
