@@ -4,7 +4,8 @@
 # Runs swapbench at a small size with both swappers, 1 and 4 threads (with
 # hidden size 800 and 4 threads, thread slices start on 1 KiB boundaries),
 # parameters on NVMe, 2 ranks, and the activations workload.  Each run must
-# exit 0, report verify.errors == 0 and checked_bytes > 0, and leave the
+# exit 0, report verify.errors == 0 and checked_bytes > 0, each rank's
+# steady median iteration time (none above the slowest's), and leave the
 # files DeepSpeed leaves, with the sizes DeepSpeed gives them; with --trace,
 # the log of the phases follows the swapper's order.
 #
@@ -53,6 +54,12 @@ for it in r["iterations"]:
         assert 0 < it["read_bytes"] < c["read_bytes_per_iter"], (it, c)
     else:
         assert it["read_bytes"] == c["read_bytes_per_iter"], (it, c)
+# each rank's own steady median, and the slowest over the fastest less one
+st = r["steady"]
+rs = st.get("rank_median_total_s")
+assert isinstance(rs, list) and len(rs) == ranks and min(rs) > 0, st
+assert max(rs) <= st["median_total_s"] + 1e-9, st
+assert abs(st["rank_spread"] - (max(rs) / min(rs) - 1)) < 1e-6, st
 
 def files(sub):
     p = os.path.join(d, sub)
