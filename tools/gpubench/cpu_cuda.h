@@ -109,6 +109,21 @@ static inline cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n,
 					   : tfsc_copy_d2h(dst, src, n, s);
 }
 
+/* height rows of width bytes, queued as that many copies. */
+static inline cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src,
+					    size_t spitch, size_t width, size_t height,
+					    enum cudaMemcpyKind k, cudaStream_t s)
+{
+	for (size_t r = 0; r < height; r++) {
+		cudaError_t e = cudaMemcpyAsync((char *)dst + r * dpitch,
+						(const char *)src + r * spitch, width, k, s);
+
+		if (e)
+			return e;
+	}
+	return cudaSuccess;
+}
+
 static inline cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, enum cudaMemcpyKind k)
 {
 	cudaError_t e = cudaMemcpyAsync(dst, src, n, k, NULL);
