@@ -17,6 +17,10 @@
 #   s3_kill       kill it (SIGKILL), as a crash would
 #   s3_restart    stop it if running, start it again on the same port
 #   s3_mount_opts PREFIX [extra]   -o options of a tier in the test bucket
+#   s3_proxy_start [MS]  put tools/s3proxy.js in front of the server: each
+#                 request waits MS (default 0) and is counted; S3_ENDPOINT
+#                 becomes the proxy's, S3_PROXY_LOG its log (a line each)
+#   s3_proxy_count [METHOD]  requests the proxy has seen (of one method)
 
 . "$(dirname "${BASH_SOURCE[0]}")/../mount/lib.sh"
 
@@ -28,6 +32,8 @@ command -v node >/dev/null || skip "node is not installed (Debian: apt-get insta
 	skip "s3rver is not installed: run 'npm ci --prefix tests' in $TFS_SRC"
 
 S3_DATA="$T/s3data"
+S3_PROXY_PID=""
+S3_PROXY_LOG="$T/s3proxy.requests"
 S3_LOG="$T/s3rver.log"
 S3_PID=""
 S3_PORT=""
@@ -98,6 +104,51 @@ s3_restart() {
 	s3_start
 }
 
+# s3_proxy_start [MS]: the proxy of tools/s3proxy.js between the tests'
+# clients and the server, started after s3_start.
+s3_proxy_start() {
+	local port
+	[ -n "$S3_PORT" ] || fail "s3_proxy_start: start the server first"
+	[ -z "$S3_PROXY_PID" ] || fail "s3_proxy_start: the proxy is already running"
+	: >"$S3_PROXY_LOG"
+	: >"$T/s3proxy.out"
+	node "$TFS_SRC/tools/s3proxy.js" --upstream "http://127.0.0.1:$S3_PORT" \
+		--latency-ms "${1:-0}" --log "$S3_PROXY_LOG" >"$T/s3proxy.out" 2>&1 &
+	S3_PROXY_PID=$!
+	for _ in $(seq 1 $((S3_START_WAIT * 20))); do
+		port=$(sed -n 's/^s3proxy listening on 127\.0\.0\.1:\([0-9]*\)$/\1/p' "$T/s3proxy.out")
+		if [ -n "$port" ]; then
+			S3_ENDPOINT="http://127.0.0.1:$port"
+			export S3_ENDPOINT
+			return 0
+		fi
+		if ! kill -0 "$S3_PROXY_PID" 2>/dev/null; then
+			wait "$S3_PROXY_PID" 2>/dev/null
+			S3_PROXY_PID=""
+			cat "$T/s3proxy.out" >&2
+			fail "tools/s3proxy.js exited at start"
+		fi
+		sleep 0.05
+	done
+	fail "tools/s3proxy.js did not listen within $S3_START_WAIT s"
+}
+
+s3_proxy_stop() {
+	[ -n "$S3_PROXY_PID" ] || return 0
+	kill "$S3_PROXY_PID" 2>/dev/null
+	wait "$S3_PROXY_PID" 2>/dev/null
+	S3_PROXY_PID=""
+}
+
+# s3_proxy_count [METHOD]: requests the proxy has seen so far.
+s3_proxy_count() {
+	if [ -n "${1:-}" ]; then
+		grep -c "^$1 " "$S3_PROXY_LOG"
+	else
+		wc -l <"$S3_PROXY_LOG"
+	fi
+}
+
 # s3_mount_opts PREFIX: options for a remote tier under PREFIX in the bucket.
 s3_mount_opts() {
 	echo "remote=s3://$S3_BUCKET/$1,endpoint=$S3_ENDPOINT,region=$S3_REGION"
@@ -120,5 +171,6 @@ tfs_extra_cleanup() {
 	if declare -F s3_test_cleanup >/dev/null; then
 		s3_test_cleanup
 	fi
+	s3_proxy_stop
 	s3_stop
 }
