@@ -56,6 +56,7 @@ struct fs_inode {
 	/* The deep window of a reader of remote blocks (fs_readahead_deep); lock. */
 	uint64_t ra_seen;	   /* block whose home was looked up last, plus one */
 	uint64_t ra_end;	   /* first block not yet issued */
+	uint64_t ra_end_run;	   /* where the run (s3 object) at ra_end ends; 0: unknown */
 	uint32_t ra_remote;	   /* bit per block entered, newest lowest: its home is remote */
 	unsigned ra_depth, ra_run; /* the remote home's window and run, in blocks */
 	unsigned gpu_wpins;   /* GPU write pins holding io shared (gpu.c); lock */

@@ -35,6 +35,12 @@
 #define IDLE_MS 200	  /* wake to check the learner anyway */
 #define PREFETCH_SHARE 1  /* the files looked at ahead hold at most the DRAM tier */
 #define PF_TURN_BLOCKS 32 /* blocks one file issues per turn */
+/*
+ * A remote reader's window holds at least the object it reads and the next
+ * whole one, whatever remote_readahead= says: less, and the next object's
+ * GET would start only when the reader reached it.
+ */
+#define RA_DEEP_MIN_RUNS 2
 
 /* The learned cycle's pass: its files, the one being loaded, and what is left. */
 struct pf_cycle {
@@ -320,12 +326,44 @@ out:
 }
 
 /*
+ * Where a window from block `from' may end, at most at `end' (or at the
+ * file's end): after the last whole run (s3 object) that fits, each found
+ * by a lookup of its first block. *next_run gets where the run after it
+ * ends (0: not known), which the caller keeps (ra_end_run), so that a
+ * reader whose window cannot move yet looks nothing up. Called without
+ * in->lock.
+ */
+static uint64_t ra_window_end(struct fs *fs, uint64_t ino, uint64_t from, uint64_t from_run,
+			      uint64_t end, uint64_t end_blk, unsigned run, uint64_t *next_run)
+{
+	uint64_t to = from, next;
+
+	*next_run = 0;
+	if (run <= 1)
+		return end;
+	while (to < end) {
+		next = to == from && from_run > from ? from_run : to + tb_run_left(fs->tb, ino, to);
+		if (next > end_blk)
+			next = end_blk;
+		if (next > end) {
+			*next_run = next;
+			break;
+		}
+		to = next;
+	}
+	return to;
+}
+
+/*
  * Readahead for a sequential reader of blocks on a remote tier. The window
  * is what the tier's latency x bandwidth asks (tb_ahead), up to
- * remote_readahead=, and never less than readahead=. It is issued a
- * placement run at a time (an s3 object's blocks), ending on a multiple of
- * the run, and plugged, so that the tier serves a run with one request:
- * sliding it a block per block read made one GET per block. The home of
+ * remote_readahead= (two runs at least), and never less than readahead=.
+ * It is issued a placement run at a time (an s3 object's blocks), each
+ * ending where its object does (ra_window_end), and plugged, so that the
+ * tier serves a run with one request: sliding it a block per block read
+ * made one GET per block, and ending windows on multiples of the run in the
+ * file, where objects did not (one the write-back closed early moves every
+ * later one), made two GETs per object. The home of
  * each block the reader enters is looked up once; the reader keeps the deep
  * window while any of its last 32 blocks was remote, so a file spread over
  * nvme and s3 keeps it, and the window grows by the inverse of the share of
@@ -336,7 +374,7 @@ out:
  */
 bool fs_readahead_deep(struct fs *fs, struct fs_inode *in, uint64_t first, uint64_t end_blk)
 {
-	uint64_t cur = first - 1, from, to, b;
+	uint64_t cur = first - 1, from, from_run, to, b, end, seen, next_run;
 	unsigned depth = 0, run = 1, min_depth = (unsigned)(fs->cfg->readahead / fs->bs);
 	unsigned max_depth = (unsigned)(fs->cfg->remote_readahead / fs->bs);
 	bool look;
@@ -361,28 +399,39 @@ bool fs_readahead_deep(struct fs *fs, struct fs_inode *in, uint64_t first, uint6
 		pthread_mutex_unlock(&in->lock);
 		return false;
 	}
+	run = in->ra_run ? in->ra_run : 1;
 	depth = in->ra_depth * 32 / (unsigned)__builtin_popcount(in->ra_remote);
+	if (max_depth < RA_DEEP_MIN_RUNS * run)
+		max_depth = RA_DEEP_MIN_RUNS * run;
 	if (depth > max_depth)
 		depth = max_depth;
 	if (depth < min_depth)
 		depth = min_depth;
-	run = in->ra_run ? in->ra_run : 1;
-	to = (first + depth) / run * run;
-	if (to > end_blk)
-		to = end_blk;
 	/* A reader that jumped starts its window again where it is. */
 	from = in->ra_end >= first && in->ra_end <= first + depth ? in->ra_end : first;
-	if (to <= from || (to - from < run && to != end_blk)) {
+	from_run = from == in->ra_end ? in->ra_end_run : 0;
+	end = first + depth < end_blk ? first + depth : end_blk;
+	seen = in->ra_end;
+	if (from_run > end && from_run < end_blk) {
+		pthread_mutex_unlock(&in->lock);
+		return true; /* the next run does not fit yet */
+	}
+	pthread_mutex_unlock(&in->lock);
+	to = ra_window_end(fs, in->ino, from, from_run, end, end_blk, run, &next_run);
+	pthread_mutex_lock(&in->lock);
+	if (in->ra_end != seen) {
+		pthread_mutex_unlock(&in->lock);
+		return true; /* another reader of the file moved the window: it issues */
+	}
+	if (to <= from) {
+		if (from == in->ra_end)
+			in->ra_end_run = next_run;
 		pthread_mutex_unlock(&in->lock);
 		return true;
 	}
 	in->ra_end = to;
+	in->ra_end_run = next_run;
 	pthread_mutex_unlock(&in->lock);
-	/*
-	 * The window ends on a run's end, so it spans up to depth + run - 1
-	 * blocks: bounded by depth alone, a full window would take a block
-	 * per block read, and every GET would be one block.
-	 */
 	tb_plug();
 	for (b = from; b < to; b++)
 		if (tb_prefetch_deep(fs->tb, in->ino, b, depth + run) < 0)
@@ -390,8 +439,10 @@ bool fs_readahead_deep(struct fs *fs, struct fs_inode *in, uint64_t first, uint6
 	tb_unplug();
 	if (b < to) {
 		pthread_mutex_lock(&in->lock);
-		if (in->ra_end == to)
+		if (in->ra_end == to) {
 			in->ra_end = b;
+			in->ra_end_run = 0;
+		}
 		pthread_mutex_unlock(&in->lock);
 	}
 	return true;

@@ -49,6 +49,7 @@
 #define STREAM_WAIT_MS 50 /* a writer waits this long at most for a streaming block's slot */
 #define CLEAN_LOW_SHARE 64 /* the flusher keeps 1/64 to 1/32 of the slots clean */
 #define CLEAN_LOW_MIN 2
+#define WB_RUNS 4 /* objects of a packing device (s3) the write-back keeps in flight */
 #define STORE_ALIGN 4096 /* device I/O of a stored block's bytes: O_DIRECT on 4Kn devices */
 
 /* ---- waits that a request may give up ---- */
@@ -1550,6 +1551,27 @@ static void set_reserve(struct tb_store *s, const struct tb_config *cfg)
 		s->dirty_bg = s->dirty_max;
 }
 
+/*
+ * Write-back blocks in flight at most: queue_depth per device, and for a
+ * device that packs blocks into objects (s3) WB_RUNS of its objects, within
+ * a quarter of the slots. Its engine holds an object's blocks until it has
+ * them all: with 32 blocks in flight and 32-block objects, one PUT ran at a
+ * time, and each waited for the region's first byte alone.
+ */
+static uint64_t wb_depth(const struct tb_store *s, const struct tb_config *cfg)
+{
+	uint64_t base = (uint64_t)s->n_devs * cfg->queue_depth, deep = 0;
+
+	for (unsigned i = 0; i < s->n_devs; i++) {
+		uint64_t runs = (uint64_t)WB_RUNS * s->dev[i]->run;
+
+		deep += runs > cfg->queue_depth ? runs : cfg->queue_depth;
+	}
+	if (deep > s->nslots / 4)
+		deep = s->nslots / 4;
+	return deep > base ? deep : base;
+}
+
 int tb_open(const struct tb_config *cfg, const struct tb_owner *owner, struct tb_store **out,
 	    char *err, size_t errlen)
 {
@@ -1666,7 +1688,10 @@ int tb_open(const struct tb_config *cfg, const struct tb_owner *owner, struct tb
 					 s->dev[i]->kind, i);
 		s->n_devs++;
 	}
-	s->wb_max = (uint64_t)s->n_devs * cfg->queue_depth;
+	s->wb_max = wb_depth(s, cfg);
+	for (unsigned i = 0; i < s->n_devs; i++)
+		if (s->dev[i]->run > s->wb_batch && s->dev[i]->run <= s->wb_max)
+			s->wb_batch = s->dev[i]->run;
 	set_reserve(s, cfg);
 	/*
 	 * Blocks loaded ahead of their reader take slots from what the cycle

@@ -175,6 +175,7 @@ struct tb_store {
 	bool due_scan;	       /* dirty blocks are urgent or retrying: walk the whole list */
 	uint64_t reserved;     /* blocks reserved by DIRTY entries */
 	uint64_t wb_inflight, wb_max;
+	unsigned wb_batch; /* background write-back goes in multiples of this: an s3 object */
 	uint64_t dirty_seq;
 	double credit[TB_MAX_DEVS]; /* weighted round-robin of placement */
 	unsigned run_dev;	    /* placement: the device of the current run */

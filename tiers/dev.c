@@ -954,6 +954,18 @@ unsigned dev_ra_blocks(struct tb_dev *d)
 	return (unsigned)(bytes / d->block_size);
 }
 
+unsigned dev_run_left(struct tb_dev *d, uint64_t slot)
+{
+	unsigned left;
+
+	if (d->run <= 1)
+		return 1;
+	pthread_mutex_lock(&d->lock);
+	left = d->eng->run_left ? d->eng->run_left(d, slot) : d->run - (unsigned)(slot % d->run);
+	pthread_mutex_unlock(&d->lock);
+	return left;
+}
+
 void dev_set_readahead(struct tb_dev *d, uint64_t ra_max)
 {
 	d->ra_max = ra_max;

@@ -47,6 +47,7 @@ struct tb_io {
 	void *buf;
 	size_t len;
 	size_t done_bytes; /* progress across short transfers */
+	bool push; /* a write someone waits for (fsync, unmount, age limit): hold it no longer */
 	uint64_t start_ns; /* when the engine took it, for latency */
 	uint64_t fill;	   /* a write into space given back: slots from slot to allocate first */
 	void (*done)(struct tb_io *r, int err);
@@ -72,6 +73,8 @@ struct dev_engine {
 	int (*mark)(struct tb_dev *d, uint64_t slot);
 	/* Write the identity of a device that has none (d->bind set); without it, tensorfs.dev. */
 	int (*bind)(struct tb_dev *d, const char *store_id, char *err, size_t errlen);
+	/* Blocks from slot to the end of the object it is stored in, itself included. */
+	unsigned (*run_left)(struct tb_dev *d, uint64_t slot);
 };
 
 enum dev_health { DEV_UP, DEV_DOWN };
@@ -242,6 +245,11 @@ double dev_weight(struct tb_dev *d);
  * law it grows with what is in flight, and so with the depth itself.)
  */
 unsigned dev_ra_blocks(struct tb_dev *d);
+/*
+ * Blocks from slot to the end of the run it was written in (its s3 object),
+ * itself included: 1 on a device that stores blocks one by one.
+ */
+unsigned dev_run_left(struct tb_dev *d, uint64_t slot);
 /* The deepest readahead for this device; a pfs pool grows to cover it. Before dev_start. */
 void dev_set_readahead(struct tb_dev *d, uint64_t ra_max);
 void dev_get_stats(struct tb_dev *d, struct tb_dev_stats *st);

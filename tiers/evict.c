@@ -529,6 +529,27 @@ static size_t take_ranked(struct tb_store *s, struct tb_entry **out, size_t max,
 }
 
 /*
+ * What the reserve or the dirty mark wants cleaned, in whole batches that
+ * fit under wb_max: a device that packs blocks into objects (s3) holds
+ * them until it has a whole object, or nothing more came for a while.
+ * Cleaned a block for a block as the writer took slots, the blocks came as
+ * slowly as PUTs ended, and at 64 blocks per object a 1 GiB dd made objects
+ * of 19 blocks on average: 54 PUTs and 65 GETs per GB instead of 16; a
+ * batch cut short by wb_max made objects of 22. Readers or writers waiting
+ * for a slot (starved) get what they need whatever the batch.
+ */
+static int64_t wb_batch(const struct tb_store *s, int64_t want, int64_t starved)
+{
+	int64_t b = s->wb_batch, room;
+
+	if (want <= 0 || b <= 1)
+		return want;
+	want = (want + b - 1) / b * b;
+	room = s->wb_max > s->wb_inflight ? (int64_t)(s->wb_max - s->wb_inflight) / b * b : 0;
+	return want > room && starved <= 0 ? room : want;
+}
+
+/*
  * Under the cycle: the blocks that eviction will take next are those of
  * the objects needed furthest ahead; the first clean_high of them in that
  * order must be free or clean (the reserve that evictions take without
@@ -585,6 +606,7 @@ size_t evict_take_cycle(struct tb_store *s, struct tb_entry **out, size_t max, u
 	starved = flush_starved(s);
 	if (starved > want)
 		want = starved;
+	want = wb_batch(s, want, starved);
 	if (want <= 0)
 		return n;
 	if (!ranked)
@@ -618,6 +640,7 @@ size_t evict_take_lru(struct tb_store *s, struct tb_entry **out, size_t max, uin
 		want = over;
 	if (starved > want)
 		want = starved;
+	want = wb_batch(s, want, starved);
 
 	for (int hot = 0; hot < 2 && want > 0; hot++) {
 		struct tb_entry *e = s->dirty_list.head;

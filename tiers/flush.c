@@ -48,6 +48,7 @@
 #define STREAM_SCAN 256	 /* newest dirty blocks the flusher looks at for streaming ones */
 #define CLEAN_KICK 8	 /* evictions under the cycle between the flusher's looks */
 #define BUSY_RETRY_MS 10 /* a dirty block pinned by a writer is looked at again after */
+#define WB_PEND_MAX 64	 /* write-backs placed before they go to the devices together */
 /*
  * The owner's commits bring a sync point at once after cfg.sync_commits
  * of them (256). Until a sync point is durable, LMDB keeps every page that
@@ -320,6 +321,7 @@ void flush_start_wb(struct tb_store *s, struct tb_entry *e)
 	elist_remove(&s->dirty_list, e);
 	cache_set_state(s, e, ES_WB);
 	e->urgent = false;
+	e->req.push = false;
 	s->wb_inflight++;
 }
 
@@ -343,6 +345,7 @@ static size_t take_due(struct tb_store *s, struct tb_entry **out, size_t max, ui
 
 		if (due(s, e, now, &at)) {
 			flush_start_wb(s, e);
+			e->req.push = true;
 			out[n++] = e;
 		} else {
 			if (at < *next_ms)
@@ -511,10 +514,32 @@ static bool dedup_match(struct tb_store *s, struct tb_entry *e)
 	return true;
 }
 
-/* Outside the lock: holes go straight to commit, the rest to a device. */
+/* Queue placed write-backs on their devices at once (tb_plug). */
+static void submit_writes(struct tb_store *s, struct tb_entry **v, size_t n)
+{
+	tb_plug();
+	for (size_t i = 0; i < n; i++)
+		dev_submit(s->dev[tb_loc_dev(v[i]->new_loc)], &v[i]->req);
+	tb_unplug();
+}
+
+/*
+ * Outside the lock: holes go straight to commit, the rest to a device.
+ * With a device that packs blocks into objects (s3), the writes go to the
+ * devices wb_batch at a time, placed first (hashing and the dedup lookup
+ * take a while for each), so that the engine gets an object's blocks
+ * together: submitted one by one, a flusher preempted halfway through a
+ * batch on a loaded machine made the engine close the object with part of
+ * its blocks, and a 1 GiB dd made 20 PUTs and 21 GETs per GiB instead of
+ * 16. The plug is held only while they are queued: a block read back for
+ * dedup=verify must not wait in one.
+ */
 static void start_writes(struct tb_store *s, struct tb_entry **batch, size_t n,
 			 struct tb_entry **holes, size_t *nholes)
 {
+	struct tb_entry *pend[WB_PEND_MAX];
+	size_t np = 0, pend_max = s->wb_batch < WB_PEND_MAX ? s->wb_batch : WB_PEND_MAX;
+
 	for (size_t i = 0; i < n; i++) {
 		struct tb_entry *e = batch[i];
 		uint64_t loc;
@@ -565,8 +590,17 @@ static void start_writes(struct tb_store *s, struct tb_entry **batch, size_t n,
 		e->req.buf = cache_slot_data(s, e);
 		e->req.len = cache_io_len(e->new_len);
 		e->req.done = write_done;
-		dev_submit(s->dev[tb_loc_dev(loc)], &e->req);
+		if (pend_max <= 1) {
+			dev_submit(s->dev[tb_loc_dev(loc)], &e->req);
+			continue;
+		}
+		pend[np++] = e;
+		if (np == pend_max) {
+			submit_writes(s, pend, np);
+			np = 0;
+		}
 	}
+	submit_writes(s, pend, np);
 }
 
 /* Commit finished write-backs in one owner transaction, then settle them. */

@@ -273,3 +273,12 @@ unsigned tb_ahead(struct tb_store *s, uint64_t obj, uint64_t idx, unsigned *run)
 	*run = d->run;
 	return dev_ra_blocks(d);
 }
+
+unsigned tb_run_left(struct tb_store *s, uint64_t obj, uint64_t idx)
+{
+	struct tb_stored at;
+
+	if (cache_resolve(s, obj, idx, &at) != 0)
+		return 1;
+	return dev_run_left(s->dev[tb_loc_dev(at.loc)], tb_loc_slot(at.loc));
+}

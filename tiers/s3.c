@@ -15,7 +15,8 @@
  * request, whatever its size, so one object per 1 MiB block capped reads
  * near 150 MB/s on two cores. Writes: the allocator hands out an object's
  * slots in a row, the engine holds their write requests until it has them
- * all (or S3_PACK_WAIT_NS passed without another), and one PUT stores them.
+ * all (or a while passed without another: S3_PACK_WAIT_MAX_NS, less when
+ * someone waits for one of them, tb_io.push), and one PUT stores them.
  * Reads: requests for neighbouring blocks of one object, queued together
  * (readers plug, see tb_plug), go as one ranged GET. An object no slot uses
  * is deleted; one half dead is compacted when the device is otherwise idle
@@ -146,9 +147,10 @@ struct s3_xfer {
 struct s3_fill {
 	struct s3_fill *next;
 	uint64_t objno;
-	uint16_t got; /* indexes whose request is here */
+	uint64_t got; /* indexes whose request is here */
 	struct tb_io *r[S3OBJ_PACK_MAX];
 	uint64_t last_ns; /* when the latest arrived */
+	bool push;	  /* one of them is waited for (tb_io.push) */
 };
 
 /* A version to delete. */
@@ -864,8 +866,8 @@ static void s3_counters(struct s3_priv *p)
 
 static void pk_key(char *key, size_t len, const struct s3obj_version *v)
 {
-	snprintf(key, len, S3_PK_DIR "%012llx-%08x-%04x", (unsigned long long)v->objno, v->gen,
-		 v->layout);
+	snprintf(key, len, S3_PK_DIR "%012llx-%08x-%04llx", (unsigned long long)v->objno, v->gen,
+		 (unsigned long long)v->layout);
 }
 
 /* Delete version v when it is due. d->lock held. */
@@ -925,6 +927,22 @@ static int s3_mark(struct tb_dev *d, uint64_t slot)
 
 	s3_counters(p);
 	return ret;
+}
+
+/*
+ * Blocks from slot to the end of its object's stored version: a sequential
+ * reader's window ends there, so that one GET reads the rest of the object.
+ * An object not stored yet (being filled) is taken as whole.
+ */
+static unsigned s3_run_left(struct tb_dev *d, uint64_t slot)
+{
+	struct s3_priv *p = d->priv;
+	int64_t off = s3obj_offset(&p->objs, slot, d->block_size);
+	struct s3obj *o = s3obj_get(&p->objs, slot / p->pack);
+
+	if (off < 0 || !o)
+		return p->pack - (unsigned)(slot % p->pack);
+	return (unsigned)__builtin_popcountll(o->layout) - (unsigned)(off / (int64_t)d->block_size);
 }
 
 /* ---- the engine: transfers ---- */
@@ -999,7 +1017,7 @@ static void s3_compact_got(struct s3_priv *p, struct s3_xfer *x, long res)
 	struct s3obj *o;
 	size_t bs = d->block_size, to = 0, from = 0;
 	char key[64];
-	uint16_t live;
+	uint64_t live;
 
 	pthread_mutex_lock(&d->lock);
 	o = s3obj_get(&p->objs, v.objno);
@@ -1012,13 +1030,13 @@ static void s3_compact_got(struct s3_priv *p, struct s3_xfer *x, long res)
 		s3_idle(p, x);
 		return;
 	}
-	live = (uint16_t)(o->used & v.layout);
+	live = o->used & v.layout;
 	nv = (struct s3obj_version){v.objno, p->objs.next_gen++, live, false, false};
 	pthread_mutex_unlock(&d->lock);
 	for (unsigned i = 0; i < p->pack; i++) {
-		if (!(v.layout & (1u << i)))
+		if (!(v.layout & (1ULL << i)))
 			continue;
-		if (live & (1u << i)) {
+		if (live & (1ULL << i)) {
 			if (to != from)
 				memmove(p->compact_buf + to, p->compact_buf + from, bs);
 			to += bs;
@@ -1180,8 +1198,9 @@ static void s3_fill_add(struct s3_priv *p, struct tb_io *r, uint64_t now)
 		*pp = f; /* at the end: objects go in the order they were filled */
 	}
 	f->r[i] = r;
-	f->got |= (uint16_t)(1u << i);
+	f->got |= 1ULL << i;
 	f->last_ns = now;
+	f->push |= r->push;
 	if (p->last_write_ns && now > p->last_write_ns)
 		p->write_gap_ns = 0.8 * p->write_gap_ns + 0.2 * (double)(now - p->last_write_ns);
 	p->last_write_ns = now;
@@ -1190,10 +1209,20 @@ static void s3_fill_add(struct s3_priv *p, struct tb_io *r, uint64_t now)
 	pthread_mutex_unlock(&p->d->lock);
 }
 
-/* How long a partly filled object waits for its next block. */
-static uint64_t pack_wait_ns(const struct s3_priv *p)
+/* How long partly filled object f waits for its next block. */
+static uint64_t pack_wait_ns(const struct s3_priv *p, const struct s3_fill *f)
 {
 	double w = S3_PACK_WAIT_GAPS * p->write_gap_ns;
+
+	/*
+	 * Nobody waits for these (no fsync, no unmount, no age limit): the
+	 * most. The flusher sends objects whole when it can, and at 2 ms a
+	 * flusher preempted halfway through a batch on a loaded machine
+	 * closed objects with part of their blocks: more PUTs, and more GETs
+	 * to read them back.
+	 */
+	if (!f->push)
+		return S3_PACK_WAIT_MAX_NS;
 
 	if (w < S3_PACK_WAIT_MIN_NS)
 		return S3_PACK_WAIT_MIN_NS;
@@ -1209,7 +1238,7 @@ static uint64_t pack_wait_ns(const struct s3_priv *p)
 static bool s3_fill_ready(struct s3_priv *p, struct s3_fill *f, uint64_t now, uint64_t *wait)
 {
 	struct s3obj *o = s3obj_get(&p->objs, f->objno);
-	uint64_t due = f->last_ns + pack_wait_ns(p);
+	uint64_t due = f->last_ns + pack_wait_ns(p, f);
 
 	if ((f->got & o->used) != o->used)
 		return false; /* more requests to come */
@@ -1233,7 +1262,7 @@ static void s3_start_put(struct s3_priv *p, struct s3_xfer *x, struct s3_fill *f
 	pthread_mutex_unlock(&p->d->lock);
 	x->job = S3_JOB_WRITE;
 	for (unsigned i = 0; i < p->pack; i++)
-		if (f->got & (1u << i))
+		if (f->got & (1ULL << i))
 			x->rs[x->nr++] = f->r[i];
 	x->len = x->nr * p->d->block_size;
 	x->slot = x->rs[0]->slot;
@@ -1367,7 +1396,7 @@ static void s3_fills_wait(struct s3_priv *p, uint64_t now, uint64_t *wait)
 {
 	pthread_mutex_lock(&p->d->lock);
 	for (struct s3_fill *f = p->fills; f; f = f->next) {
-		uint64_t due = f->last_ns + pack_wait_ns(p), left = due > now ? due - now : 0;
+		uint64_t due = f->last_ns + pack_wait_ns(p, f), left = due > now ? due - now : 0;
 
 		if (p->objs.open == f->objno && left < *wait)
 			*wait = left;
@@ -1435,7 +1464,7 @@ static bool s3_start_compaction(struct s3_priv *p, struct s3_xfer *x)
 	pthread_mutex_unlock(&d->lock);
 	x->job = S3_JOB_COMPACT_GET;
 	x->dst = p->compact_buf;
-	x->len = (size_t)__builtin_popcount(x->v.layout) * d->block_size;
+	x->len = (size_t)__builtin_popcountll(x->v.layout) * d->block_size;
 	x->slot = k * p->pack;
 	x->deadline_ns = dev_now_ns() + p->timeout_ns;
 	p->compacting = true;
@@ -1833,7 +1862,8 @@ static int s3_parse_page(const char *body, size_t bs, struct s3obj_version **v, 
 	while ((at = strstr(at, "<Contents>"))) {
 		const char *end_of = strstr(at, "</Contents>"), *name;
 		unsigned long long objno, bytes = 0;
-		unsigned gen, layout;
+		unsigned long long layout;
+		unsigned gen;
 		int end = 0;
 
 		if (!end_of)
@@ -1847,8 +1877,8 @@ static int s3_parse_page(const char *body, size_t bs, struct s3obj_version **v, 
 		name = strrchr(key, '/');
 		if (!name || name - key < 2 || strncmp(name - 2, "pk", 2) != 0)
 			continue;
-		if (sscanf(name + 1, "%llx-%x-%x%n", &objno, &gen, &layout, &end) != 3 ||
-		    name[1 + end] || layout > UINT16_MAX || !layout)
+		if (sscanf(name + 1, "%llx-%x-%llx%n", &objno, &gen, &layout, &end) != 3 ||
+		    name[1 + end] || !layout)
 			continue;
 		if (*n == *cap) {
 			size_t c = *cap ? *cap * 2 : 1024;
@@ -1860,8 +1890,8 @@ static int s3_parse_page(const char *body, size_t bs, struct s3obj_version **v, 
 			*cap = c;
 		}
 		(*v)[(*n)++] = (struct s3obj_version){
-		    objno, gen, (uint16_t)layout, false,
-		    bytes != (unsigned long long)__builtin_popcount(layout) * bs};
+		    objno, gen, (uint64_t)layout, false,
+		    bytes != (unsigned long long)__builtin_popcountll(layout) * bs};
 	}
 	return 0;
 }
@@ -2052,6 +2082,7 @@ static const struct dev_engine s3_packed_engine = {
     .free = s3_free,
     .mark = s3_mark,
     .bind = s3_bind,
+    .run_left = s3_run_left,
 };
 
 /* Everything but the network and the pool: names, the multi handle, the probe. */

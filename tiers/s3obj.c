@@ -16,9 +16,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-static unsigned bits(uint16_t v)
+static unsigned bits(uint64_t v)
 {
-	return (unsigned)__builtin_popcount(v);
+	return (unsigned)__builtin_popcountll(v);
 }
 
 int s3obj_init(struct s3objs *t, unsigned pack, uint64_t nslots, struct slot_alloc *alloc)
@@ -103,7 +103,7 @@ static void to_deleting(struct s3objs *t, uint64_t objno)
 static bool worth_compacting(const struct s3obj *o)
 {
 	return o->state == S3OBJ_STORED && o->used && o->layout &&
-	       bits((uint16_t)(o->layout & ~o->used)) * 2 >= bits(o->layout);
+	       bits(o->layout & ~o->used) * 2 >= bits(o->layout);
 }
 
 /*
@@ -168,7 +168,7 @@ int s3obj_alloc(struct s3objs *t, uint64_t *slot)
 	*slot = t->open * t->pack + i;
 	if (slot_alloc_mark(t->alloc, *slot) < 0)
 		return -EIO; /* the bitmap disagrees with the objects: cannot be */
-	o->used |= (uint16_t)(1u << i);
+	o->used |= 1ULL << i;
 	t->held_slots--;
 	if (t->open_next == t->pack)
 		t->open = S3OBJ_NONE;
@@ -178,7 +178,7 @@ int s3obj_alloc(struct s3objs *t, uint64_t *slot)
 int s3obj_mark(struct s3objs *t, uint64_t slot)
 {
 	uint64_t k = slot / t->pack;
-	uint16_t bit = (uint16_t)(1u << (slot % t->pack));
+	uint64_t bit = 1ULL << (slot % t->pack);
 	int ret;
 
 	if (k >= t->max)
@@ -197,12 +197,12 @@ int s3obj_mark(struct s3objs *t, uint64_t slot)
 enum s3obj_todo s3obj_free(struct s3objs *t, uint64_t slot)
 {
 	uint64_t k = slot / t->pack;
-	uint16_t bit = (uint16_t)(1u << (slot % t->pack));
+	uint64_t bit = 1ULL << (slot % t->pack);
 	struct s3obj *o = s3obj_get(t, k);
 
 	if (!o || !(o->used & bit) || slot_alloc_put(t->alloc, slot) < 0)
 		return S3OBJ_TODO_NONE;
-	o->used &= (uint16_t)~bit;
+	o->used &= ~bit;
 	t->held_slots++;
 	if (o->state == S3OBJ_FILLING) {
 		if (!o->used && !o->held && t->open != k) {
@@ -228,7 +228,7 @@ void s3obj_close(struct s3objs *t, uint64_t objno)
 		t->open = S3OBJ_NONE;
 }
 
-void s3obj_stored(struct s3objs *t, uint64_t objno, uint32_t gen, uint16_t layout)
+void s3obj_stored(struct s3objs *t, uint64_t objno, uint32_t gen, uint64_t layout)
 {
 	struct s3obj *o = &t->o[objno];
 
@@ -237,7 +237,7 @@ void s3obj_stored(struct s3objs *t, uint64_t objno, uint32_t gen, uint16_t layou
 	o->layout = layout;
 	o->held = 0;
 	t->stored++;
-	t->dead_slots += bits((uint16_t)(layout & ~o->used));
+	t->dead_slots += bits(layout & ~o->used);
 }
 
 void s3obj_put_failed(struct s3objs *t, uint64_t objno)
@@ -260,7 +260,7 @@ void s3obj_deleted(struct s3objs *t, uint64_t objno)
 	to_free(t, objno);
 }
 
-enum s3obj_todo s3obj_compacted(struct s3objs *t, uint64_t objno, uint32_t gen, uint16_t layout,
+enum s3obj_todo s3obj_compacted(struct s3objs *t, uint64_t objno, uint32_t gen, uint64_t layout,
 				struct s3obj_version *old)
 {
 	struct s3obj *o = &t->o[objno];
@@ -269,8 +269,8 @@ enum s3obj_todo s3obj_compacted(struct s3objs *t, uint64_t objno, uint32_t gen, 
 	old->gen = o->gen;
 	old->layout = o->layout;
 	old->whole = false;
-	t->dead_slots -= bits((uint16_t)(o->layout & ~o->used));
-	t->dead_slots += bits((uint16_t)(layout & ~o->used));
+	t->dead_slots -= bits(o->layout & ~o->used);
+	t->dead_slots += bits(layout & ~o->used);
 	o->gen = gen;
 	o->layout = layout;
 	o->compacting = false;
@@ -394,7 +394,7 @@ int s3obj_sweep(struct s3objs *t, struct s3obj_version *v, size_t n, struct s3ob
 		t->held_slots += t->pack - bits(o->used);
 		if (o->layout)
 			t->stored++;
-		t->dead_slots += bits((uint16_t)(o->layout & ~o->used));
+		t->dead_slots += bits(o->layout & ~o->used);
 	}
 	for (uint64_t k = 0; k < t->n; k++)
 		queue_compaction(t, k);
@@ -406,9 +406,9 @@ int s3obj_sweep(struct s3objs *t, struct s3obj_version *v, size_t n, struct s3ob
 int64_t s3obj_offset(const struct s3objs *t, uint64_t slot, size_t block_size)
 {
 	const struct s3obj *o = s3obj_get(t, slot / t->pack);
-	uint16_t bit = (uint16_t)(1u << (slot % t->pack));
+	uint64_t bit = 1ULL << (slot % t->pack);
 
 	if (!o || o->state != S3OBJ_STORED || !(o->layout & bit))
 		return -ENOENT;
-	return (int64_t)bits((uint16_t)(o->layout & (bit - 1))) * (int64_t)block_size;
+	return (int64_t)bits(o->layout & (bit - 1)) * (int64_t)block_size;
 }

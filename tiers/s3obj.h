@@ -28,7 +28,7 @@
 
 #include "alloc.h"
 
-#define S3OBJ_PACK_MAX 16 /* a layout is 16 bits */
+#define S3OBJ_PACK_MAX 64 /* a layout is 64 bits */
 #define S3OBJ_NONE UINT64_MAX
 
 enum s3obj_state {
@@ -40,8 +40,8 @@ enum s3obj_state {
 
 struct s3obj {
 	uint32_t gen;	 /* generation of the stored version */
-	uint16_t used;	 /* slots handed out and not freed */
-	uint16_t layout; /* slots the stored version holds */
+	uint64_t used;	 /* slots handed out and not freed */
+	uint64_t layout; /* slots the stored version holds */
 	uint8_t state;
 	uint8_t gets;	    /* GETs in flight that read the stored version */
 	uint8_t held;	    /* write requests the engine holds for it (FILLING) */
@@ -54,7 +54,7 @@ struct s3obj {
 struct s3obj_version {
 	uint64_t objno;
 	uint32_t gen;
-	uint16_t layout;
+	uint64_t layout;
 	bool whole; /* to delete: one of a DELETING object's (s3obj_deleted when done) */
 	bool torn;  /* found: its size is not its layout's (a PUT cut short), never kept */
 };
@@ -102,7 +102,7 @@ enum s3obj_todo s3obj_free(struct s3objs *t, uint64_t slot);
 /* The allocator stops filling objno: its PUT may go with what it has. */
 void s3obj_close(struct s3objs *t, uint64_t objno);
 /* objno's PUT of layout under gen succeeded: it is STORED. */
-void s3obj_stored(struct s3objs *t, uint64_t objno, uint32_t gen, uint16_t layout);
+void s3obj_stored(struct s3objs *t, uint64_t objno, uint32_t gen, uint64_t layout);
 /* objno's PUT failed: its requests fail, and their slots come back free. */
 void s3obj_put_failed(struct s3objs *t, uint64_t objno);
 /* One delete of a DELETING object's versions is done; FREE after the last. */
@@ -112,7 +112,7 @@ void s3obj_deleted(struct s3objs *t, uint64_t objno);
  * stored one, which *old receives (to be deleted once no GET reads it).
  * Returns what to do next, as s3obj_free does.
  */
-enum s3obj_todo s3obj_compacted(struct s3objs *t, uint64_t objno, uint32_t gen, uint16_t layout,
+enum s3obj_todo s3obj_compacted(struct s3objs *t, uint64_t objno, uint32_t gen, uint64_t layout,
 				struct s3obj_version *old);
 /* Next object worth compacting (marked compacting), or S3OBJ_NONE. */
 uint64_t s3obj_compact_next(struct s3objs *t);

@@ -346,6 +346,12 @@ int tb_prefetch(struct tb_store *s, uint64_t obj, uint64_t idx, bool hint);
  */
 unsigned tb_ahead(struct tb_store *s, uint64_t obj, uint64_t idx, unsigned *run);
 /*
+ * Blocks from (obj, idx) on that the request reading its run (its s3
+ * object) would read: where that request ends. 1 when the block is stored
+ * alone or not stored. Costs one lookup of the block's location.
+ */
+unsigned tb_run_left(struct tb_store *s, uint64_t obj, uint64_t idx);
+/*
  * tb_prefetch for a reader of remote blocks: the blocks loaded ahead this
  * way are bounded apart from the others, by depth (what tb_ahead said) and
  * a quarter of the slots, so that a deep window for a remote device does

@@ -162,9 +162,42 @@ static void sweep(void)
 	slot_alloc_free_all(&a);
 }
 
+/* 64 blocks an object: layouts of 64 bits, the highest index included. */
+static void wide(void)
+{
+	struct slot_alloc a;
+	struct s3objs t;
+	struct s3obj_version old;
+	const unsigned pack = S3OBJ_PACK_MAX;
+
+	CHECK_EQ(pack, 64);
+	CHECK_EQ(slot_alloc_init(&a, 4 * pack), 0);
+	CHECK_EQ(s3obj_init(&t, pack, 4 * pack, &a), 0);
+	CHECK_EQ(s3obj_init(&t, pack + 1, 4 * pack, &a), -EINVAL);
+	CHECK_EQ(s3obj_init(&t, pack, 4 * pack, &a), 0);
+	alloc_n(&t, pack, 0);
+	CHECK_EQ(t.open, S3OBJ_NONE);
+	CHECK_EQ(t.o[0].used, UINT64_MAX);
+	s3obj_stored(&t, 0, 1, UINT64_MAX);
+	CHECK_EQ(s3obj_offset(&t, pack - 1, BS), (int64_t)(pack - 1) * BS);
+	/* The upper half dies: compacted into the lower half. */
+	for (unsigned i = pack / 2; i < pack; i++)
+		s3obj_free(&t, i);
+	CHECK_EQ(t.dead_slots, pack / 2);
+	CHECK_EQ(s3obj_compact_next(&t), 0);
+	s3obj_compacted(&t, 0, 2, UINT64_MAX >> (pack / 2), &old);
+	CHECK_EQ(old.layout, UINT64_MAX);
+	CHECK_EQ(t.dead_slots, 0);
+	CHECK_EQ(s3obj_offset(&t, pack / 2 - 1, BS), (int64_t)(pack / 2 - 1) * BS);
+	CHECK_EQ(s3obj_offset(&t, pack / 2, BS), -ENOENT);
+	s3obj_fini(&t);
+	slot_alloc_free_all(&a);
+}
+
 int main(void)
 {
 	lifecycle();
 	sweep();
+	wide();
 	return 0;
 }
