@@ -19,6 +19,7 @@
 #include "ctlcmd.h"
 #include "fs.h"
 #include "log.h"
+#include "worker.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -194,23 +195,13 @@ int fs_ctl_start(struct fs *fs)
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	pthread_cond_init(&fs->rate_cv, &ca);
 	pthread_condattr_destroy(&ca);
-	fs->rate_stop = false;
-	if (pthread_create(&fs->rate_thread, NULL, rates_main, fs) != 0)
-		return -EAGAIN;
-	fs->rate_running = true;
-	return 0;
+	return fs_worker_start(&fs->rate_thread, &fs->rate_stop, &fs->rate_running, rates_main, fs);
 }
 
 void fs_ctl_stop(struct fs *fs)
 {
-	if (!fs->rate_running)
-		return;
-	pthread_mutex_lock(&fs->rate_lock);
-	fs->rate_stop = true;
-	pthread_cond_signal(&fs->rate_cv);
-	pthread_mutex_unlock(&fs->rate_lock);
-	pthread_join(fs->rate_thread, NULL);
-	fs->rate_running = false;
+	fs_worker_stop(fs->rate_thread, &fs->rate_lock, &fs->rate_cv, &fs->rate_stop,
+		       &fs->rate_running);
 }
 
 static void set_rates(struct fs *fs, json_t *t, unsigned i)

@@ -14,6 +14,7 @@
  */
 #include "fs.h"
 #include "log.h"
+#include "worker.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -206,23 +207,13 @@ static void *pins_main(void *arg)
 
 int fs_pins_start(struct fs *fs)
 {
-	fs->pin_stop = false;
-	if (pthread_create(&fs->pin_thread, NULL, pins_main, fs) != 0)
-		return -EAGAIN;
-	fs->pin_running = true;
-	return 0;
+	return fs_worker_start(&fs->pin_thread, &fs->pin_stop, &fs->pin_running, pins_main, fs);
 }
 
 void fs_pins_stop(struct fs *fs)
 {
-	if (!fs->pin_running)
-		return;
-	pthread_mutex_lock(&fs->pin_lock);
-	fs->pin_stop = true;
-	pthread_cond_signal(&fs->pin_cv);
-	pthread_mutex_unlock(&fs->pin_lock);
-	pthread_join(fs->pin_thread, NULL);
-	fs->pin_running = false;
+	fs_worker_stop(fs->pin_thread, &fs->pin_lock, &fs->pin_cv, &fs->pin_stop,
+		       &fs->pin_running);
 }
 
 /* ---- the list ---- */
