@@ -11,14 +11,7 @@ command -v python3 >/dev/null || skip "python3 not found"
 : "${TFSCTL:=}"
 
 tfs_extra_cleanup() {
-	local pid
-	pid=$(cat "$T/daemon.pid" 2>/dev/null)
-	if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
-		kill -9 "$pid" 2>/dev/null
-		sleep 0.2
-	fi
-	is_mounted "$MNT" && { fusermount3 -u -z "$MNT" 2>/dev/null || umount -l "$MNT"; }
-	true
+	tfs_kill_pidfile
 }
 
 args=(--tensorfs "$TENSORFS" --work "$T" --iterations "${CRASH_ITERATIONS:-50}")

@@ -113,6 +113,38 @@ tfs_kill9() {
 	true
 }
 
+# tfs_kill_pidfile: crash the daemon whose pid $T/daemon.pid holds, where
+# another program started it (the crash matrix), then detach its mount.
+tfs_kill_pidfile() {
+	local pid
+	pid=$(cat "$T/daemon.pid" 2>/dev/null)
+	if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+		kill -9 "$pid" 2>/dev/null
+		sleep 0.2
+	fi
+	is_mounted "$MNT" && { fusermount3 -u -z "$MNT" 2>/dev/null || umount -l "$MNT"; }
+	true
+}
+
+# tfs_daemons [KEEP]: pids of the tensorfs processes whose command line
+# names this test's work folder ($T), but KEEP.
+tfs_daemons() {
+	python3 - "$T" "${1:-}" <<'PY'
+import os, sys
+work, keep = sys.argv[1].encode(), sys.argv[2]
+for p in os.listdir("/proc"):
+    if not p.isdigit() or int(p) == os.getpid() or p == keep:
+        continue
+    try:
+        argv = open(f"/proc/{p}/cmdline", "rb").read().split(b"\0")
+    except OSError:
+        continue
+    if argv and os.path.basename(argv[0]).startswith(b"tensorfs") and \
+            any(work in a for a in argv):
+        print(p)
+PY
+}
+
 # tfs_stat_json KEY... : print a value from /.tensorfs/stats, e.g.
 #   tfs_stat_json tiers nvme0 used
 tfs_stat_json() {
