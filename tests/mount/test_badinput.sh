@@ -30,20 +30,7 @@ bad() {
 # our_daemons: pids of tensorfs processes started by this test (their
 # command line names this test's work folder), except the healthy mount.
 our_daemons() {
-	python3 - "$T" "${TFS_PID:-0}" <<'PY'
-import os, sys
-work, keep = sys.argv[1].encode(), sys.argv[2]
-for p in os.listdir("/proc"):
-    if not p.isdigit() or int(p) == os.getpid() or p == keep:
-        continue
-    try:
-        argv = open(f"/proc/{p}/cmdline", "rb").read().split(b"\0")
-    except OSError:
-        continue
-    if argv and os.path.basename(argv[0]).startswith(b"tensorfs") and \
-            any(work in a for a in argv):
-        print(p)
-PY
+	tfs_daemons "${TFS_PID:-0}"
 }
 
 # reap_daemons: wait up to 5 s for stray daemons to exit, then stop them.

@@ -23,20 +23,7 @@ BINDIR=$(cd "$(dirname "$TENSORFS")" && pwd)
 
 # our_daemons: pids of tensorfs processes whose command line names $T.
 our_daemons() {
-	python3 - "$T" <<'PY'
-import os, sys
-work = sys.argv[1].encode()
-for p in os.listdir("/proc"):
-    if not p.isdigit() or int(p) == os.getpid():
-        continue
-    try:
-        argv = open(f"/proc/{p}/cmdline", "rb").read().split(b"\0")
-    except OSError:
-        continue
-    if argv and os.path.basename(argv[0]).startswith(b"tensorfs") and \
-            any(work in a for a in argv):
-        print(p)
-PY
+	tfs_daemons
 }
 
 tfs_extra_cleanup() {
@@ -210,24 +197,24 @@ block = 256K
 nvme = $T/nvme-cfg
 meta = $T/meta-cfg
 EOF
+# in_force WHAT DRAM BLOCK NVME META: the mount's dram capacity, block size,
+# nvme folder and metadata folder are these.
+in_force() {
+	[ "$(tfs_stat_json tiers dram capacity)" = "$2" ] ||
+		fail "$1: dram capacity $(tfs_stat_json tiers dram capacity), want $2"
+	[ "$(tfs_stat_json block_size)" = "$3" ] ||
+		fail "$1: block_size $(tfs_stat_json block_size), want $3"
+	[ "$(realpath "$(tfs_stat_json tiers nvme0 path)")" = "$4" ] ||
+		fail "$1: nvme0 path $(tfs_stat_json tiers nvme0 path), want $4"
+	[ -e "$5/lock" ] || fail "$1: meta=$5 not used"
+}
+
 mount_fg "config=$T/tensorfs.ini"
-[ "$(tfs_stat_json tiers dram capacity)" = $((192 << 20)) ] ||
-	fail "config: dram capacity $(tfs_stat_json tiers dram capacity), want $((192 << 20))"
-[ "$(tfs_stat_json block_size)" = 262144 ] ||
-	fail "config: block_size $(tfs_stat_json block_size), want 262144"
-[ "$(realpath "$(tfs_stat_json tiers nvme0 path)")" = "$T/nvme-cfg" ] ||
-	fail "config: nvme0 path $(tfs_stat_json tiers nvme0 path), want $T/nvme-cfg"
-[ -e "$T/meta-cfg/lock" ] || fail "config: meta=$T/meta-cfg from the file not used"
+in_force config $((192 << 20)) 262144 "$T/nvme-cfg" "$T/meta-cfg"
 cp "$T/data" "$MNT/data" && cmp -s "$T/data" "$MNT/data" || fail "config: file reads back wrong"
 tfs_umount || fail "config: tensorfs -f exited non-zero after unmount"
 
 mount_fg "config=$T/tensorfs.ini,dram=224M,block=512K,nvme=$T/nvme-o,meta=$T/meta-o"
-[ "$(tfs_stat_json tiers dram capacity)" = $((224 << 20)) ] ||
-	fail "-o over config: dram capacity $(tfs_stat_json tiers dram capacity), want $((224 << 20))"
-[ "$(tfs_stat_json block_size)" = 524288 ] ||
-	fail "-o over config: block_size $(tfs_stat_json block_size), want 524288"
-[ "$(realpath "$(tfs_stat_json tiers nvme0 path)")" = "$T/nvme-o" ] ||
-	fail "-o over config: nvme0 path $(tfs_stat_json tiers nvme0 path), want $T/nvme-o"
-[ -e "$T/meta-o/lock" ] || fail "-o over config: meta=$T/meta-o not used"
+in_force "-o over config" $((224 << 20)) 524288 "$T/nvme-o" "$T/meta-o"
 tfs_umount || fail "-o over config: tensorfs -f exited non-zero after unmount"
 exit 0
