@@ -60,15 +60,21 @@ def sha(data):
     return hashlib.sha256(data).hexdigest()
 
 
+def chunks(f):
+    """The rest of the open file f, 4 MiB at a time."""
+    while True:
+        b = f.read(4 * MiB)
+        if not b:
+            return
+        yield b
+
+
 def file_sum(path):
     """(sha256, size) of a file, read 4 MiB at a time."""
     h = hashlib.sha256()
     n = 0
     with open(path, "rb") as f:
-        while True:
-            b = f.read(4 * MiB)
-            if not b:
-                break
+        for b in chunks(f):
             h.update(b)
             n += len(b)
     return h.hexdigest(), n

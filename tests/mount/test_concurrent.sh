@@ -37,6 +37,8 @@ tfs_extra_cleanup() {
 	done
 }
 
+# conc.py reads files as the crash tests do (tests/crash/durable.py).
+export PYTHONPATH="$TFS_SRC/tests/crash${PYTHONPATH:+:$PYTHONPATH}"
 cat >"$T/conc.py" <<'PY'
 """Writers, readers and the final check for test_concurrent.sh."""
 import hashlib
@@ -46,6 +48,8 @@ import random
 import sys
 import threading
 import time
+
+import durable
 
 MiB = 1 << 20
 KiB = 1 << 10
@@ -198,17 +202,10 @@ def writer(mnt, manifest_path, wid, nfiles, seed):
 
 
 def file_sum(path, direct):
+    if not direct:
+        return durable.file_sum(path)
     h = hashlib.sha256()
     n = 0
-    if not direct:
-        with open(path, "rb") as f:
-            while True:
-                b = f.read(4 * MiB)
-                if not b:
-                    break
-                h.update(b)
-                n += len(b)
-        return h.hexdigest(), n
     fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
     buf = mmap.mmap(-1, MiB)
     try:

@@ -23,6 +23,8 @@
 SEED=${REMOUNT_SEED:-$((RANDOM << 15 | RANDOM))}
 echo "remount test seed $SEED"
 TREE="$T/tree.py"
+# tree.py reads files as the crash tests do (tests/crash/durable.py).
+export PYTHONPATH="$TFS_SRC/tests/crash${PYTHONPATH:+:$PYTHONPATH}"
 
 cat >"$TREE" <<'PY'
 """Build, snapshot and check the tree for test_remount.sh."""
@@ -33,6 +35,8 @@ import os
 import random
 import stat
 import sys
+
+from durable import chunks
 
 MiB = 1 << 20
 XATTR_SKIP = "user.tensorfs."  # the daemon's own, e.g. placement
@@ -260,10 +264,7 @@ def check_expect(root, snap, expect):
         n = 0
         try:
             with open(os.path.join(root, path), "rb") as f:
-                while True:
-                    b = f.read(4 * MiB)
-                    if not b:
-                        break
+                for b in chunks(f):
                     h.update(b)
                     n += len(b)
         except OSError as err:
