@@ -31,25 +31,17 @@ tfs_extra_cleanup() {
 NVME="$SMALL"
 export TFS_DRAM=256M
 
+# check, ename, failures: tests/mount/checks.py
+export PYTHONPATH="$TFS_SRC/tests/mount${PYTHONPATH:+:$PYTHONPATH}"
 cat >"$T/enospc.py" <<'PY'
 import errno, hashlib, json, mmap, os, random, sys, time
+
+from checks import check, ename, failures
 
 MODE, MNT, STATE = sys.argv[1:4]
 MiB = 1 << 20
 CHUNK, FILE = MiB, 4 * MiB
 LIMIT = 192 * MiB           # three times the tier: ENOSPC must come first
-failures = []
-
-
-def check(cond, msg):
-    if not cond:
-        failures.append(msg)
-        print("  not ok:", msg, file=sys.stderr)
-    return cond
-
-
-def ename(e):
-    return errno.errorcode.get(e, str(e))
 
 
 def chunk(seed, i):
