@@ -23,14 +23,17 @@ DRAM_BYTES=$((256 << 20))
 # The permission checks run as nobody, who must be able to reach $MNT.
 chmod 0755 "$T"
 
+# check, ename, failures: tests/mount/checks.py
+export PYTHONPATH="$TFS_SRC/tests/mount${PYTHONPATH:+:$PYTHONPATH}"
 cat >"$T/posix.py" <<'PY'
 import ctypes, errno, hashlib, json, mmap, os, random, stat, subprocess, sys
 import time, traceback
 
+from checks import check, ename, failures
+
 PHASE, MNT, NVME, STATE, DRAM_BYTES = sys.argv[1:6]
 DRAM_BYTES = int(DRAM_BYTES)
 KiB, MiB = 1 << 10, 1 << 20
-failures = []
 libc = ctypes.CDLL(None, use_errno=True)
 os.umask(0)
 
@@ -39,15 +42,19 @@ def P(*parts):
     return os.path.join(MNT, *parts)
 
 
-def check(cond, msg):
-    if not cond:
-        failures.append(msg)
-        print("  not ok:", msg, file=sys.stderr)
-    return cond
-
-
-def ename(e):
-    return errno.errorcode.get(e, str(e))
+def copy_range(sfd, dfd, n, soff, doff, what):
+    """copy_file_range n bytes from sfd at soff to dfd at doff (None, None:
+    at the files' offsets), in as many calls as it takes; a call that copies
+    nothing fails the check, named what."""
+    done = 0
+    while done < n:
+        if soff is None:
+            k = os.copy_file_range(sfd, dfd, n - done)
+        else:
+            k = os.copy_file_range(sfd, dfd, n - done, soff + done, doff + done)
+        if not check(k > 0, f"{what} returned {k} at {done}"):
+            break
+        done += k
 
 
 def expect_errno(fn, want, what):
@@ -163,12 +170,7 @@ def copy_file_range():
 
     sfd = os.open(P("cfr_src"), os.O_RDWR)
     dfd = os.open(P("cfr_dst"), os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
-    done = 0
-    while done < n:
-        k = os.copy_file_range(sfd, dfd, n - done)
-        if not check(k > 0, f"copy_file_range returned {k} at {done}"):
-            break
-        done += k
+    copy_range(sfd, dfd, n, None, None, "copy_file_range")
     os.fsync(dfd)
     os.fsync(sfd)
     same_content(P("cfr_dst"), data, "copy_file_range copy")
@@ -200,13 +202,7 @@ def copy_file_range():
     write_file(P("cfr_b"), pre)
     afd = os.open(P("cfr_a"), os.O_RDONLY)
     bfd = os.open(P("cfr_b"), os.O_WRONLY)
-    done = 0
-    while done < 200000:
-        k = os.copy_file_range(afd, bfd, 200000 - done,
-                               12345 + done, MiB - 100 + done)
-        if not check(k > 0, f"unaligned copy_file_range returned {k}"):
-            break
-        done += k
+    copy_range(afd, bfd, 200000, 12345, MiB - 100, "unaligned copy_file_range")
     os.close(afd)
     os.close(bfd)
     want = bytearray(pre)
@@ -219,12 +215,7 @@ def copy_file_range():
     write_all(sfd, data[:MiB], 0)
     write_all(sfd, data[3 * MiB:], 3 * MiB)
     dfd = os.open(P("cfr_dirty_copy"), os.O_CREAT | os.O_RDWR | os.O_TRUNC, 0o644)
-    done = 0
-    while done < len(data):
-        k = os.copy_file_range(sfd, dfd, len(data) - done, done, done)
-        if not check(k > 0, f"copy_file_range of a dirty file returned {k} at {done}"):
-            break
-        done += k
+    copy_range(sfd, dfd, len(data), 0, 0, "copy_file_range of a dirty file")
     os.close(sfd)
     os.close(dfd)
     same_content(P("cfr_dirty_copy"), data, "copy of a dirty file with a hole")
