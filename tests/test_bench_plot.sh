@@ -11,12 +11,7 @@
 set -u
 SRC=$1
 PY=/usr/bin/python3 # tools/bench's interpreter
-W=$(mktemp -d "${TMPDIR:-/var/tmp}/tfs-plot.XXXXXX")
-trap 'rm -rf "$W"' EXIT
-fail() {
-	echo "FAIL: $*" >&2
-	exit 1
-}
+. "$(dirname "$0")/lib_scratch.sh" plot
 "$PY" -c 'import matplotlib' 2>/dev/null ||
 	{ echo "SKIP: no matplotlib (apt-get install python3-matplotlib)"; exit 77; }
 

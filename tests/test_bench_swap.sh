@@ -20,12 +20,7 @@ set -u
 SRC=$1
 BUILD=$2
 PY=/usr/bin/python3 # tools/bench's interpreter
-W=$(mktemp -d "${TMPDIR:-/var/tmp}/tfs-bench-swap.XXXXXX")
-trap 'rm -rf "$W"' EXIT
-fail() {
-	echo "FAIL: $*" >&2
-	exit 1
-}
+. "$(dirname "$0")/lib_scratch.sh" bench-swap
 
 echo "1. the snapshots' sums"
 "$PY" - "$SRC/tools/bench" "$W" <<'PY' || fail "the snapshots' sums"

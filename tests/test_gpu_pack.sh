@@ -17,12 +17,8 @@
 set -u
 SRC=$1
 BUILD=$2
-D=$(mktemp -d "${TMPDIR:-/var/tmp}/tfs-gpupack.XXXXXX")
-trap 'rm -rf "$D"' EXIT
-fail() {
-	echo "FAIL: $*" >&2
-	exit 1
-}
+. "$(dirname "$0")/lib_scratch.sh" gpupack
+D=$W
 
 [ -x "$BUILD/tools/gpubench/gpubench" ] || { echo "SKIP: built without CUDA"; exit 77; }
 FIO=

@@ -6,12 +6,8 @@
 set -u
 SRC=$1
 BUILD=$2
-D=$(mktemp -d "${TMPDIR:-/var/tmp}/tfs-install.XXXXXX")
-trap 'rm -rf "$D"' EXIT
-fail() {
-	echo "FAIL: $*" >&2
-	exit 1
-}
+. "$(dirname "$0")/lib_scratch.sh" install
+D=$W
 
 command -v groff >/dev/null || fail "groff is not installed (apt-get install groff)"
 n=0
