@@ -145,6 +145,47 @@ for p in os.listdir("/proc"):
 PY
 }
 
+# readcheck NAME...: read every 1 MiB block of each file $MNT/NAME, checked
+# against its source $T/NAME; print "NAME IDX" for each that fails with EIO.
+# Fails when one reads back other bytes than its source, or fails otherwise.
+readcheck() {
+	python3 - "$MNT" "$T" "$@" <<'PY' || fail "a block read back wrong (see above)"
+import errno, os, sys
+mnt, tdir, names = sys.argv[1], sys.argv[2], sys.argv[3:]
+bs, bad = 1 << 20, 0
+for n in names:
+    want = open(f"{tdir}/{n}", "rb").read()
+    fd = os.open(f"{mnt}/{n}", os.O_RDONLY)
+    for i in range((len(want) + bs - 1) // bs):
+        try:
+            got = os.pread(fd, bs, i * bs)
+        except OSError as e:
+            if e.errno != errno.EIO:
+                print(f"{n} block {i}: {e}", file=sys.stderr)
+                bad = 1
+            else:
+                print(n, i)
+            continue
+        if got != want[i * bs:(i + 1) * bs]:
+            print(f"{n} block {i} reads back other bytes, with no error", file=sys.stderr)
+            bad = 1
+    os.close(fd)
+sys.exit(bad)
+PY
+}
+
+# flip_byte FILE OFFSET: invert the byte of FILE at OFFSET.
+flip_byte() {
+	python3 - "$1" "$2" <<'PY'
+import os, sys
+fd = os.open(sys.argv[1], os.O_RDWR)
+off = int(sys.argv[2])
+b = os.pread(fd, 1, off)
+os.pwrite(fd, bytes([b[0] ^ 0xff]), off)
+os.close(fd)
+PY
+}
+
 # tfs_stat_json KEY... : print a value from /.tensorfs/stats, e.g.
 #   tfs_stat_json tiers nvme0 used
 tfs_stat_json() {

@@ -67,45 +67,9 @@ slot_of() {
 	awk -v n="$1" -v i="$2" '$1 == n && $2 == i { print $3 }' "$T/map"
 }
 
-# readcheck NAME...: read every block of each file through the mount; print
-# "NAME IDX" for each that fails with EIO. Fails when one reads back other
-# bytes than its source, or fails otherwise.
-readcheck() {
-	python3 - "$MNT" "$T" "$@" <<'PY' || fail "a block read back wrong (see above)"
-import errno, os, sys
-mnt, tdir, names = sys.argv[1], sys.argv[2], sys.argv[3:]
-bs, bad = 1 << 20, 0
-for n in names:
-    want = open(f"{tdir}/{n}", "rb").read()
-    fd = os.open(f"{mnt}/{n}", os.O_RDONLY)
-    for i in range((len(want) + bs - 1) // bs):
-        try:
-            got = os.pread(fd, bs, i * bs)
-        except OSError as e:
-            if e.errno != errno.EIO:
-                print(f"{n} block {i}: {e}", file=sys.stderr)
-                bad = 1
-            else:
-                print(n, i)
-            continue
-        if got != want[i * bs:(i + 1) * bs]:
-            print(f"{n} block {i} reads back other bytes, with no error", file=sys.stderr)
-            bad = 1
-    os.close(fd)
-sys.exit(bad)
-PY
-}
-
 # flip SLOT OFFSET: invert one byte of the slab at SLOT's OFFSET.
 flip() {
-	python3 - "$SLAB" $(($1 * MB + $2)) <<'PY'
-import os, sys
-fd = os.open(sys.argv[1], os.O_RDWR)
-off = int(sys.argv[2])
-b = os.pread(fd, 1, off)
-os.pwrite(fd, bytes([b[0] ^ 0xff]), off)
-os.close(fd)
-PY
+	flip_byte "$SLAB" $(($1 * MB + $2))
 }
 
 # expect_eio WANT GOT: the blocks that read EIO are exactly those of WANT.
