@@ -23,15 +23,8 @@ base=${SWAPBENCH_TARGET:-${TMPDIR:-/var/tmp}}
 small="--params 2e7 --sub-group-size 1e7 --iters 3"
 opt='"$SWAPBENCH_DIR"/zero_stage_3/optimizer/rank0'
 
-work=$(mktemp -d "$base/swapbench-corrupt.XXXXXX") || { echo "skip: no folder in $base"; exit 77; }
-trap 'rm -rf "$work"' EXIT
-trap 'exit 1' INT TERM HUP PIPE
-
-if ! dd if=/dev/zero of="$work/probe" bs=4096 count=1 oflag=direct status=none 2>/dev/null; then
-	echo "skip: $base does not support O_DIRECT"
-	exit 77
-fi
-rm -f "$work/probe"
+. "$(dirname "$0")/test_lib.sh"
+make_work corrupt
 # The junk: 4 KiB of 0xa5 bytes.
 head -c 4096 /dev/zero | tr '\000' '\245' >"$work/junk.bin"
 

@@ -19,15 +19,8 @@ base=${SWAPBENCH_TARGET:-${TMPDIR:-/var/tmp}}
 small="--params 2e7 --sub-group-size 5e6 --iters 3"
 
 command -v python3 >/dev/null 2>&1 || { echo "skip: python3 not found"; exit 77; }
-work=$(mktemp -d "$base/swapbench-verify.XXXXXX") || { echo "skip: no folder in $base"; exit 77; }
-trap 'rm -rf "$work"' EXIT
-trap 'exit 1' INT TERM HUP PIPE
-
-if ! dd if=/dev/zero of="$work/probe" bs=4096 count=1 oflag=direct status=none 2>/dev/null; then
-	echo "skip: $base does not support O_DIRECT"
-	exit 77
-fi
-rm -f "$work/probe"
+. "$(dirname "$0")/test_lib.sh"
+make_work verify
 
 fail=0
 
