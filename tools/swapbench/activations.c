@@ -56,21 +56,7 @@ static struct sb_file *act_file(struct act *a, int mb, int layer)
 
 static int finish(struct act *a, bool read)
 {
-	struct ah_result res;
-	int ret;
-
-	if (!ah_pending(a->h))
-		return 0;
-	ret = ah_wait(a->h, &res);
-	if (read) {
-		a->ph->read_s += res.busy_s;
-		a->ph->read_bytes += res.bytes;
-	} else {
-		a->ph->write_s += res.busy_s;
-		a->ph->write_bytes += res.bytes;
-	}
-	a->r->verify.errors += res.errors;
-	return ret;
+	return sb_finish(a->h, read, a->ph, &a->r->verify);
 }
 
 /* Schedule a read of @f; a file that is gone or of the wrong size counts as an error. */

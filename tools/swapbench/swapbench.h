@@ -136,6 +136,13 @@ struct sb_rank {
 	void *sync;   /* owned by main.c */
 };
 
+/*
+ * util.c: wait for everything scheduled on @h; add its busy time and bytes
+ * to @ph's reads (@read) or writes, and its errors to @v. 0 or -errno.
+ */
+struct ah_handle;
+int sb_finish(struct ah_handle *h, bool read, struct sb_phase *ph, struct sb_verify *v);
+
 /* main.c: publish phase k (0 = init) and wait until the next may start. */
 int sb_rank_sync(struct sb_rank *r, int k);
 

@@ -1,7 +1,7 @@
 /*
  * util.c - small helpers shared by the parts of swapbench: the monotonic
  * clock, page-aligned I/O buffers, creating and removing folders, building
- * paths, and error messages on stderr.
+ * paths, error messages on stderr, and waiting for a handle's requests.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "aio_handle.h"
 #include "swapbench.h"
 
 /* Open file descriptors nftw() may hold while removing a tree. */
@@ -136,4 +137,23 @@ void sb_err(const char *fmt, ...)
 	/* One write per message, so that lines of concurrent ranks do not mix. */
 	if (write(STDERR_FILENO, line, strlen(line)) < 0)
 		return;
+}
+
+int sb_finish(struct ah_handle *h, bool read, struct sb_phase *ph, struct sb_verify *v)
+{
+	struct ah_result res;
+	int ret;
+
+	if (!ah_pending(h))
+		return 0;
+	ret = ah_wait(h, &res);
+	if (read) {
+		ph->read_s += res.busy_s;
+		ph->read_bytes += res.bytes;
+	} else {
+		ph->write_s += res.busy_s;
+		ph->write_bytes += res.bytes;
+	}
+	v->errors += res.errors;
+	return ret;
 }

@@ -125,21 +125,7 @@ static int check_read(struct zr *z, const struct sb_file *f, const void *buf)
 /* Wait for everything scheduled on @h and account it as reads or writes. */
 static int finish(struct zr *z, struct ah_handle *h, bool read)
 {
-	struct ah_result res;
-	int ret;
-
-	if (!ah_pending(h))
-		return 0;
-	ret = ah_wait(h, &res);
-	if (read) {
-		z->ph->read_s += res.busy_s;
-		z->ph->read_bytes += res.bytes;
-	} else {
-		z->ph->write_s += res.busy_s;
-		z->ph->write_bytes += res.bytes;
-	}
-	z->r->verify.errors += res.errors;
-	return ret;
+	return sb_finish(h, read, z->ph, &z->r->verify);
 }
 
 /* Schedule a read of @f; a file that is gone or of the wrong size counts as an error. */
@@ -429,6 +415,16 @@ static int compute(struct zr *z, const struct zl_group *g, struct group_bufs b)
 	return ret;
 }
 
+/* The step of subgroup @g: compute, then write its parameters where they are offloaded. */
+static int step(struct zr *z, const struct zl_group *g, struct group_bufs b)
+{
+	int ret = compute(z, g, b);
+
+	if (!ret && z->cfg->offload_params)
+		ret = write_params(z, z->pwr, g->first_param, g->last_param);
+	return ret;
+}
+
 /* PartitionedOptimizerSwapper: each step waits for the one before it. */
 static int step_partitioned(struct zr *z)
 {
@@ -451,9 +447,7 @@ static int step_partitioned(struct zr *z)
 		}
 		trace(z, "compute", i);
 		if (!ret)
-			ret = compute(z, g, b);
-		if (!ret && z->cfg->offload_params)
-			ret = write_params(z, z->pwr, g->first_param, g->last_param);
+			ret = step(z, g, b);
 		trace(z, "write_state", i);
 		if (!ret && g->swapped)
 			ret = write_state(z, z->wr, g, b);
@@ -497,9 +491,7 @@ static int step_pipelined(struct zr *z)
 			ret = pipelined_read(z, i + 1);
 		trace(z, "compute", i);
 		if (!ret)
-			ret = compute(z, g, b);
-		if (!ret && z->cfg->offload_params)
-			ret = write_params(z, z->pwr, g->first_param, g->last_param);
+			ret = step(z, g, b);
 		trace(z, "wait_write", i);
 		if (!ret)
 			ret = finish(z, z->wr, false);
