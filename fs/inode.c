@@ -9,6 +9,7 @@
  */
 #include "fs.h"
 #include "log.h"
+#include "u64vec.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -44,17 +45,7 @@ void fs_itab_fini(struct fs *fs)
 
 int fs_ino_push(struct fs_ino_list *l, uint64_t ino)
 {
-	if (l->n == l->cap) {
-		size_t cap = l->cap ? l->cap * 2 : 64;
-		uint64_t *v = realloc(l->v, cap * sizeof(*v));
-
-		if (!v)
-			return -ENOMEM;
-		l->v = v;
-		l->cap = cap;
-	}
-	l->v[l->n++] = ino;
-	return 0;
+	return u64vec_push(&l->v, &l->n, &l->cap, 64, ino);
 }
 
 void fs_now(int64_t *sec, uint32_t *nsec)

@@ -43,6 +43,7 @@
 #include "mounts.h"
 #include "storedir.h"
 #include "tb.h"
+#include "u64vec.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -238,17 +239,7 @@ static int mdb_err(int rc)
 
 int locvec_push(struct locvec *v, uint64_t loc)
 {
-	if (v->n == v->cap) {
-		size_t cap = v->cap ? v->cap * 2 : 16;
-		uint64_t *p = realloc(v->v, cap * sizeof(*p));
-
-		if (!p)
-			return -ENOMEM;
-		v->v = p;
-		v->cap = cap;
-	}
-	v->v[v->n++] = loc;
-	return 0;
+	return u64vec_push(&v->v, &v->n, &v->cap, 16, loc);
 }
 
 void locvec_free(struct locvec *v)
