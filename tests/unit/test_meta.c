@@ -223,6 +223,22 @@ static void upgraded_once(const char *dir)
  * dedup too; a record from format 2, which had none, stores the whole
  * block (0), and the store opens as format 3.
  */
+/*
+ * Commit txn and close m; make its store format version, as an older tensorfs
+ * left it; open it again, which must upgrade it, and begin a read in *rtxn.
+ */
+static struct fs_meta *reopen_as(struct fs_meta *m, MDB_txn *txn, const char *dir,
+				 uint32_t version, MDB_txn **rtxn)
+{
+	CHECK_EQ(meta_commit(txn), 0);
+	meta_close(m);
+	make_format(dir, version);
+	m = open_store(dir, 0, false, 0);
+	CHECK_EQ(meta_upgraded_from(m), version);
+	CHECK_EQ(meta_begin(m, false, rtxn), 0);
+	return m;
+}
+
 static void check_lengths(void)
 {
 	char dir[] = "/tmp/tfs-meta-lengths.XXXXXX";
@@ -268,13 +284,7 @@ static void check_lengths(void)
 	CHECK_EQ(recs[0].len, 4096);
 	CHECK_EQ(meta_blocks_list(m, txn, id + 1, ids, recs, 2, &n), 0);
 	CHECK_EQ(n, 0);
-	CHECK_EQ(meta_commit(txn), 0);
-	meta_close(m);
-
-	make_format(dir, 2);
-	m = open_store(dir, 0, false, 0);
-	CHECK_EQ(meta_upgraded_from(m), 2);
-	CHECK_EQ(meta_begin(m, false, &txn), 0);
+	m = reopen_as(m, txn, dir, 2, &txn);
 	CHECK_EQ(meta_bmap_get(m, txn, a, 0, &id), 0);
 	CHECK_EQ(meta_block_get(m, txn, id, &blk), 0);
 	CHECK_EQ(blk.loc, tb_loc(0, 1));
@@ -341,14 +351,8 @@ static void check_counts(void)
 	CHECK_EQ(nblocks(m, txn, b), 0);
 	CHECK_EQ(meta_inode_purge(m, txn, c, &freed), 0);
 	CHECK_EQ(nblocks(m, txn, c), 0);
-	CHECK_EQ(meta_commit(txn), 0);
-	meta_close(m);
-
 	/* Format 1 had no counts: the next open makes them from the maps. */
-	make_format(dir, 1);
-	m = open_store(dir, 0, false, 0);
-	CHECK_EQ(meta_upgraded_from(m), 1);
-	CHECK_EQ(meta_begin(m, false, &txn), 0);
+	m = reopen_as(m, txn, dir, 1, &txn);
 	CHECK_EQ(nblocks(m, txn, a), 2);
 	CHECK_EQ(nblocks(m, txn, b), 0);
 	meta_abort(txn);
