@@ -15,6 +15,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A record decoded with success (ret 0) is the first len bytes of the input. */
+static void same_bytes(int ret, const void *rec, const void *v, size_t len)
+{
+	if (ret == 0 && memcmp(rec, v, len))
+		abort();
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -36,16 +43,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	switch (data[0] % 4) {
 	case 0:
 		ret = meta_decode_inode(v, n, &ino);
-		if (ret == 0 && memcmp(&ino, v, sizeof(ino)))
-			abort();
+		same_bytes(ret, &ino, v, sizeof(ino));
 		break;
 	case 1:
 		ret = meta_decode_dirent(v, n, &x, &y);
 		break;
 	case 2:
 		ret = meta_decode_id(v, n, &x);
-		if (ret == 0 && memcmp(&x, v, sizeof(x)))
-			abort();
+		same_bytes(ret, &x, v, sizeof(x));
 		break;
 	case 3:
 		ret = meta_decode_block(v, n, &b);
