@@ -62,6 +62,7 @@
  * Exit status: 0 pass, 1 fail, 77 skip.
  */
 #include "client.h"
+#include "gpu_sock.h"
 #include "gputest.h"
 #include "tensorfs_cuda.h"
 
@@ -685,10 +686,6 @@ static int32_t fake_status(uint16_t op)
 
 static void fake_reply(int sock, const struct tfs_gpu_req *req, uint64_t id, int arena)
 {
-	union {
-		char buf[CMSG_SPACE(sizeof(int))];
-		struct cmsghdr align;
-	} u;
 	struct tfs_gpu_rep rep = {.magic = TFS_GPU_MAGIC,
 				  .version = TFS_GPU_VERSION,
 				  .op = req->op,
@@ -698,24 +695,10 @@ static void fake_reply(int sock, const struct tfs_gpu_req *req, uint64_t id, int
 				  .mount_id = id,
 				  .max_pins = 64,
 				  .max_write_pins = 32};
-	struct iovec iov = {&rep, sizeof(rep)};
-	struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1};
+	bool hello = req->op == TFS_GPU_HELLO && req->want_arena;
 
-	if (req->op == TFS_GPU_HELLO && req->want_arena) {
-		struct cmsghdr *cm;
-
-		memset(&u, 0, sizeof(u));
-		m.msg_control = u.buf;
-		m.msg_controllen = sizeof(u.buf);
-		cm = CMSG_FIRSTHDR(&m);
-		cm->cmsg_level = SOL_SOCKET;
-		cm->cmsg_type = SCM_RIGHTS;
-		cm->cmsg_len = CMSG_LEN(sizeof(int));
-		memcpy(CMSG_DATA(cm), &arena, sizeof(int));
-	}
-	if (sendmsg(sock, &m, MSG_NOSIGNAL) < 0) {
-		/* the client hung up: it is counted by what it sent */
-	}
+	/* an error: the client hung up, and it is counted by what it sent */
+	(void)gpusock_send(sock, &rep, sizeof(rep), hello ? arena : -1);
 }
 
 /*
