@@ -58,17 +58,27 @@ static struct rp_agg aggregate(const struct sb_config *cfg, const struct sb_rank
 	return a;
 }
 
+/*
+ * v in decimal units: "1.23 G" with 2 decimals, "4.5 M" (and "6.7 k" where
+ * kilo) with 1, else whole; sp between the number and the unit, then unit.
+ */
+static const char *fmt_si(char *buf, size_t n, uint64_t v, const char *sp, const char *unit,
+			  bool kilo)
+{
+	if (v >= RP_GB)
+		snprintf(buf, n, "%.2f%sG%s", (double)v / RP_GB, sp, unit);
+	else if (v >= RP_MB)
+		snprintf(buf, n, "%.1f%sM%s", (double)v / RP_MB, sp, unit);
+	else if (kilo && v >= RP_KB)
+		snprintf(buf, n, "%.1f%sk%s", (double)v / RP_KB, sp, unit);
+	else
+		snprintf(buf, n, "%" PRIu64 "%s%s", v, sp, unit);
+	return buf;
+}
+
 static const char *fmt_bytes(char *buf, size_t n, uint64_t b)
 {
-	if (b >= RP_GB)
-		snprintf(buf, n, "%.2f GB", (double)b / RP_GB);
-	else if (b >= RP_MB)
-		snprintf(buf, n, "%.1f MB", (double)b / RP_MB);
-	else if (b >= RP_KB)
-		snprintf(buf, n, "%.1f kB", (double)b / RP_KB);
-	else
-		snprintf(buf, n, "%" PRIu64 " B", b);
-	return buf;
+	return fmt_si(buf, n, b, " ", "B", true);
 }
 
 static const char *fmt_binary(char *buf, size_t n, uint64_t b)
@@ -86,13 +96,7 @@ static const char *fmt_binary(char *buf, size_t n, uint64_t b)
 
 static const char *fmt_count(char *buf, size_t n, uint64_t c)
 {
-	if (c >= RP_GB)
-		snprintf(buf, n, "%.2fG", (double)c / RP_GB);
-	else if (c >= RP_MB)
-		snprintf(buf, n, "%.1fM", (double)c / RP_MB);
-	else
-		snprintf(buf, n, "%" PRIu64, c);
-	return buf;
+	return fmt_si(buf, n, c, "", "", false);
 }
 
 static const char *swapper_name(const struct sb_config *cfg)
