@@ -747,6 +747,27 @@ static int prefetch_ahead(struct tfsc_mount *m, struct tfsc_conn *c, uint64_t in
 }
 
 /*
+ * zc_read's window at pos (to end at the most): pinned, taken into b and its
+ * copies queued, recorded by ev. *have: a window of some bytes was taken.
+ */
+static int zc_window(struct tfsc_mount *m, struct tfsc_conn *c, int fd, uint64_t ino,
+		     uint64_t pos, uint64_t end, struct batch *b, char *dev, uint64_t off,
+		     void *stream, void *ev, bool *have)
+{
+	int ret = pin(c, fd, ino, false, pos, end - pos, m->read_batch);
+
+	if (ret == 0)
+		ret = take_batch(m, c->rep, false, b);
+	*have = ret == 0 && b->len;
+	if (*have) {
+		ret = queue_batch(m, b, false, dev, off, stream);
+		if (!ret)
+			ret = tfsc_copy_event_record(ev, stream);
+	}
+	return ret;
+}
+
+/*
  * Pin window k + 1 while window k is copied, and have the daemon load the
  * windows after it meanwhile, so that for a file on nvme the device reads
  * overlap the copies. Window k is released once an event recorded after
@@ -772,15 +793,7 @@ static ssize_t zc_read(struct tfsc_mount *m, struct tfsc_conn *c, int fd, uint64
 	if (!ret)
 		ret = prefetch_ahead(m, c, ino, pos, end, &ahead_to);
 	if (!ret)
-		ret = pin(c, fd, ino, false, pos, end - pos, m->read_batch);
-	if (ret == 0)
-		ret = take_batch(m, c->rep, false, cur);
-	have_cur = ret == 0 && cur->len;
-	if (have_cur) {
-		ret = queue_batch(m, cur, false, dev, off, stream);
-		if (!ret)
-			ret = tfsc_copy_event_record(ev_cur, stream);
-	}
+		ret = zc_window(m, c, fd, ino, pos, end, cur, dev, off, stream, ev_cur, &have_cur);
 	while (have_cur) {
 		uint64_t cur_end = cur->off + cur->len;
 
@@ -820,15 +833,8 @@ static ssize_t zc_read(struct tfsc_mount *m, struct tfsc_conn *c, int fd, uint64
 			have_next = false;
 		} else if (pos < end) {
 			/* -EAGAIN above: the pin limit was reached; this window is free now. */
-			ret = pin(c, fd, ino, false, pos, end - pos, m->read_batch);
-			if (ret == 0)
-				ret = take_batch(m, c->rep, false, cur);
-			have_cur = ret == 0 && cur->len;
-			if (have_cur) {
-				ret = queue_batch(m, cur, false, dev, off, stream);
-				if (!ret)
-					ret = tfsc_copy_event_record(ev_cur, stream);
-			}
+			ret = zc_window(m, c, fd, ino, pos, end, cur, dev, off, stream, ev_cur,
+					&have_cur);
 			if (ret && !have_cur)
 				break;
 		}
@@ -1025,6 +1031,23 @@ static ssize_t piece_io(bool write, int fd, int *dfd, bool direct, char *buf, si
 }
 
 /*
+ * The end of fb_read or fb_write, on every path: the staging buffers go back
+ * to the pool only once no copy uses them, so wait for the stream first;
+ * close dfd. ret, or the wait's error where ret is 0.
+ */
+static int fb_end(void *stream, int dfd, struct staging *st, int ret)
+{
+	int s = tfsc_copy_sync(stream);
+
+	if (!ret)
+		ret = s;
+	if (dfd >= 0)
+		close(dfd);
+	staging_put(st);
+	return ret;
+}
+
+/*
  * pread piece i into buffer i % 2 once the copy of piece i - 2 has left
  * it, then queue its copy to the device: the read of a piece overlaps the
  * copy of the one before.
@@ -1033,7 +1056,7 @@ static ssize_t fb_read(int fd, uint64_t off, size_t len, char *dev, void *stream
 {
 	struct staging *st = staging_get();
 	uint64_t pos = off, end = off + len;
-	int ret = 0, s, dfd;
+	int ret = 0, dfd;
 
 	if (!st)
 		return -ENOMEM;
@@ -1061,13 +1084,7 @@ static ssize_t fb_read(int fd, uint64_t off, size_t len, char *dev, void *stream
 		 */
 		pos += (uint64_t)got;
 	}
-	/* Always: the buffers go back to the pool only once no copy uses them. */
-	s = tfsc_copy_sync(stream);
-	if (!ret)
-		ret = s;
-	if (dfd >= 0)
-		close(dfd);
-	staging_put(st);
+	ret = fb_end(stream, dfd, st, ret);
 	return ret ? ret : (ssize_t)(pos - off);
 }
 
@@ -1103,7 +1120,7 @@ static ssize_t fb_write(int fd, uint64_t off, size_t len, const char *dev, void 
 	uint64_t pos = off, end = off + len;
 	bool direct, next_direct = false;
 	size_t n, next_n = 0;
-	int ret, s, dfd;
+	int ret, dfd;
 
 	if (!st)
 		return -ENOMEM;
@@ -1129,12 +1146,7 @@ static ssize_t fb_write(int fd, uint64_t off, size_t len, const char *dev, void 
 		n = next_n;
 		direct = next_direct;
 	}
-	s = tfsc_copy_sync(stream);
-	if (!ret)
-		ret = s;
-	if (dfd >= 0)
-		close(dfd);
-	staging_put(st);
+	ret = fb_end(stream, dfd, st, ret);
 	return ret ? ret : (ssize_t)len;
 }
 
