@@ -581,6 +581,21 @@ static uint64_t meta_page_txnid(const unsigned char *page)
 	return magic == LMDB_META_MAGIC ? txnid : 0;
 }
 
+/* The durable record, opened to read, in *fd (-1 where there is none). 0 or -errno. */
+static int durable_open_ro(struct fs_meta *m, int *fd, char *err, size_t errlen)
+{
+	bool created;
+
+	*fd = storedir_open_file(m->dir_fd, META_WHAT, m->dir, DURABLE_NAME, O_RDONLY, false,
+				 &created, err, errlen);
+	if (*fd == -ENOENT) {
+		err[0] = 0;
+		*fd = -1;
+		return 0;
+	}
+	return *fd < 0 ? *fd : 0;
+}
+
 /*
  * After an unclean stop on an earlier boot, put the recorded meta page in
  * both of LMDB's slots (see the top of this file). Nothing to do after a
@@ -603,14 +618,9 @@ static int roll_back(struct fs_meta *m, char *err, size_t errlen)
 
 	if (!m->unclean || (m->boot[0] && !strcmp(m->boot, m->last_boot)))
 		return 0;
-	fd = storedir_open_file(m->dir_fd, META_WHAT, m->dir, DURABLE_NAME, O_RDONLY, false,
-				&created, err, errlen);
-	if (fd == -ENOENT) {
-		err[0] = 0;
-		return 0;
-	}
-	if (fd < 0)
-		return fd;
+	ret = durable_open_ro(m, &fd, err, errlen);
+	if (ret || fd < 0)
+		return ret;
 	rec = malloc(DURABLE_STRIDE);
 	cur = malloc(DURABLE_PAGE_MAX);
 	ret = rec && cur
@@ -832,14 +842,9 @@ static int check_data(struct fs_meta *m, char *err, size_t errlen)
 	}
 	if (fd >= 0)
 		close(fd);
-	dfd = storedir_open_file(m->dir_fd, META_WHAT, m->dir, DURABLE_NAME, O_RDONLY, false,
-				 &created, err, errlen);
-	if (dfd == -ENOENT) {
-		err[0] = 0;
-		return 0;
-	}
-	if (dfd < 0)
-		return dfd;
+	ret = durable_open_ro(m, &dfd, err, errlen);
+	if (ret || dfd < 0)
+		return ret;
 	rec = malloc(DURABLE_STRIDE);
 	ret = rec ? durable_read(dfd, rec, NULL, &seq, &txnid, &psize, NULL) : -ENOMEM;
 	close(dfd);
@@ -1721,28 +1726,43 @@ uint64_t meta_new_ino(struct fs_meta *m)
 	return __atomic_fetch_add(&m->next_ino, 1, __ATOMIC_RELAXED);
 }
 
+/* ---- records under an 8-byte id (inode number, block id) ---- */
+
+/* id's value in dbi (its key: id big-endian): 0, -ENOENT where it has none, or -errno. */
+static int id_get(MDB_txn *txn, MDB_dbi dbi, uint64_t id, MDB_val *v)
+{
+	unsigned char kb[8];
+	MDB_val k = {8, kb};
+
+	put_be64(kb, id);
+	return mdb_err(mdb_get(txn, dbi, &k, v));
+}
+
+/* Store size bytes at data as id's value in dbi. 0 or -errno. */
+static int id_put(MDB_txn *txn, MDB_dbi dbi, uint64_t id, const void *data, size_t size)
+{
+	unsigned char kb[8];
+	MDB_val k = {8, kb}, v = {size, (void *)data};
+
+	put_be64(kb, id);
+	return mdb_err(mdb_put(txn, dbi, &k, &v, 0));
+}
+
 /* ---- inodes ---- */
 
 int meta_inode_get(struct fs_meta *m, MDB_txn *txn, uint64_t ino, struct meta_inode *rec)
 {
-	unsigned char kb[8];
-	MDB_val k = {8, kb}, v;
-	int rc;
+	MDB_val v;
+	int ret = id_get(txn, m->inode, ino, &v);
 
-	put_be64(kb, ino);
-	rc = mdb_get(txn, m->inode, &k, &v);
-	if (rc)
-		return mdb_err(rc);
+	if (ret)
+		return ret;
 	return meta_decode_inode(v.mv_data, v.mv_size, rec);
 }
 
 int meta_inode_put(struct fs_meta *m, MDB_txn *txn, uint64_t ino, const struct meta_inode *rec)
 {
-	unsigned char kb[8];
-	MDB_val k = {8, kb}, v = {sizeof(*rec), (void *)rec};
-
-	put_be64(kb, ino);
-	return mdb_err(mdb_put(txn, m->inode, &k, &v, 0));
+	return id_put(txn, m->inode, ino, rec, sizeof(*rec));
 }
 
 /* Delete every key of db that starts with the 8-byte prefix ino. */
@@ -1811,20 +1831,38 @@ static int name_key(unsigned char *kb, uint64_t parent, const char *name, MDB_va
 	return 0;
 }
 
+/* name's entry in folder parent: its key in k (built in kb), its inode and cookie. */
+static int dirent_get(struct fs_meta *m, MDB_txn *txn, uint64_t parent, const char *name,
+		      unsigned char *kb, MDB_val *k, uint64_t *ino, uint64_t *cookie)
+{
+	MDB_val v;
+	int ret = name_key(kb, parent, name, k);
+
+	if (ret)
+		return ret;
+	ret = mdb_err(mdb_get(txn, m->dirent, k, &v));
+	if (ret)
+		return ret;
+	return meta_decode_dirent(v.mv_data, v.mv_size, ino, cookie);
+}
+
+/* The key of a folder's entry by cookie (dircook): parent and cookie, in ck (16 bytes). */
+static void cookie_key(unsigned char *ck, uint64_t parent, uint64_t cookie, MDB_val *k)
+{
+	put_be64(ck, parent);
+	put_be64(ck + 8, cookie);
+	k->mv_size = 16;
+	k->mv_data = ck;
+}
+
 int meta_dirent_lookup(struct fs_meta *m, MDB_txn *txn, uint64_t parent, const char *name,
 		       uint64_t *ino)
 {
 	unsigned char kb[KEY_MAX];
-	MDB_val k, v;
+	MDB_val k;
 	uint64_t cookie;
-	int ret = name_key(kb, parent, name, &k);
 
-	if (ret)
-		return ret;
-	ret = mdb_err(mdb_get(txn, m->dirent, &k, &v));
-	if (ret)
-		return ret;
-	return meta_decode_dirent(v.mv_data, v.mv_size, ino, &cookie);
+	return dirent_get(m, txn, parent, name, kb, &k, ino, &cookie);
 }
 
 /* The next cookie of a folder: one past its highest. */
@@ -1870,10 +1908,7 @@ int meta_dirent_add(struct fs_meta *m, MDB_txn *txn, uint64_t parent, const char
 	ret = mdb_err(mdb_put(txn, m->dirent, &k, &v, MDB_NOOVERWRITE));
 	if (ret)
 		return ret;
-	put_be64(ck, parent);
-	put_be64(ck + 8, dv.cookie);
-	k.mv_size = 16;
-	k.mv_data = ck;
+	cookie_key(ck, parent, dv.cookie, &k);
 	cv.mv_size = strlen(name);
 	cv.mv_data = (void *)name;
 	return mdb_err(mdb_put(txn, m->dircook, &k, &cv, 0));
@@ -1882,25 +1917,16 @@ int meta_dirent_add(struct fs_meta *m, MDB_txn *txn, uint64_t parent, const char
 int meta_dirent_del(struct fs_meta *m, MDB_txn *txn, uint64_t parent, const char *name)
 {
 	unsigned char kb[KEY_MAX], ck[16];
-	MDB_val k, v;
+	MDB_val k;
 	struct dirent_val dv;
-	int ret = name_key(kb, parent, name, &k);
+	int ret = dirent_get(m, txn, parent, name, kb, &k, &dv.ino, &dv.cookie);
 
-	if (ret)
-		return ret;
-	ret = mdb_err(mdb_get(txn, m->dirent, &k, &v));
-	if (ret)
-		return ret;
-	ret = meta_decode_dirent(v.mv_data, v.mv_size, &dv.ino, &dv.cookie);
 	if (ret)
 		return ret;
 	ret = mdb_err(mdb_del(txn, m->dirent, &k, NULL));
 	if (ret)
 		return ret;
-	put_be64(ck, parent);
-	put_be64(ck + 8, dv.cookie);
-	k.mv_size = 16;
-	k.mv_data = ck;
+	cookie_key(ck, parent, dv.cookie, &k);
 	ret = mdb_err(mdb_del(txn, m->dircook, &k, NULL));
 	return ret == -ENOENT ? 0 : ret;
 }
@@ -1967,13 +1993,11 @@ static void bmap_key(unsigned char *kb, uint64_t ino, uint64_t idx)
 
 int meta_inode_blocks(struct fs_meta *m, MDB_txn *txn, uint64_t ino, uint64_t *n)
 {
-	unsigned char kb[8];
-	MDB_val k = {8, kb}, v;
+	MDB_val v;
 	int ret;
 
-	put_be64(kb, ino);
 	*n = 0;
-	ret = mdb_err(mdb_get(txn, m->nblocks, &k, &v));
+	ret = id_get(txn, m->nblocks, ino, &v);
 	if (ret)
 		return ret == -ENOENT ? 0 : ret;
 	return meta_decode_id(v.mv_data, v.mv_size, n);
@@ -2019,12 +2043,9 @@ int meta_bmap_get(struct fs_meta *m, MDB_txn *txn, uint64_t ino, uint64_t idx, u
 
 int meta_block_get(struct fs_meta *m, MDB_txn *txn, uint64_t id, struct meta_block *b)
 {
-	unsigned char kb[8];
-	MDB_val k = {8, kb}, v;
-	int ret;
+	MDB_val v;
+	int ret = id_get(txn, m->block, id, &v);
 
-	put_be64(kb, id);
-	ret = mdb_err(mdb_get(txn, m->block, &k, &v));
 	if (ret)
 		return ret == -ENOENT ? -EIO : ret;
 	return meta_decode_block(v.mv_data, v.mv_size, b);
@@ -2032,11 +2053,7 @@ int meta_block_get(struct fs_meta *m, MDB_txn *txn, uint64_t id, struct meta_blo
 
 static int block_put(struct fs_meta *m, MDB_txn *txn, uint64_t id, const struct meta_block *b)
 {
-	unsigned char kb[8];
-	MDB_val k = {8, kb}, v = {sizeof(*b), (void *)b};
-
-	put_be64(kb, id);
-	return mdb_err(mdb_put(txn, m->block, &k, &v, 0));
+	return id_put(txn, m->block, id, b, sizeof(*b));
 }
 
 /* Drop the index entry of hash if it names block id. */
@@ -2180,6 +2197,29 @@ int meta_bmap_share_block(struct fs_meta *m, MDB_txn *txn, uint64_t ino, uint64_
 	return mdb_err(mdb_put(txn, m->bmap, &k, &v, 0));
 }
 
+/*
+ * A cursor *c on ino's block map, at its first index from or after: that
+ * entry in k and v (k's bytes in kb, 16 of them), and LMDB's code for it in
+ * *rc (MDB_NOTFOUND: none). 0, or -errno where no cursor could be opened.
+ */
+static int bmap_open(struct fs_meta *m, MDB_txn *txn, uint64_t ino, uint64_t from,
+		     unsigned char *kb, MDB_cursor **c, MDB_val *k, MDB_val *v, int *rc)
+{
+	bmap_key(kb, ino, from);
+	*rc = mdb_cursor_open(txn, m->bmap, c);
+	if (*rc)
+		return mdb_err(*rc);
+	*rc = mdb_cursor_get(*c, k, v, MDB_SET_RANGE);
+	return 0;
+}
+
+/* The block map key k is ino's, at an index below to. */
+static bool bmap_in(const MDB_val *k, uint64_t ino, uint64_t to)
+{
+	return k->mv_size == 16 && get_be64(k->mv_data) == ino &&
+	       get_be64((unsigned char *)k->mv_data + 8) < to;
+}
+
 int meta_bmap_clear(struct fs_meta *m, MDB_txn *txn, uint64_t ino, uint64_t from, uint64_t to,
 		    struct locvec *freed)
 {
@@ -2189,13 +2229,10 @@ int meta_bmap_clear(struct fs_meta *m, MDB_txn *txn, uint64_t ino, uint64_t from
 	int64_t dropped = 0;
 	int rc, ret = 0;
 
-	bmap_key(kb, ino, from);
-	rc = mdb_cursor_open(txn, m->bmap, &c);
-	if (rc)
-		return mdb_err(rc);
-	rc = mdb_cursor_get(c, &k, &v, MDB_SET_RANGE);
-	while (rc == 0 && k.mv_size == 16 && get_be64(k.mv_data) == ino &&
-	       get_be64((unsigned char *)k.mv_data + 8) < to) {
+	ret = bmap_open(m, txn, ino, from, kb, &c, &k, &v, &rc);
+	if (ret)
+		return ret;
+	while (rc == 0 && bmap_in(&k, ino, to)) {
 		uint64_t id;
 
 		ret = meta_decode_id(v.mv_data, v.mv_size, &id);
@@ -2358,16 +2395,13 @@ int meta_bmap_count(struct fs_meta *m, MDB_txn *txn, uint64_t ino, uint64_t from
 	unsigned char kb[16];
 	MDB_cursor *c;
 	MDB_val k = {16, kb}, v;
-	int rc;
+	int rc, ret;
 
 	*count = 0;
-	bmap_key(kb, ino, from);
-	rc = mdb_cursor_open(txn, m->bmap, &c);
-	if (rc)
-		return mdb_err(rc);
-	rc = mdb_cursor_get(c, &k, &v, MDB_SET_RANGE);
-	while (rc == 0 && k.mv_size == 16 && get_be64(k.mv_data) == ino &&
-	       get_be64((unsigned char *)k.mv_data + 8) < to) {
+	ret = bmap_open(m, txn, ino, from, kb, &c, &k, &v, &rc);
+	if (ret)
+		return ret;
+	while (rc == 0 && bmap_in(&k, ino, to)) {
 		(*count)++;
 		rc = mdb_cursor_get(c, &k, &v, MDB_NEXT);
 	}
@@ -2464,12 +2498,9 @@ int meta_xattr_del(struct fs_meta *m, MDB_txn *txn, uint64_t ino, const char *na
 
 int meta_symlink_get(struct fs_meta *m, MDB_txn *txn, uint64_t ino, char *buf, size_t size)
 {
-	unsigned char kb[8];
-	MDB_val k = {8, kb}, v;
-	int ret;
+	MDB_val v;
+	int ret = id_get(txn, m->symlink, ino, &v);
 
-	put_be64(kb, ino);
-	ret = mdb_err(mdb_get(txn, m->symlink, &k, &v));
 	if (ret)
 		return ret == -ENOENT ? -EIO : ret;
 	if (v.mv_size >= size)
@@ -2481,14 +2512,26 @@ int meta_symlink_get(struct fs_meta *m, MDB_txn *txn, uint64_t ino, char *buf, s
 
 int meta_symlink_put(struct fs_meta *m, MDB_txn *txn, uint64_t ino, const char *target)
 {
-	unsigned char kb[8];
-	MDB_val k = {8, kb}, v = {strlen(target), (void *)target};
-
-	put_be64(kb, ino);
-	return mdb_err(mdb_put(txn, m->symlink, &k, &v, 0));
+	return id_put(txn, m->symlink, ino, target, strlen(target));
 }
 
 /* ---- scans at mount ---- */
+
+/* A transaction begun with flags in *txn, and a cursor on dbi in it in *c. 0 or -errno. */
+static int txn_cursor(struct fs_meta *m, unsigned flags, MDB_dbi dbi, MDB_txn **txn,
+		      MDB_cursor **c)
+{
+	int rc = mdb_txn_begin(m->env, NULL, flags, txn);
+
+	if (rc)
+		return mdb_err(rc);
+	rc = mdb_cursor_open(*txn, dbi, c);
+	if (rc) {
+		mdb_txn_abort(*txn);
+		return mdb_err(rc);
+	}
+	return 0;
+}
 
 int meta_foreach_block(struct fs_meta *m,
 		       int (*fn)(void *arg, uint64_t id, const struct meta_block *b), void *arg)
@@ -2498,14 +2541,9 @@ int meta_foreach_block(struct fs_meta *m,
 	MDB_val k, v;
 	int rc, ret = 0;
 
-	rc = mdb_txn_begin(m->env, NULL, MDB_RDONLY, &txn);
-	if (rc)
-		return mdb_err(rc);
-	rc = mdb_cursor_open(txn, m->block, &c);
-	if (rc) {
-		mdb_txn_abort(txn);
-		return mdb_err(rc);
-	}
+	ret = txn_cursor(m, MDB_RDONLY, m->block, &txn, &c);
+	if (ret)
+		return ret;
 	/* The mount's scan is guarded: see metaguard.h. */
 	meta_guard_hold(txn);
 	meta_guard_hold(c);
@@ -2591,14 +2629,9 @@ int meta_purge_orphans(struct fs_meta *m, struct locvec *freed, uint64_t *count)
 	int rc, ret = 0;
 
 	*count = 0;
-	rc = mdb_txn_begin(m->env, NULL, 0, &txn);
-	if (rc)
-		return mdb_err(rc);
-	rc = mdb_cursor_open(txn, m->inode, &c);
-	if (rc) {
-		mdb_txn_abort(txn);
-		return mdb_err(rc);
-	}
+	ret = txn_cursor(m, 0, m->inode, &txn, &c);
+	if (ret)
+		return ret;
 	rc = mdb_cursor_get(c, &k, &v, MDB_FIRST);
 	while (rc == 0) {
 		struct meta_inode rec;
