@@ -521,12 +521,8 @@ static int cmd_pins(int argc, char **argv, const struct tfs_args *a)
 		return bad_usage(find_command("pins"), "pins takes no argument");
 	if (tfs_find_mount(a->mopt, NULL, &m) < 0 || !(j = tfs_read_json(&m, "pins")))
 		return EXIT_RUNTIME;
-	if (a->json) {
-		json_dumpf(j, stdout, JSON_OUT);
-		putchar('\n');
-		json_decref(j);
-		return 0;
-	}
+	if (a->json)
+		return tfs_print_json(j);
 	list = json_object_get(j, "pins");
 	if (json_array_size(list) == 0)
 		printf("no file is pinned\n");

@@ -174,6 +174,14 @@ json_t *tfs_read_json(const struct tfs_mount *m, const char *name)
 	return j;
 }
 
+int tfs_print_json(json_t *j)
+{
+	json_dumpf(j, stdout, JSON_OUT);
+	putchar('\n');
+	json_decref(j);
+	return 0;
+}
+
 int tfs_ctl_write(const struct tfs_mount *m, const char *cmd, bool *opened)
 {
 	char path[PATH_MAX + 32];

@@ -250,12 +250,8 @@ int cmd_stats(int argc, char **argv, const struct tfs_args *a)
 	}
 	if (tfs_find_mount(a->mopt, NULL, &m) < 0 || !(st = tfs_read_json(&m, "stats")))
 		return EXIT_RUNTIME;
-	if (a->json) {
-		json_dumpf(st, stdout, JSON_OUT);
-		putchar('\n');
-		json_decref(st);
-		return 0;
-	}
+	if (a->json)
+		return tfs_print_json(st);
 	fmt_bytes(jint(st, "block_size"), bs, sizeof(bs));
 	print_name("tensorfs ", jstr(st, "version", "?"));
 	print_name(" at ", m.root);

@@ -43,6 +43,8 @@ int tfs_find_mount(const char *mopt, const char *near, struct tfs_mount *m);
 char *tfs_read_ctl(const struct tfs_mount *m, const char *name, size_t *len);
 /* A control file parsed as JSON; reports errors, NULL on failure. */
 json_t *tfs_read_json(const struct tfs_mount *m, const char *name);
+/* --json: print j (as JSON_OUT says) and a newline, and drop it; returns 0. */
+int tfs_print_json(json_t *j);
 /*
  * Write one command to the ctl file: 0 or -errno, not reported; *opened
  * says whether the error came from the command rather than the open.

@@ -117,9 +117,7 @@ int cmd_where(int argc, char **argv, const struct tfs_args *a)
 				      "size", (json_int_t)sum.size, ALLOCATED,
 				      (json_int_t)sum.allocated, "tiers", sum.tiers);
 
-		json_dumpf(j, stdout, JSON_OUT);
-		putchar('\n');
-		json_decref(j);
+		tfs_print_json(j);
 		goto out;
 	}
 
