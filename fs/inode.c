@@ -95,6 +95,19 @@ static struct fs_inode *find(struct fs *fs, uint64_t ino)
 	return in;
 }
 
+/* ino's table entry with a reference taken, or NULL where the table has none. */
+static struct fs_inode *find_ref(struct fs *fs, uint64_t ino)
+{
+	struct fs_inode *in;
+
+	pthread_mutex_lock(&fs->itab_lock);
+	in = find(fs, ino);
+	if (in)
+		in->refs++;
+	pthread_mutex_unlock(&fs->itab_lock);
+	return in;
+}
+
 int fs_iget(struct fs *fs, uint64_t ino, struct fs_inode **out)
 {
 	struct fs_inode *in, *raced;
@@ -102,15 +115,11 @@ int fs_iget(struct fs *fs, uint64_t ino, struct fs_inode **out)
 	MDB_txn *txn;
 	int ret;
 
-	pthread_mutex_lock(&fs->itab_lock);
-	in = find(fs, ino);
+	in = find_ref(fs, ino);
 	if (in) {
-		in->refs++;
-		pthread_mutex_unlock(&fs->itab_lock);
 		*out = in;
 		return 0;
 	}
-	pthread_mutex_unlock(&fs->itab_lock);
 
 	ret = meta_begin(fs->meta, false, &txn);
 	if (ret)
@@ -169,6 +178,15 @@ int fs_release_locs(struct fs *fs, struct locvec *freed)
 	return 0;
 }
 
+/* End a write txn: committed where ret (its work's result) is 0, else aborted. */
+static int commit_or_abort(MDB_txn *txn, int ret)
+{
+	if (ret == 0)
+		return meta_commit(txn);
+	meta_abort(txn);
+	return ret;
+}
+
 int fs_iflush_attr(struct fs *fs, struct fs_inode *in)
 {
 	MDB_txn *txn;
@@ -189,11 +207,7 @@ int fs_iflush_attr(struct fs *fs, struct fs_inode *in)
 	rec = in->rec;
 	in->attr_dirty = false;
 	pthread_mutex_unlock(&in->lock);
-	ret = meta_inode_put(fs->meta, txn, in->ino, &rec);
-	if (ret == 0)
-		ret = meta_commit(txn);
-	else
-		meta_abort(txn);
+	ret = commit_or_abort(txn, meta_inode_put(fs->meta, txn, in->ino, &rec));
 	if (ret) {
 		pthread_mutex_lock(&in->lock);
 		in->attr_dirty = true;
@@ -235,13 +249,8 @@ static void purge(struct fs *fs, struct fs_inode *in)
 	tb_unpin_obj(fs->tb, in->ino); /* its pin goes with its inode record */
 	fs_learn_forget(&fs->learn, in->ino);
 	ret = meta_begin(fs->meta, true, &txn);
-	if (ret == 0) {
-		ret = meta_inode_purge(fs->meta, txn, in->ino, &freed);
-		if (ret == 0)
-			ret = meta_commit(txn);
-		else
-			meta_abort(txn);
-	}
+	if (ret == 0)
+		ret = commit_or_abort(txn, meta_inode_purge(fs->meta, txn, in->ino, &freed));
 	if (ret) {
 		/* Left for the orphan scan at the next mount. */
 		log_err("cannot purge deleted inode %llu: %s", (unsigned long long)in->ino,
