@@ -1964,6 +1964,14 @@ static int t_stream(const char *name, uint64_t nblk, const char *ready, const ch
 
 int main(int argc, char **argv)
 {
+	/* The tests that take no argument but MNT. */
+	static const struct {
+		const char *name;
+		int (*run)(void);
+	} plain[] = {{"protocol", t_protocol},	 {"owner", t_owner},	 {"hijack", t_hijack},
+		     {"crash", t_crash},	 {"grantmode", t_grantmode}, {"pinwait", t_pinwait},
+		     {"refuse", t_refuse}};
+
 	if (argc < 3) {
 		fprintf(stderr,
 			"usage: %s roundtrip MNT zerocopy|fallback [ITERS [THREADS]]\n"
@@ -1980,29 +1988,18 @@ int main(int argc, char **argv)
 	}
 	mnt = argv[2];
 	setvbuf(stdout, NULL, _IOLBF, 0);
+	for (size_t i = 0; i < sizeof(plain) / sizeof(plain[0]); i++)
+		if (strcmp(argv[1], plain[i].name) == 0)
+			return plain[i].run();
 	if (strcmp(argv[1], "roundtrip") == 0 && argc >= 4)
 		return t_roundtrip(argv[3], argc > 4 ? (unsigned)atoi(argv[4]) : 200,
 				   argc > 5 ? atoi(argv[5]) : 1);
-	if (strcmp(argv[1], "protocol") == 0)
-		return t_protocol();
-	if (strcmp(argv[1], "owner") == 0)
-		return t_owner();
-	if (strcmp(argv[1], "hijack") == 0)
-		return t_hijack();
-	if (strcmp(argv[1], "crash") == 0)
-		return t_crash();
 	if (strcmp(argv[1], "copyfail") == 0 && argc >= 4)
 		return t_copyfail(argv[3]);
 	if (strcmp(argv[1], "remount") == 0 && argc >= 5)
 		return t_remount(argv[3], argv[4]);
 	if (strcmp(argv[1], "fdleak") == 0 && argc >= 4)
 		return t_fdleak((pid_t)atoi(argv[3]));
-	if (strcmp(argv[1], "grantmode") == 0)
-		return t_grantmode();
-	if (strcmp(argv[1], "pinwait") == 0)
-		return t_pinwait();
-	if (strcmp(argv[1], "refuse") == 0)
-		return t_refuse();
 	if (strcmp(argv[1], "fallback") == 0 && argc >= 4)
 		return t_fallback(argv[3]);
 	if (strcmp(argv[1], "starve") == 0 && argc >= 4 && strcmp(argv[3], "reserve") == 0)
