@@ -275,21 +275,18 @@ static struct sb_verify verify_total(const struct sb_config *cfg, const struct s
 	return v;
 }
 
+/* Phase k's figures; "iter": k first, for an iteration (k > 0). */
 static json_t *json_phase(const struct rp_agg *a, int k)
 {
-	json_t *o = json_object();
+	json_t *o = k > 0 ? json_pack("{si}", "iter", k) : json_object();
+	json_t *v = json_pack("{sfsfsfsfsfsIsIsfsf}", "read_s", a->read_s, "write_s", a->write_s,
+			      "compute_s", a->compute_s, "verify_s", a->verify_s, "total_s",
+			      a->total_s, "read_bytes", (json_int_t)a->read_bytes, "write_bytes",
+			      (json_int_t)a->write_bytes, "read_gbps", a->read_gbps, "write_gbps",
+			      a->write_gbps);
 
-	if (k > 0)
-		json_object_set_new(o, "iter", json_integer(k));
-	json_object_set_new(o, "read_s", json_real(a->read_s));
-	json_object_set_new(o, "write_s", json_real(a->write_s));
-	json_object_set_new(o, "compute_s", json_real(a->compute_s));
-	json_object_set_new(o, "verify_s", json_real(a->verify_s));
-	json_object_set_new(o, "total_s", json_real(a->total_s));
-	json_object_set_new(o, "read_bytes", json_integer((json_int_t)a->read_bytes));
-	json_object_set_new(o, "write_bytes", json_integer((json_int_t)a->write_bytes));
-	json_object_set_new(o, "read_gbps", json_real(a->read_gbps));
-	json_object_set_new(o, "write_gbps", json_real(a->write_gbps));
+	json_object_update(o, v);
+	json_decref(v);
 	return o;
 }
 
