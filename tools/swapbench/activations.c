@@ -213,6 +213,11 @@ static void teardown(struct act *a)
 	free(a->dir);
 }
 
+static int run_iteration(void *a, int k)
+{
+	return iteration(a, k);
+}
+
 int act_run(const struct sb_config *cfg, struct sb_rank *r)
 {
 	struct act a = {.cfg = cfg, .r = r};
@@ -223,11 +228,8 @@ int act_run(const struct sb_config *cfg, struct sb_rank *r)
 		goto cleanup;
 	r->running = true;
 	ret = sb_rank_sync(r, 0);
-	for (int k = 1; k <= cfg->iters && !ret; k++) {
-		ret = iteration(&a, k);
-		if (!ret)
-			ret = sb_rank_sync(r, k);
-	}
+	if (!ret)
+		ret = sb_run_iters(cfg, r, run_iteration, &a);
 cleanup:
 	teardown(&a);
 	return ret;

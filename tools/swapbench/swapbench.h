@@ -143,6 +143,13 @@ struct sb_rank {
 struct ah_handle;
 int sb_finish(struct ah_handle *h, bool read, struct sb_phase *ph, struct sb_verify *v);
 
+/*
+ * util.c: a workload's iterations 1 to cfg->iters, each run by iteration(w, k)
+ * and then published (sb_rank_sync); 0, or the first error, which ends them.
+ */
+int sb_run_iters(const struct sb_config *cfg, struct sb_rank *r, int (*iteration)(void *w, int k),
+		 void *w);
+
 /* main.c: publish phase k (0 = init) and wait until the next may start. */
 int sb_rank_sync(struct sb_rank *r, int k);
 

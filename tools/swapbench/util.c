@@ -157,3 +157,16 @@ int sb_finish(struct ah_handle *h, bool read, struct sb_phase *ph, struct sb_ver
 	v->errors += res.errors;
 	return ret;
 }
+
+int sb_run_iters(const struct sb_config *cfg, struct sb_rank *r, int (*iteration)(void *w, int k),
+		 void *w)
+{
+	int ret = 0;
+
+	for (int k = 1; k <= cfg->iters && !ret; k++) {
+		ret = iteration(w, k);
+		if (!ret)
+			ret = sb_rank_sync(r, k);
+	}
+	return ret;
+}

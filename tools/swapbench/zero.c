@@ -651,6 +651,11 @@ static void teardown(struct zr *z)
 	zl_free(&z->l);
 }
 
+static int run_iteration(void *z, int k)
+{
+	return iteration(z, k);
+}
+
 int zero_run(const struct sb_config *cfg, struct sb_rank *r)
 {
 	struct zr z = {.cfg = cfg, .r = r, .trace_fd = -1};
@@ -672,11 +677,8 @@ int zero_run(const struct sb_config *cfg, struct sb_rank *r)
 	ret = init_phase(&z);
 	if (!ret)
 		ret = sb_rank_sync(r, 0);
-	for (int k = 1; k <= cfg->iters && !ret; k++) {
-		ret = iteration(&z, k);
-		if (!ret)
-			ret = sb_rank_sync(r, k);
-	}
+	if (!ret)
+		ret = sb_run_iters(cfg, r, run_iteration, &z);
 cleanup:
 	teardown(&z);
 	if (z.trace_fd >= 0)
