@@ -286,6 +286,7 @@ static json_t *stats_json(struct fs *fs)
 	json_object_set_new(tiers, "dram", t);
 	for (unsigned i = 0; i < st->n_devs; i++) {
 		struct tb_dev_stats *d = &st->dev[i];
+		json_t *v;
 
 		t = tier_json(d->capacity, d->used, d->read_bytes, d->write_bytes, d->read_ops,
 			      d->write_ops, d->errors);
@@ -293,19 +294,16 @@ static json_t *stats_json(struct fs *fs)
 		json_object_set_new(t, "path", json_string(d->path));
 		json_object_set_new(t, "engine", json_string(d->engine));
 		json_object_set_new(t, "state", json_string(dev_state(d)));
-		json_object_set_new(t, "avail", json_integer((json_int_t)d->avail));
-		json_object_set_new(t, "recent_errors", json_integer((json_int_t)d->recent_errors));
-		json_object_set_new(t, "bw_cap", json_integer((json_int_t)d->bw_cap));
-		json_object_set_new(t, "bw_measured", json_integer((json_int_t)d->bw_measured));
-		json_object_set_new(t, "bw_capable", json_integer((json_int_t)d->bw_capable));
-		json_object_set_new(t, "weight", json_integer((json_int_t)d->weight));
-		json_object_set_new(t, "read_latency_us",
-				    json_integer((json_int_t)d->read_latency_us));
-		json_object_set_new(t, "active_ms",
-				    json_integer((json_int_t)(d->active_ns / 1000000)));
-		json_object_set_new(t, "readahead_bytes",
-				    json_integer((json_int_t)d->readahead_bytes));
-		json_object_set_new(t, "requests", json_integer((json_int_t)d->requests));
+		v = json_pack("{sIsIsIsIsIsIsIsIsIsI}", "avail", (json_int_t)d->avail,
+			      "recent_errors", (json_int_t)d->recent_errors, "bw_cap",
+			      (json_int_t)d->bw_cap, "bw_measured", (json_int_t)d->bw_measured,
+			      "bw_capable", (json_int_t)d->bw_capable, "weight",
+			      (json_int_t)d->weight, "read_latency_us",
+			      (json_int_t)d->read_latency_us, "active_ms",
+			      (json_int_t)(d->active_ns / 1000000), "readahead_bytes",
+			      (json_int_t)d->readahead_bytes, "requests", (json_int_t)d->requests);
+		json_object_update(t, v);
+		json_decref(v);
 		if (strcmp(d->kind, "s3") != 0) {
 			json_object_set_new(t, "slab_bytes",
 					    json_integer((json_int_t)d->slab_bytes));
