@@ -750,9 +750,9 @@ static int prefetch_ahead(struct tfsc_mount *m, struct tfsc_conn *c, uint64_t in
  * zc_read's window at pos (to end at the most): pinned, taken into b and its
  * copies queued, recorded by ev. *have: a window of some bytes was taken.
  */
-static int zc_window(struct tfsc_mount *m, struct tfsc_conn *c, int fd, uint64_t ino,
-		     uint64_t pos, uint64_t end, struct batch *b, char *dev, uint64_t off,
-		     void *stream, void *ev, bool *have)
+static int zc_window(struct tfsc_mount *m, struct tfsc_conn *c, int fd, uint64_t ino, uint64_t pos,
+		     uint64_t end, struct batch *b, char *dev, uint64_t off, void *stream, void *ev,
+		     bool *have)
 {
 	int ret = pin(c, fd, ino, false, pos, end - pos, m->read_batch);
 

@@ -294,14 +294,13 @@ static json_t *stats_json(struct fs *fs)
 		json_object_set_new(t, "path", json_string(d->path));
 		json_object_set_new(t, "engine", json_string(d->engine));
 		json_object_set_new(t, "state", json_string(dev_state(d)));
-		v = json_pack("{sIsIsIsIsIsIsIsIsIsI}", "avail", (json_int_t)d->avail,
-			      "recent_errors", (json_int_t)d->recent_errors, "bw_cap",
-			      (json_int_t)d->bw_cap, "bw_measured", (json_int_t)d->bw_measured,
-			      "bw_capable", (json_int_t)d->bw_capable, "weight",
-			      (json_int_t)d->weight, "read_latency_us",
-			      (json_int_t)d->read_latency_us, "active_ms",
-			      (json_int_t)(d->active_ns / 1000000), "readahead_bytes",
-			      (json_int_t)d->readahead_bytes, "requests", (json_int_t)d->requests);
+		v = json_pack(
+		    "{sIsIsIsIsIsIsIsIsIsI}", "avail", (json_int_t)d->avail, "recent_errors",
+		    (json_int_t)d->recent_errors, "bw_cap", (json_int_t)d->bw_cap, "bw_measured",
+		    (json_int_t)d->bw_measured, "bw_capable", (json_int_t)d->bw_capable, "weight",
+		    (json_int_t)d->weight, "read_latency_us", (json_int_t)d->read_latency_us,
+		    "active_ms", (json_int_t)(d->active_ns / 1000000), "readahead_bytes",
+		    (json_int_t)d->readahead_bytes, "requests", (json_int_t)d->requests);
 		json_object_update(t, v);
 		json_decref(v);
 		if (strcmp(d->kind, "s3") != 0) {

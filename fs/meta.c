@@ -2518,8 +2518,7 @@ int meta_symlink_put(struct fs_meta *m, MDB_txn *txn, uint64_t ino, const char *
 /* ---- scans at mount ---- */
 
 /* A transaction begun with flags in *txn, and a cursor on dbi in it in *c. 0 or -errno. */
-static int txn_cursor(struct fs_meta *m, unsigned flags, MDB_dbi dbi, MDB_txn **txn,
-		      MDB_cursor **c)
+static int txn_cursor(struct fs_meta *m, unsigned flags, MDB_dbi dbi, MDB_txn **txn, MDB_cursor **c)
 {
 	int rc = mdb_txn_begin(m->env, NULL, flags, txn);
 

@@ -212,8 +212,7 @@ int fs_pins_start(struct fs *fs)
 
 void fs_pins_stop(struct fs *fs)
 {
-	fs_worker_stop(fs->pin_thread, &fs->pin_lock, &fs->pin_cv, &fs->pin_stop,
-		       &fs->pin_running);
+	fs_worker_stop(fs->pin_thread, &fs->pin_lock, &fs->pin_cv, &fs->pin_stop, &fs->pin_running);
 }
 
 /* ---- the list ---- */

@@ -15,8 +15,8 @@
 #include <stdbool.h>
 
 /* Start fn(arg) as *th; -EAGAIN when the thread could not be created. */
-static inline int fs_worker_start(pthread_t *th, bool *stop, bool *running,
-				  void *(*fn)(void *), void *arg)
+static inline int fs_worker_start(pthread_t *th, bool *stop, bool *running, void *(*fn)(void *),
+				  void *arg)
 {
 	*stop = false;
 	if (pthread_create(th, NULL, fn, arg) != 0)

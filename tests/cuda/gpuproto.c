@@ -1968,8 +1968,8 @@ int main(int argc, char **argv)
 	static const struct {
 		const char *name;
 		int (*run)(void);
-	} plain[] = {{"protocol", t_protocol},	 {"owner", t_owner},	 {"hijack", t_hijack},
-		     {"crash", t_crash},	 {"grantmode", t_grantmode}, {"pinwait", t_pinwait},
+	} plain[] = {{"protocol", t_protocol}, {"owner", t_owner},	   {"hijack", t_hijack},
+		     {"crash", t_crash},       {"grantmode", t_grantmode}, {"pinwait", t_pinwait},
 		     {"refuse", t_refuse}};
 
 	if (argc < 3) {

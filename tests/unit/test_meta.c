@@ -227,8 +227,8 @@ static void upgraded_once(const char *dir)
  * Commit txn and close m; make its store format version, as an older tensorfs
  * left it; open it again, which must upgrade it, and begin a read in *rtxn.
  */
-static struct fs_meta *reopen_as(struct fs_meta *m, MDB_txn *txn, const char *dir,
-				 uint32_t version, MDB_txn **rtxn)
+static struct fs_meta *reopen_as(struct fs_meta *m, MDB_txn *txn, const char *dir, uint32_t version,
+				 MDB_txn **rtxn)
 {
 	CHECK_EQ(meta_commit(txn), 0);
 	meta_close(m);
