@@ -58,8 +58,29 @@ require(dir + "/lib/cli").parseAsync(["node", "s3rver", ...process.argv.slice(1)
 	.catch((e) => { console.error("s3rver: " + e.message); process.exit(1); });
 '
 
+# listen_port PIDVAR FILE NAME EXITED WHO: wait, S3_START_WAIT s at the most,
+# until the server whose pid PIDVAR holds says in FILE "NAME listening on
+# 127.0.0.1:PORT"; PORT in LISTEN_PORT. Fails with EXITED (after FILE, and
+# with PIDVAR cleared) where the server exits first, or says WHO did not
+# listen in time.
+listen_port() {
+	local pid=${!1}
+	LISTEN_PORT=""
+	for _ in $(seq 1 $((S3_START_WAIT * 20))); do
+		LISTEN_PORT=$(sed -n "s/^$3 listening on 127\.0\.0\.1:\([0-9]*\)\$/\1/p" "$2")
+		[ -z "$LISTEN_PORT" ] || return 0
+		if ! kill -0 "$pid" 2>/dev/null; then
+			wait "$pid" 2>/dev/null
+			printf -v "$1" '%s' ""
+			cat "$2" >&2
+			fail "$4"
+		fi
+		sleep 0.05
+	done
+	fail "$5 did not listen within $S3_START_WAIT s"
+}
+
 s3_start() {
-	local port
 	[ -z "$S3_PID" ] || fail "s3_start: s3rver is already running (pid $S3_PID)"
 	mkdir -p "$S3_DATA"
 	: >"$S3_LOG.start"
@@ -67,24 +88,12 @@ s3_start() {
 		node -e "$S3RVER_MAIN" -- -d "$S3_DATA" -a 127.0.0.1 -p "${S3_PORT:-0}" --silent \
 		--configure-bucket "$S3_BUCKET" >"$S3_LOG.start" 2>&1 &
 	S3_PID=$!
-	for _ in $(seq 1 $((S3_START_WAIT * 20))); do
-		port=$(sed -n 's/^S3rver listening on 127\.0\.0\.1:\([0-9]*\)$/\1/p' "$S3_LOG.start")
-		if [ -n "$port" ]; then
-			cat "$S3_LOG.start" >>"$S3_LOG"
-			S3_PORT=$port
-			S3_ENDPOINT="http://127.0.0.1:$S3_PORT"
-			export S3_ENDPOINT S3_BUCKET
-			return 0
-		fi
-		if ! kill -0 "$S3_PID" 2>/dev/null; then
-			wait "$S3_PID" 2>/dev/null
-			S3_PID=""
-			cat "$S3_LOG.start" >&2
-			fail "s3rver exited at start (port ${S3_PORT:-any})"
-		fi
-		sleep 0.05
-	done
-	fail "s3rver did not listen within $S3_START_WAIT s"
+	listen_port S3_PID "$S3_LOG.start" S3rver "s3rver exited at start (port ${S3_PORT:-any})" \
+		s3rver
+	cat "$S3_LOG.start" >>"$S3_LOG"
+	S3_PORT=$LISTEN_PORT
+	S3_ENDPOINT="http://127.0.0.1:$S3_PORT"
+	export S3_ENDPOINT S3_BUCKET
 }
 
 # s3_stop [SIGNAL]: stop the server we started, by its pid.
@@ -107,7 +116,6 @@ s3_restart() {
 # s3_proxy_start [MS]: the proxy of tools/s3proxy.js between the tests'
 # clients and the server, started after s3_start.
 s3_proxy_start() {
-	local port
 	[ -n "$S3_PORT" ] || fail "s3_proxy_start: start the server first"
 	[ -z "$S3_PROXY_PID" ] || fail "s3_proxy_start: the proxy is already running"
 	: >"$S3_PROXY_LOG"
@@ -115,22 +123,10 @@ s3_proxy_start() {
 	node "$TFS_SRC/tools/s3proxy.js" --upstream "http://127.0.0.1:$S3_PORT" \
 		--latency-ms "${1:-0}" --log "$S3_PROXY_LOG" >"$T/s3proxy.out" 2>&1 &
 	S3_PROXY_PID=$!
-	for _ in $(seq 1 $((S3_START_WAIT * 20))); do
-		port=$(sed -n 's/^s3proxy listening on 127\.0\.0\.1:\([0-9]*\)$/\1/p' "$T/s3proxy.out")
-		if [ -n "$port" ]; then
-			S3_ENDPOINT="http://127.0.0.1:$port"
-			export S3_ENDPOINT
-			return 0
-		fi
-		if ! kill -0 "$S3_PROXY_PID" 2>/dev/null; then
-			wait "$S3_PROXY_PID" 2>/dev/null
-			S3_PROXY_PID=""
-			cat "$T/s3proxy.out" >&2
-			fail "tools/s3proxy.js exited at start"
-		fi
-		sleep 0.05
-	done
-	fail "tools/s3proxy.js did not listen within $S3_START_WAIT s"
+	listen_port S3_PROXY_PID "$T/s3proxy.out" s3proxy "tools/s3proxy.js exited at start" \
+		tools/s3proxy.js
+	S3_ENDPOINT="http://127.0.0.1:$LISTEN_PORT"
+	export S3_ENDPOINT
 }
 
 s3_proxy_stop() {
