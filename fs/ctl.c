@@ -528,24 +528,52 @@ static json_t *config_json(struct fs *fs)
 
 /* ---- metrics: Prometheus text exposition format, version 0.0.4 ---- */
 
-static void metric_head(FILE *f, const char *name, const char *type, const char *help)
+/*
+ * Where the samples go, and the label every sample carries: the mount
+ * point, so that two mounts on one node (scraped as one instance through
+ * node_exporter's textfile collector) stay apart.
+ */
+struct mout {
+	FILE *f;
+	char mount[2 * PATH_MAX + 16]; /* mount="..." with the value escaped */
+};
+
+/* mount="POINT", escaped as the text format wants: \\, \" and \n. */
+static void mount_label(struct mout *o, const char *point)
 {
-	fprintf(f, "# HELP tensorfs_%s %s\n# TYPE tensorfs_%s %s\n", name, help, name, type);
+	size_t n = 0, cap = sizeof(o->mount);
+
+	n += (size_t)snprintf(o->mount, cap, "mount=\"");
+	for (const char *p = point; *p && n + 4 < cap; p++) {
+		if (*p == '\\' || *p == '"') {
+			o->mount[n++] = '\\';
+			o->mount[n++] = *p;
+		} else if (*p == '\n') {
+			o->mount[n++] = '\\';
+			o->mount[n++] = 'n';
+		} else {
+			o->mount[n++] = *p;
+		}
+	}
+	o->mount[n++] = '"';
+	o->mount[n] = '\0';
+}
+
+static void metric_head(struct mout *o, const char *name, const char *type, const char *help)
+{
+	fprintf(o->f, "# HELP tensorfs_%s %s\n# TYPE tensorfs_%s %s\n", name, help, name, type);
 }
 
 /* One sample; label is "" or 'key="value"' (values here need no escaping). */
-static void metric(FILE *f, const char *name, const char *label, double v)
+static void metric(struct mout *o, const char *name, const char *label, double v)
 {
-	if (label[0])
-		fprintf(f, "tensorfs_%s{%s} %.17g\n", name, label, v);
-	else
-		fprintf(f, "tensorfs_%s %.17g\n", name, v);
+	fprintf(o->f, "tensorfs_%s{%s%s%s} %.17g\n", name, o->mount, label[0] ? "," : "", label, v);
 }
 
-static void metric1(FILE *f, const char *name, const char *type, const char *help, double v)
+static void metric1(struct mout *o, const char *name, const char *type, const char *help, double v)
 {
-	metric_head(f, name, type, help);
-	metric(f, name, "", v);
+	metric_head(o, name, type, help);
+	metric(o, name, "", v);
 }
 
 /* A metric with one sample per tier, from a field of struct tier_row. */
@@ -554,7 +582,7 @@ struct tier_row {
 	double cap, used, rb, wb, ro, wo, err, up, rbps, wbps;
 	double full, avail, recent_err;
 	double q, in_demand, in_prefetch, in_wb;
-	double requests, weight, capable, objects, dead, slab, returned, sum_err;
+	double requests, weight, capable, objects, dead, slab, returned, sum_err, lat;
 	bool dev;
 };
 
@@ -576,15 +604,16 @@ static char *metrics_text(struct fs *fs, size_t *len)
 	uint64_t inodes, blocks, mapped;
 	char *buf = NULL;
 	unsigned n;
-	FILE *f;
+	struct mout out, *f = &out; /* what the metric calls write to */
 
 	if (!st)
 		return NULL;
-	f = open_memstream(&buf, len);
-	if (!f) {
+	out.f = open_memstream(&buf, len);
+	if (!out.f) {
 		free(st);
 		return NULL;
 	}
+	mount_label(&out, fs->cfg->mountpoint ? fs->cfg->mountpoint : "");
 	tb_get_stats(fs->tb, st);
 	meta_counts(fs->meta, &inodes, &blocks, &mapped);
 	meta_space(fs->meta, &sp);
@@ -629,6 +658,7 @@ static char *metrics_text(struct fs *fs, size_t *len)
 		r->slab = (double)d->slab_bytes;
 		r->returned = (double)d->returned_bytes;
 		r->sum_err = (double)d->checksum_errors;
+		r->lat = (double)d->read_latency_us / 1e6;
 	}
 	n = st->n_devs + 1;
 	pthread_mutex_lock(&fs->rate_lock);
@@ -639,7 +669,7 @@ static char *metrics_text(struct fs *fs, size_t *len)
 	pthread_mutex_unlock(&fs->rate_lock);
 
 	metric_head(f, "build_info", "gauge", "Version of the running tensorfs.");
-	fprintf(f, "tensorfs_build_info{version=\"%s\"} 1\n", TFS_VERSION);
+	metric(f, "build_info", "version=\"" TFS_VERSION "\"", 1);
 	metric1(f, "block_size_bytes", "gauge", "Block size of the store.",
 		(double)st->block_size);
 	TIER_METRIC(f, rows, n, "tier_capacity_bytes", "gauge", "Capacity of the tier.", cap, 0);
@@ -674,6 +704,8 @@ static char *metrics_text(struct fs *fs, size_t *len)
 	TIER_METRIC(f, rows, n, "tier_requests_total", "counter",
 		    "Requests made to the device (HTTP requests for s3).", requests, 1);
 	/* Requests per GB: tier_requests_total over the byte counters, in the query. */
+	TIER_METRIC(f, rows, n, "tier_read_latency_seconds", "gauge",
+		    "Recent read latency of the device (a moving average of its reads).", lat, 1);
 	TIER_METRIC(f, rows, n, "tier_placement_weight", "gauge",
 		    "Weight of the device in placing new blocks.", weight, 1);
 	TIER_METRIC(f, rows, n, "tier_capable_bytes_per_second", "gauge",
@@ -707,8 +739,13 @@ static char *metrics_text(struct fs *fs, size_t *len)
 		(double)st->evictions);
 	metric1(f, "cache_dirty_bytes", "gauge", "Bytes written and not yet written back.",
 		(double)st->dirty_bytes);
+	metric1(f, "cache_dirty_limit_bytes", "gauge",
+		"The dirty mark: writers wait above it (dirty=).", (double)st->dirty_limit_bytes);
 	metric1(f, "cache_pinned_bytes", "gauge", "Resident bytes of pinned files.",
 		(double)st->pinned_bytes);
+	metric1(f, "cache_kept_bytes", "gauge",
+		"Bytes the learned cycle keeps resident from one use to the next.",
+		(double)st->kept_bytes);
 	metric1(f, "cache_writeback_bytes_total", "counter", "Bytes written back from DRAM.",
 		(double)st->writeback_bytes);
 	metric1(f, "cache_writeback_errors_total", "counter", "Failed write-backs.",
@@ -734,6 +771,9 @@ static char *metrics_text(struct fs *fs, size_t *len)
 	metric1(f, "prefetch_promoted_total", "counter",
 		"Late prefetches still queued, moved to the demand class.",
 		(double)st->prefetch_promoted);
+	metric1(f, "prefetch_refused_total", "counter",
+		"Prefetches not issued: every slot held a block needed sooner.",
+		(double)st->prefetch_refused);
 	metric1(f, "learner_cycle_files", "gauge", "Files in the learned access cycle.",
 		(double)ls.period);
 	metric1(f, "learner_cycle_bytes", "gauge", "Bytes in the learned access cycle.",
@@ -796,7 +836,7 @@ static char *metrics_text(struct fs *fs, size_t *len)
 		"Writes that waited for dirty room off the threads serving /dev/fuse.",
 		(double)c.writes_parked);
 	free(st);
-	if (fclose(f) != 0) {
+	if (fclose(out.f) != 0) {
 		free(buf);
 		return NULL;
 	}

@@ -116,7 +116,7 @@ done
 "$TFSCTL" -m "$MNT" stats >"$T/stats.txt" || fail "tfsctl stats"
 grep -Eq '^checksum +verified [0-9]+, unverified [0-9]+, errors ([3-9]|[1-9][0-9]+)\b' "$T/stats.txt" ||
 	fail "tfsctl stats does not tell: $(grep checksum "$T/stats.txt")"
-grep -Eq '^tensorfs_checksum_errors_total [1-9]' "$MNT/.tensorfs/metrics" ||
+grep -Eq '^tensorfs_checksum_errors_total\{mount="[^"]*"\} [1-9]' "$MNT/.tensorfs/metrics" ||
 	fail "metrics lack the checksum errors"
 rc=0
 "$TFSCTL" -m "$MNT" scrub >"$T/scrub.txt" 2>&1 || rc=$?

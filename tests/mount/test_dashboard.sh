@@ -64,10 +64,34 @@ need = {
     "prefetch accuracy": "tensorfs_prefetch_used_total",
     "device health": "tensorfs_tier_up",
     "device errors": "tensorfs_tier_errors_total",
+    "dirty against its limit": "tensorfs_cache_dirty_limit_bytes",
+    "kept bytes": "tensorfs_cache_kept_bytes",
+    "refused prefetches": "tensorfs_prefetch_refused_total",
+    "read latency": "tensorfs_tier_read_latency_seconds",
 }
 for topic, name in need.items():
     if name not in used:
         sys.exit(f"no panel shows {topic} ({name})")
+
+# Two mounts on one node stay apart: every selector takes $mount, and
+# every panel has a unit; a panel's queries share one kind of quantity
+# (a counter's rate with counters' rates, a gauge with gauges), not
+# bytes/s with events/s on one unitless axis.
+for p in panels(dash["panels"]):
+    if p.get("type") == "row":
+        continue
+    for t in p["targets"]:
+        for s in re.findall(r"tensorfs_[a-zA-Z0-9_:]+(\{[^}]*\})?", t["expr"]):
+            if 'mount=~"$mount"' not in s:
+                sys.exit(f"panel '{p['title']}': a selector without mount=~\"$mount\": {t['expr']}")
+    unit = p.get("fieldConfig", {}).get("defaults", {}).get("unit")
+    if not unit:
+        sys.exit(f"panel '{p['title']}' has no unit")
+    kinds = {("bytes" if "bytes" in n else "other") + ("/s" if "rate(" in t["expr"] else "")
+             for t in p["targets"] for n in re.findall(r"\btensorfs_[a-zA-Z0-9_:]+", t["expr"])
+             if "/" not in t["expr"]}
+    if len(kinds) > 1:
+        sys.exit(f"panel '{p['title']}' mixes {sorted(kinds)} on one axis")
 
 # For promtool: each expression as a recording rule, Grafana's variables filled in.
 with open(sys.argv[3], "w") as f:
@@ -75,7 +99,7 @@ with open(sys.argv[3], "w") as f:
     for i, (where, e) in enumerate(exprs):
         if where.startswith("variable"):
             continue  # label_values() is Grafana's, not PromQL
-        e = e.replace("$__rate_interval", "1m").replace("$instance", ".*")
+        e = e.replace("$__rate_interval", "1m").replace("$instance", ".*").replace("$mount", ".*")
         f.write(f"      - record: dashboard:expr{i}\n        expr: {json.dumps(e)}\n")
 print(f"{len(exprs)} queries, {len(used)} metrics, all exported")
 PY

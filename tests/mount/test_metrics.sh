@@ -21,10 +21,11 @@ snap() {
 
 # metric NAME [LABELS] FILE: the value of one sample.
 metric() {
-	python3 - "$@" <<'PY'
-import sys
+	MNT="$MNT" python3 - "$@" <<'PY'
+import os, sys
 name, labels, path = (sys.argv[1], "", sys.argv[2]) if len(sys.argv) == 3 else sys.argv[1:4]
-want = name + ("{%s}" % labels if labels else "")
+mount = 'mount="%s"' % os.environ["MNT"]
+want = name + "{%s}" % (mount + ("," + labels if labels else ""))
 for line in open(path):
     if line.startswith(want + " "):
         print(int(float(line.split()[-1])))
@@ -96,11 +97,26 @@ for key in s1:
 assert any(t == "counter" for t in t1.values()), "no counters at all"
 PY
 
+# Every sample carries the mount point as its first label, so that two
+# mounts on one node stay apart; and the metrics operators asked for are
+# there (the dirty mark, kept bytes, refused prefetches, read latency).
+python3 - "$T/after.prom" "$MNT" <<'PY' || fail "the mount label or a metric"
+import sys
+lines = [l for l in open(sys.argv[1]) if l.strip() and not l.startswith("#")]
+want = '{mount="%s"' % sys.argv[2]
+bad = [l for l in lines if want not in l.split(" ")[0]]
+assert not bad, "samples without %s}: %s" % (want, bad[:3])
+names = {l.split("{")[0] for l in lines}
+for m in ("tensorfs_cache_dirty_limit_bytes", "tensorfs_cache_kept_bytes",
+          "tensorfs_prefetch_refused_total", "tensorfs_tier_read_latency_seconds"):
+    assert m in names, "no " + m
+PY
+
 # tfsctl metrics prints the same format.
 "$TFSCTL" -m "$MNT" metrics >"$T/tfsctl.prom" || fail "tfsctl metrics"
 "$PROMTOOL" check metrics <"$T/tfsctl.prom" >"$T/tfsctl.lint" 2>&1 ||
 	fail "promtool check metrics (tfsctl metrics): $(cat "$T/tfsctl.lint")"
-grep -q '^tensorfs_tier_read_bytes_total{tier="nvme0"} ' "$T/tfsctl.prom" ||
+grep -q "^tensorfs_tier_read_bytes_total{mount=\"$MNT\",tier=\"nvme0\"} " "$T/tfsctl.prom" ||
 	fail "tfsctl metrics lacks tensorfs_tier_read_bytes_total for nvme0"
 tfs_umount || fail "unmount"
 echo "PASS: metrics"
