@@ -16,8 +16,9 @@
  * whole or not at all, but s3rver keeps what it got of a PUT whose client
  * died, and a compaction cut short by a crash left a newer, torn version.
  *
- * Pure bookkeeping, no I/O: the engine (s3.c) calls it under the device
- * lock and does what it says. tests/unit/test_s3obj.c drives it alone.
+ * Pure bookkeeping, no I/O: the engine (s3io.c) and the device's slot
+ * calls (s3.c) call it under the device lock and do what it says.
+ * tests/unit/test_s3obj.c drives it alone.
  */
 #ifndef TENSORFS_S3OBJ_H
 #define TENSORFS_S3OBJ_H
