@@ -4,7 +4,10 @@
  * One handler for SIGBUS and SIGSEGV, installed with the first map
  * watched. It looks the faulting address up among the watched maps, and
  * the faulting instruction among LMDB's code (found once, in
- * /proc/self/maps, by the library that holds mdb_cursor_get), then does
+ * /proc/self/maps, by the library that holds mdb_cursor_get), or among
+ * the C library's when the copy that faulted returns into LMDB (a damaged
+ * page's pointer handed to memcpy: tfsctl fsck died so in mount-damaged,
+ * 3 runs in 9), then does
  * what metaguard.h says. To pass a fault on, it puts back the handler
  * there was before and returns: the instruction faults again under it
  * (a signal that was sent, not a fault, is raised again).
@@ -39,10 +42,11 @@ static struct guard_map {
 static pthread_mutex_t maps_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_once_t install_once = PTHREAD_ONCE_INIT;
 static struct sigaction old_bus, old_segv;
-/* LMDB's code, set once before the handler is installed. */
-static struct {
+/* LMDB's code, and the C library's (memcpy), set once before the handler is installed. */
+struct code_range {
 	uintptr_t start, end;
-} code[CODE_RANGES];
+};
+static struct code_range code[CODE_RANGES], libc_code[CODE_RANGES];
 
 /* The guarded call on this thread, if any, what ended it, and what it holds. */
 static __thread sigjmp_buf *guard_jmp;
@@ -75,12 +79,43 @@ static uintptr_t fault_pc(const void *ctx)
 #endif
 }
 
-static bool in_lmdb(uintptr_t pc)
+static bool in_ranges(const struct code_range *r, uintptr_t pc)
 {
 	for (int i = 0; i < CODE_RANGES; i++)
-		if (pc && pc >= code[i].start && pc < code[i].end)
+		if (pc && pc >= r[i].start && pc < r[i].end)
 			return true;
 	return false;
+}
+
+static bool in_lmdb(uintptr_t pc)
+{
+	return in_ranges(code, pc);
+}
+
+/*
+ * Where a fault in the C library returns to, if the function is a leaf
+ * that has pushed nothing (memcpy, memmove, memcmp, as LMDB calls them
+ * with a pointer it read from a damaged page): the word at the stack
+ * pointer on x86-64, the link register on arm64. 0 where unknown.
+ */
+static uintptr_t leaf_caller(const void *ctx)
+{
+	const ucontext_t *uc = ctx;
+
+#if defined(__x86_64__)
+	return *(const uintptr_t *)uc->uc_mcontext.gregs[REG_RSP];
+#elif defined(__aarch64__)
+	return (uintptr_t)uc->uc_mcontext.regs[30];
+#else
+	(void)uc;
+	return 0;
+#endif
+}
+
+/* The fault is LMDB's: in its code, or in a C library copy it called. */
+static bool lmdb_fault(uintptr_t pc, const void *ctx)
+{
+	return in_lmdb(pc) || (in_ranges(libc_code, pc) && in_lmdb(leaf_caller(ctx)));
 }
 
 static void pass_on(int sig, const siginfo_t *si)
@@ -100,8 +135,9 @@ static void on_fault(int sig, siginfo_t *si, void *ctx)
 	bool fault = si->si_code > 0;
 	const struct guard_map *g = fault ? find_map((uintptr_t)si->si_addr) : NULL;
 	uintptr_t pc = fault ? fault_pc(ctx) : 0;
+	bool lmdb = fault && lmdb_fault(pc, ctx);
 
-	if (guard_jmp && (g || in_lmdb(pc))) {
+	if (guard_jmp && (g || lmdb)) {
 		memset(&guard_fault, 0, sizeof(guard_fault));
 		guard_fault.kind = g ? META_FAULT_MAP : META_FAULT_CODE;
 		guard_fault.page = g ? ((uintptr_t)si->si_addr - g->addr) / g->psize : 0;
@@ -116,15 +152,18 @@ static void on_fault(int sig, siginfo_t *si, void *ctx)
 			sig == SIGBUS ? "past the end of the file" : "a bad address");
 		_exit(1);
 	}
-	if (in_lmdb(pc))
+	if (lmdb)
 		log_err("LMDB's code faulted at address %p: a damaged data.mdb can do that: check "
 			"the metadata store with tfsctl fsck",
 			si->si_addr);
 	pass_on(sig, si);
 }
 
-/* LMDB's executable mappings, unless it is linked into the program itself. */
-static void find_code(void)
+/*
+ * The executable mappings of the library that holds sym into r, unless it
+ * is linked into the program itself.
+ */
+static void find_code(void *sym, struct code_range *r)
 {
 	char exe[4096], line[4096];
 	Dl_info info;
@@ -132,7 +171,7 @@ static void find_code(void)
 	FILE *f;
 	int i = 0;
 
-	if (!dladdr((void *)mdb_cursor_get, &info) || !info.dli_fname || n <= 0)
+	if (!dladdr(sym, &info) || !info.dli_fname || n <= 0)
 		return;
 	exe[n] = 0;
 	if (strcmp(info.dli_fname, exe) == 0 || !(f = fopen("/proc/self/maps", "re")))
@@ -152,8 +191,8 @@ static void find_code(void)
 			if (!realpath(info.dli_fname, real) || strcmp(path, real) != 0)
 				continue;
 		}
-		code[i].start = (uintptr_t)start;
-		code[i].end = (uintptr_t)end;
+		r[i].start = (uintptr_t)start;
+		r[i].end = (uintptr_t)end;
 		i++;
 	}
 	fclose(f);
@@ -163,7 +202,8 @@ static void install(void)
 {
 	struct sigaction sa;
 
-	find_code();
+	find_code((void *)mdb_cursor_get, code);
+	find_code((void *)memcpy, libc_code);
 	memset(&sa, 0, sizeof(sa));
 	sa.sa_sigaction = on_fault;
 	sa.sa_flags = SA_SIGINFO;
