@@ -152,10 +152,18 @@ static void on_fault(int sig, siginfo_t *si, void *ctx)
 			sig == SIGBUS ? "past the end of the file" : "a bad address");
 		_exit(1);
 	}
-	if (lmdb)
-		log_err("LMDB's code faulted at address %p: a damaged data.mdb can do that: check "
-			"the metadata store with tfsctl fsck",
+	if (lmdb) {
+		/*
+		 * A store is watched and LMDB faulted outside a guarded call:
+		 * a damaged page it read while serving. Stopped as a fault in
+		 * the map is, with a message, not a signal.
+		 */
+		log_err("LMDB's code faulted at address %p: data.mdb is probably damaged; stopping "
+			"rather than go on with a store that cannot be read: check it with tfsctl "
+			"fsck",
 			si->si_addr);
+		_exit(1);
+	}
 	pass_on(sig, si);
 }
 

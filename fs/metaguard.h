@@ -9,16 +9,17 @@
  * is left is caught here:
  *
  *   - a fault at an address in a watched map, anywhere;
- *   - a fault in LMDB's code, inside meta_guard_run;
+ *   - a fault in LMDB's code (or in a C library copy that returns into
+ *     it), while a store is watched;
  *   - LMDB's failed check (mdb_env_set_assert calls meta_guard_check).
  *
  * Inside meta_guard_run such a fault ends the call with -EUCLEAN: a store
- * opened or checked that way is refused with a message. Elsewhere a fault
- * in a map, or a failed check, is logged and the process exits with
- * status 1: it cannot go on serving from, or writing to, a store it
- * cannot read. Any other fault goes on to the handler there was before
- * (a bug still dies by its signal, with a core dump, or in the sanitizer's
- * report); one in LMDB's code is logged first, with where to look.
+ * opened or checked that way is refused with a message. Elsewhere it is
+ * logged and the process exits with status 1: it cannot go on serving
+ * from, or writing to, a store it cannot read (a daemon serving a store
+ * with garbage pages died by SIGSEGV in mdb_cursor_get from readdir).
+ * Any other fault goes on to the handler there was before (a bug still
+ * dies by its signal, with a core dump, or in the sanitizer's report).
  */
 #ifndef TENSORFS_METAGUARD_H
 #define TENSORFS_METAGUARD_H
