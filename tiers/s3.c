@@ -233,30 +233,6 @@ static unsigned s3_run_left(struct tb_dev *d, uint64_t slot)
 
 /* ---- listing at start ---- */
 
-/* Percent-encode everything but RFC 3986 unreserved characters: a query value. */
-static int query_encode(char *out, size_t outlen, const char *in)
-{
-	static const char hex[] = "0123456789ABCDEF";
-	size_t o = 0;
-
-	for (const unsigned char *c = (const unsigned char *)in; *c; c++) {
-		bool plain = (*c >= 'A' && *c <= 'Z') || (*c >= 'a' && *c <= 'z') ||
-			     (*c >= '0' && *c <= '9') || strchr("-._~", *c);
-
-		if (o + (plain ? 1 : 3) >= outlen)
-			return -ENAMETOOLONG;
-		if (plain) {
-			out[o++] = (char)*c;
-		} else {
-			out[o++] = '%';
-			out[o++] = hex[*c >> 4];
-			out[o++] = hex[*c & 0xf];
-		}
-	}
-	out[o] = 0;
-	return 0;
-}
-
 /* The text of the first <tag>...</tag> at or after from, XML entities undone. */
 static const char *xml_text(const char *from, const char *tag, char *out, size_t outlen)
 {
@@ -352,14 +328,14 @@ static int s3_list(struct s3_priv *p, struct s3obj_version **v, size_t *n)
 	*n = 0;
 	token[0] = 0;
 	snprintf(raw, sizeof(raw), "%s" S3_PK_DIR, p->keydir_raw);
-	if (!body || query_encode(prefix, sizeof(prefix), raw) < 0) {
+	if (!body || s3_uri_encode(prefix, sizeof(prefix), raw, false) < 0) {
 		free(body);
 		return body ? -ENAMETOOLONG : -ENOMEM;
 	}
 	do {
 		/* Sorted by name, as SigV4 wants and libcurl 7.88 does not do. */
 		etoken[0] = 0;
-		if (token[0] && query_encode(etoken, sizeof(etoken), token) < 0) {
+		if (token[0] && s3_uri_encode(etoken, sizeof(etoken), token, false) < 0) {
 			ret = -ENAMETOOLONG;
 			break;
 		}

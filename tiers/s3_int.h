@@ -157,4 +157,7 @@ void s3_del_queue(struct s3_priv *p, const struct s3obj_version *v);
 void s3_todo(struct s3_priv *p, uint64_t objno, enum s3obj_todo todo);
 void *s3_thread(void *arg);
 
+/* Percent-encoding for a URL path (keep_slash) or a query value (s3http.c). */
+int s3_uri_encode(char *out, size_t outlen, const char *in, bool keep_slash);
+
 #endif

@@ -28,15 +28,19 @@
 
 /* ---- names, URLs and hashes ---- */
 
-/* Percent-encode all but RFC 3986 unreserved characters and '/'. */
-static int uri_encode(char *out, size_t outlen, const char *in)
+/*
+ * Percent-encode all but RFC 3986 unreserved characters, and '/' where
+ * keep_slash (a path; a query value encodes it too).
+ */
+int s3_uri_encode(char *out, size_t outlen, const char *in, bool keep_slash)
 {
 	static const char hex[] = "0123456789ABCDEF";
 	size_t o = 0;
 
 	for (const unsigned char *c = (const unsigned char *)in; *c; c++) {
 		bool plain = (*c >= 'A' && *c <= 'Z') || (*c >= 'a' && *c <= 'z') ||
-			     (*c >= '0' && *c <= '9') || strchr("-._~/", *c);
+			     (*c >= '0' && *c <= '9') || strchr("-._~", *c) ||
+			     (keep_slash && *c == '/');
 
 		if (o + (plain ? 1 : 3) >= outlen)
 			return -ENAMETOOLONG;
@@ -112,7 +116,7 @@ int s3_base_url(struct s3_priv *p, const struct tb_s3_config *cfg, char *err, si
 	while (plen && path[plen - 1] == '/')
 		plen--;
 	p->https = strcmp(scheme, "https") == 0;
-	if (uri_encode(bucket, sizeof(bucket), cfg->bucket) < 0 || strchr(cfg->bucket, '/')) {
+	if (s3_uri_encode(bucket, sizeof(bucket), cfg->bucket, true) < 0 || strchr(cfg->bucket, '/')) {
 		snprintf(err, errlen, "s3 bucket name '%s' is not valid", cfg->bucket);
 		goto out;
 	}
@@ -151,7 +155,7 @@ int s3_keydir(struct s3_priv *p, const char *prefix, const char *store_id)
 	if (snprintf(raw, sizeof(p->keydir_raw), "%.*s%s%s/", (int)plen, prefix, plen ? "/" : "",
 		     store_id) >= (int)sizeof(p->keydir_raw))
 		return -ENAMETOOLONG;
-	return uri_encode(p->keydir, sizeof(p->keydir), raw);
+	return s3_uri_encode(p->keydir, sizeof(p->keydir), raw, true);
 }
 
 /* The S3 error code of an error answer (its <Code> element), or "". */
