@@ -667,9 +667,9 @@ static int check_unclaimed(const struct fs_config *c, char *err, size_t errlen)
 	return 0;
 }
 
-static void meta_committed(void *arg)
+static void meta_committed(void *arg, bool urgent)
 {
-	tb_meta_committed(arg);
+	tb_meta_committed(arg, urgent);
 }
 
 static int open_stores(struct fs *fs, unsigned nthreads, char *err, size_t errlen)

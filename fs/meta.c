@@ -906,7 +906,7 @@ int meta_begin(struct fs_meta *m, bool write, MDB_txn **txn)
 	return mdb_err(mdb_txn_begin(m->env, NULL, write ? 0 : MDB_RDONLY, txn));
 }
 
-void meta_on_commit(struct fs_meta *m, void (*fn)(void *arg), void *arg)
+void meta_on_commit(struct fs_meta *m, void (*fn)(void *arg, bool urgent), void *arg)
 {
 	m->on_commit = fn;
 	m->on_commit_arg = arg;
@@ -933,8 +933,13 @@ int meta_commit(MDB_txn *txn)
 	struct fs_meta *m = mdb_env_get_userctx(env);
 	int rc = mdb_txn_commit(txn);
 
-	if (rc == 0 && m && m->on_commit)
-		m->on_commit(m->on_commit_arg);
+	if (rc == 0 && m && m->on_commit) {
+		uint64_t limit = __atomic_load_n(&m->grow_limit, __ATOMIC_RELAXED);
+		MDB_envinfo info;
+
+		m->on_commit(m->on_commit_arg,
+			     limit && mdb_env_info(env, &info) == 0 && info.me_last_pgno > limit);
+	}
 	if (rc == EIO && env_fs_full(env))
 		rc = ENOSPC; /* the writer learns the disk is full, not failing */
 	return mdb_err(rc);

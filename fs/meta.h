@@ -144,10 +144,12 @@ int meta_begin(struct fs_meta *m, bool write, MDB_txn **txn);
  * Commit a write transaction (read ones are aborted). fn, when set by
  * meta_on_commit, is called after each that succeeded, so that a sync
  * point follows (tb_meta_committed): it must be cheap and take no lock
- * that a committer may hold.
+ * that a committer may hold. urgent: the store grew past its bound since
+ * the last sync point (meta_sync), and the pages it keeps for that point
+ * come free only at the next one.
  */
 int meta_commit(MDB_txn *txn);
-void meta_on_commit(struct fs_meta *m, void (*fn)(void *arg), void *arg);
+void meta_on_commit(struct fs_meta *m, void (*fn)(void *arg, bool urgent), void *arg);
 void meta_abort(MDB_txn *txn);
 
 uint64_t meta_new_ino(struct fs_meta *m);

@@ -29,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -313,7 +314,7 @@ int meta_open_durable(struct fs_meta *m, char *err, size_t errlen)
  * released since the last one stay held (tiers/flush.c), since the record
  * a power cut rolls back to may still name them.
  */
-static uint64_t pin_newest(struct fs_meta *m, MDB_txn **reader, int *err)
+static uint64_t pin_newest(struct fs_meta *m, MDB_txn **reader, uint64_t *last_pg, int *err)
 {
 	MDB_txn *w = NULL;
 	MDB_envinfo info;
@@ -332,6 +333,7 @@ static uint64_t pin_newest(struct fs_meta *m, MDB_txn **reader, int *err)
 		rc = mdb_env_info(m->env, &info);
 	if (rc == 0) {
 		txnid = info.me_last_txnid;
+		*last_pg = info.me_last_pgno;
 		if (pread(m->data_fd, m->page, m->psize, (off_t)((txnid & 1) * m->psize)) !=
 		    (ssize_t)m->psize)
 			txnid = 0;
@@ -354,16 +356,43 @@ static uint64_t pin_newest(struct fs_meta *m, MDB_txn **reader, int *err)
 	return txnid;
 }
 
+/*
+ * The last page past which a commit wants the next sync point at once: the
+ * store may grow by an eighth of its filesystem's room until then (it grows by
+ * two or three such windows before the pages it keeps come back). Every
+ * page that the commits after a sync point replace stays kept until the
+ * next one (its reader is pinned there), about 10 pages a commit; counted
+ * in commits alone (sync_commits), a window of them grew a store on a
+ * small filesystem, room left, until it was full: rm then failed with
+ * ENOSPC on 20 MB free, all of it LMDB's kept pages.
+ */
+#define GROW_MIN_BYTES (64 << 10)
+#define GROW_MAX_BYTES (64ull << 20)
+static uint64_t grow_limit(struct fs_meta *m, uint64_t last_pg)
+{
+	struct statvfs vfs;
+	uint64_t room = GROW_MAX_BYTES * 8;
+
+	if (fstatvfs(m->data_fd, &vfs) == 0)
+		room = (uint64_t)vfs.f_bavail * vfs.f_frsize;
+	room /= 8;
+	if (room < GROW_MIN_BYTES)
+		room = GROW_MIN_BYTES;
+	if (room > GROW_MAX_BYTES)
+		room = GROW_MAX_BYTES;
+	return last_pg + room / m->psize;
+}
+
 int meta_sync(struct fs_meta *m, int (*flush)(void *arg), void *arg)
 {
 	MDB_txn *reader = NULL;
-	uint64_t txnid;
+	uint64_t txnid, last_pg = 0;
 	int ret = 0;
 
 	if (__atomic_load_n(&m->damaged, __ATOMIC_ACQUIRE))
 		return -EUCLEAN;
 	pthread_mutex_lock(&m->sync_lock);
-	txnid = m->page ? pin_newest(m, &reader, &ret) : 0;
+	txnid = m->page ? pin_newest(m, &reader, &last_pg, &ret) : 0;
 	if (ret < 0) {
 		if (reader)
 			mdb_txn_abort(reader);
@@ -394,6 +423,7 @@ int meta_sync(struct fs_meta *m, int (*flush)(void *arg), void *arg)
 		if (m->pinned)
 			mdb_txn_abort(m->pinned);
 		m->pinned = reader;
+		__atomic_store_n(&m->grow_limit, grow_limit(m, last_pg), __ATOMIC_RELAXED);
 	} else if (reader) {
 		mdb_txn_abort(reader);
 	}

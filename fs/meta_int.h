@@ -100,7 +100,8 @@ struct fs_meta {
 	bool made_dir, made_lock; /* this open made the folder, the lock file */
 	unsigned upgraded_from;	  /* the format this open upgraded the store from, or 0 */
 	char dir[4096];
-	void (*on_commit)(void *arg); /* told of every commit (meta_on_commit) */
+	void (*on_commit)(void *arg, bool urgent); /* told of every commit (meta_on_commit) */
+	uint64_t grow_limit; /* atomic: past this last page, a commit wants a sync point now (0: none) */
 	void *on_commit_arg;
 	uint64_t next_ino;   /* atomic */
 	uint64_t next_block; /* atomic */

@@ -187,6 +187,9 @@ struct tb_store {
 	uint64_t sync_gen;
 	uint64_t commits_since_sync;
 	uint64_t meta_commits; /* the owner's commits since the last sync point (atomic) */
+	uint64_t meta_window;  /* owner's commits that bring a sync point (atomic; flush.c) */
+	bool meta_grew;	       /* the owner's store grew past its bound since the last one */
+	bool syncing;	       /* flush_do_sync is under way */
 	uint64_t give_back_ms; /* when giveback.c next looks for space to give back; 0: none */
 	pthread_cond_t give_back_cv; /* wakes the give-back thread */
 	pthread_t giveback;

@@ -706,6 +706,34 @@ static int flush_devs(void *arg)
 }
 
 /*
+ * The window of the owner's commits between sync points: sync_commits,
+ * less where the owner's store grew past its bound within one (urgent). A
+ * window that grew it is halved for the ones after, and each window that
+ * did not grows by an eighth, up to sync_commits again: the store keeps
+ * about two windows of replaced pages, and only a shorter window keeps it
+ * within a small filesystem (each grew it by the bound until the disk was
+ * full, the next window's commits finding the last one's pages too few).
+ */
+#define META_WINDOW_MIN 8
+static uint64_t meta_window(struct tb_store *s)
+{
+	uint64_t w = __atomic_load_n(&s->meta_window, __ATOMIC_RELAXED);
+
+	return w && w < s->cfg.sync_commits ? w : s->cfg.sync_commits;
+}
+
+/* At a sync point: the window that ended sets the next one's length. Lock held. */
+static void meta_window_next(struct tb_store *s)
+{
+	uint64_t w = meta_window(s);
+
+	if (!s->meta_grew && w < s->cfg.sync_commits)
+		w += w / 8 + 1;
+	__atomic_store_n(&s->meta_window, w, __ATOMIC_RELAXED);
+	s->meta_grew = false;
+}
+
+/*
  * The owner's sync, which flushes the devices once it has chosen the
  * commit to make durable; then the released locations go back.
  */
@@ -724,6 +752,8 @@ int flush_do_sync(struct tb_store *s)
 	s->commits_since_sync = 0;
 	/* This sync point covers the owner's commits so far; those after count for the next. */
 	__atomic_store_n(&s->meta_commits, 0, __ATOMIC_RELAXED);
+	meta_window_next(s);
+	s->syncing = true;
 	pthread_mutex_unlock(&s->lock);
 
 	ret = s->owner.sync(s->owner.ctx, flush_devs, s);
@@ -754,30 +784,39 @@ int flush_do_sync(struct tb_store *s)
 	}
 	s->syncs++;
 	s->sync_gen++;
+	s->syncing = false;
 	pthread_cond_broadcast(&s->space_cv);
 	pthread_mutex_unlock(&s->lock);
 	pthread_mutex_unlock(&s->sync_lock);
 	return ret;
 }
 
-void tb_meta_committed(struct tb_store *s)
+void tb_meta_committed(struct tb_store *s, bool urgent)
 {
 	uint64_t n = __atomic_add_fetch(&s->meta_commits, 1, __ATOMIC_RELAXED), gen;
-	uint64_t at = s->cfg.sync_commits, max = 2 * at;
+	uint64_t at = meta_window(s), max = 2 * at;
 	struct timespec ts;
 
 	/* The first sets the flusher's deadline; the count wants a sync point now. */
-	if (n != 1 && (!at || (n != at && n < max)))
+	if (!urgent && n != 1 && (!at || (n != at && n < max)))
 		return;
 	pthread_mutex_lock(&s->lock);
-	if (at && n >= at)
+	/* The store is over its bound until the sync point under way sets the next one. */
+	if (urgent && !s->meta_grew && !s->syncing) {
+		uint64_t half = n / 2 > META_WINDOW_MIN ? n / 2 : META_WINDOW_MIN;
+
+		s->meta_grew = true;
+		if (half < meta_window(s))
+			__atomic_store_n(&s->meta_window, half, __ATOMIC_RELAXED);
+	}
+	if (urgent || (at && n >= at))
 		s->sync_req = true;
 	flush_kick(s);
 	/*
 	 * Past the bound, wait for the sync point under way: not the flusher
 	 * (its commits are what the sync point waits for), nor before it runs.
 	 */
-	if (at && n >= max && s->started && !s->stopping &&
+	if ((urgent || (at && n >= max)) && s->started && !s->stopping &&
 	    !pthread_equal(pthread_self(), s->flusher)) {
 		gen = s->sync_gen;
 		deadline_in(&ts, META_SYNC_WAIT_MS);

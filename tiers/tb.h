@@ -478,10 +478,11 @@ int tb_durable(struct tb_store *s);
  * (fs/meta.c), and a flood of metadata operations grew it without bound
  * while no data was written back. From any thread but the flusher's own
  * commits, holding no lock of the store's; cheap, but past a bound of
- * commits since the last sync point it waits for the one under way (a
- * few seconds at most).
+ * commits since the last sync point, or when urgent (the owner's store
+ * grew past its own bound), it waits for the one under way (a few
+ * seconds at most).
  */
-void tb_meta_committed(struct tb_store *s);
+void tb_meta_committed(struct tb_store *s, bool urgent);
 /* Forget cached blocks idx in [from, to) of obj, dirty ones included. */
 void tb_drop(struct tb_store *s, uint64_t obj, uint64_t from, uint64_t to);
 /*
