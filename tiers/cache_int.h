@@ -331,26 +331,41 @@ struct rank {
 	struct tb_use u;
 };
 
-/* cache.c: entries, slots and their I/O */
+/* entry.c: entries, objects, states, slots, pins, the end of a load */
 int cache_wait(struct tb_store *s, pthread_cond_t *cv);
 struct tb_entry *cache_lookup(struct tb_store *s, uint64_t obj, uint64_t idx);
 struct tb_obj *cache_obj_find(struct tb_store *s, uint64_t obj);
+struct tb_obj *cache_obj_get(struct tb_store *s, uint64_t obj);
 void cache_obj_maybe_free(struct tb_store *s, struct tb_obj *o);
 void cache_set_stored(struct tb_entry *e, bool stored);
+int cache_entry_insert(struct tb_store *s, struct tb_entry *e, uint64_t obj, uint64_t idx);
+void cache_entry_unhash(struct tb_store *s, struct tb_entry *e);
 struct tb_entry *cache_find_loc(struct tb_store *s, uint64_t loc, const struct tb_entry *skip);
 void cache_set_state(struct tb_store *s, struct tb_entry *e, enum entry_state st);
+void cache_pf_clear(struct tb_store *s, struct tb_entry *e);
+void cache_entry_free(struct tb_store *s, struct tb_entry *e);
 struct tb_entry *cache_entry_take(struct tb_store *s, struct tb_entry *e);
 void *cache_slot_data(struct tb_store *s, struct tb_entry *e);
 bool cache_stored_ok(const struct tb_store *s, uint64_t loc, size_t len);
 size_t cache_io_len(size_t len);
+void cache_pin(struct tb_store *s, struct tb_entry *e);
+bool cache_unpin_last(struct tb_store *s, struct tb_entry *e);
+void cache_unpin_locked(struct tb_store *s, struct tb_entry *e);
+void cache_unpin(struct tb_store *s, struct tb_entry *e);
+void cache_pin_waiters(struct tb_store *s, struct tb_entry *e, struct tb_waiter *w);
+void cache_call_waiters(struct tb_waiter *w, int err);
+void cache_load_done(struct tb_entry *e, int err);
+
+/* load.c: loads, synchronous reads, partial blocks */
 int cache_resolve(struct tb_store *s, uint64_t obj, uint64_t idx, struct tb_stored *at);
 int cache_start_load(struct tb_store *s, struct tb_entry *e, uint64_t obj, uint64_t idx,
 		     struct tb_waiter *w, enum io_class cls, bool ahead);
 int cache_read_sync(struct tb_store *s, uint64_t loc, size_t len, void *buf);
-void cache_load_done(struct tb_entry *e, int err);
+bool cache_sector_written(const struct tb_entry *e, uint32_t i);
+bool cache_covers_stored(const struct tb_entry *e);
+void cache_zero_unwritten(struct tb_store *s, struct tb_entry *e);
 int cache_merge_io(struct tb_store *s, struct tb_entry *e);
-void cache_pin(struct tb_store *s, struct tb_entry *e);
-void cache_unpin(struct tb_store *s, struct tb_entry *e);
+int cache_merge_partial(struct tb_store *s, struct tb_entry *e);
 
 /*
  * Free slots and clean ones that eviction may take now: the reserve the

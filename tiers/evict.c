@@ -297,7 +297,7 @@ static void update_keep(struct tb_store *s)
 	/*
 	 * Last blocks that their objects fill in part do not stay (unless the
 	 * whole cycle does): the devices move such a block only up to the end
-	 * of its object (stored_len, covers_stored), so its slot saves little
+	 * of its object (stored_len, cache_covers_stored), so its slot saves little
 	 * I/O, where a whole block's saves a block each way. The share of the
 	 * others that stays, as a threshold on 64-bit fractions; all of them:
 	 * UINT64_MAX.
