@@ -127,7 +127,7 @@ if "DEF_S3_OBJECT_DRAM_SHARE" in defines:
                             r"\b%dM" % lo, r"\b%dM" % hi]
 nvme_dirs = re.findall(r'"(?:%s)?(/[\w./]*tensorfs)"', opts_c)
 phrases["nvme"] = [re.escape(d.lstrip("/") if d.startswith("/.") else d) for d in nvme_dirs]
-clean = re.search(r"#define CLEAN_LOW_SHARE (\d+)", read("tiers/cache.c"))
+clean = re.search(r"#define CLEAN_LOW_SHARE (\d+)", read("tiers/store.c"))
 if clean:  # the flusher keeps 1/CLEAN_LOW_SHARE to twice that clean: the reserve
     phrases["dirty"] = [r"1/%d\b" % (int(clean.group(1)) // 2)]
 
