@@ -1,7 +1,8 @@
 #!/bin/bash
 # tools/bench's plots. `tools/bench plot` draws an SVG of every results
 # table of docs/benchmarks.md: the same set of files that docs/plots holds,
-# each an SVG that names every row of its table, and docs/benchmarks.md
+# each an SVG that names every row of its table and gives each panel a
+# title and an axis with its unit, and docs/benchmarks.md
 # links each under its table (plot --embed finds nothing to add). A report
 # written with --out gets its SVGs beside it and a link under each table.
 # The sweep of DRAM against the optimizer state is drawn as lines, raw as
@@ -39,6 +40,10 @@ for t, name in drawn:
     for row in t.rows if not lines else []:  # bars: each row is named
         want = bench_plot.label(t, row)
         assert want.replace("&", "&amp;") in svg, (name, want)
+    for k in bench_plot.measured(t)[:bench_plot.MAX_PANELS] if not lines else []:  # panels
+        unit = bench_plot.axis_label(t.header[k])
+        assert unit != t.header[k], "%s: no unit for column %r" % (name, t.header[k])
+        assert t.header[k].replace("&", "&amp;") in svg and unit in svg, (name, t.header[k], unit)
     assert name in links, "docs/benchmarks.md does not link %s" % name
     after = text.split("\n")[t.end + 1:t.end + 3]
     assert any("(plots/%s)" % name in line for line in after), \

@@ -10,10 +10,14 @@ with the tables recorded there, and draws one SVG per results table:
 - a time series (a first column "t (s)", the soak): one panel per column
   over time;
 - any other table with numbers: one panel of bars per measured column,
-  a bar per row.
+  a bar per row;
+- a table whose only numbers are ratios ("x raw"): one panel of bars per
+  ratio, with a line at 1.
 
-Ratio columns ("x raw"), per-repetition tables and tables without numbers
-are left out. matplotlib (Debian: python3-matplotlib) is imported only
+Every panel has a title (its column) and its axes their quantity and
+unit. Ratio columns beside measured ones, per-repetition tables, tables
+without numbers and a table right under a line `<!-- no plot -->` are
+left out. matplotlib (Debian: python3-matplotlib) is imported only
 when drawing; without it, plot() says why and draws nothing.
 """
 import math
@@ -23,14 +27,25 @@ import textwrap
 
 SKIP_COLUMNS = ("each repetition", "rep", "step", "condition", "what", "caps")
 MAX_PANELS = 6
+NO_PLOT = "<!-- no plot -->"
+# A column's quantity, by the first of these its header names as a word:
+# (unit, axis label).
+UNITS = (("MB/s", "MB/s (10^6 bytes per second)"), ("GB/s", "GB/s (10^9 bytes per second)"),
+         ("MiB/s", "MiB per second"), ("s/iter", "seconds per iteration"),
+         ("requests/GB", "requests per GB"), ("CPU s/GB", "CPU seconds per GB"),
+         ("ms a step", "milliseconds per step"), ("ms/step", "milliseconds per step"),
+         ("ms", "milliseconds"), ("MiB", "MiB"), ("MB", "MB (10^6 bytes)"),
+         ("%", "percent"), ("s", "seconds"), ("hits", "blocks"), ("files", "files"),
+         ("/ alone", "ratio, loaded / alone"), ("share / weight", "share of new blocks / share of weight"))
 
 
 class Table:
-    def __init__(self, heading, header, rows, end):
+    def __init__(self, heading, header, rows, end, skip=False):
         self.heading = heading  # the heading above it, without the #s
         self.header = header    # cell texts
         self.rows = rows        # lists of cell texts
         self.end = end          # index of its last line in the text's lines
+        self.skip = skip        # under a NO_PLOT line
 
 
 def cells(line):
@@ -54,7 +69,8 @@ def tables(text):
             while j < len(lines) and lines[j].startswith("|"):
                 rows.append(cells(lines[j]))
                 j += 1
-            found.append(Table(heading, header, rows, j - 1))
+            skip = any(lines[k].strip() == NO_PLOT for k in range(max(0, i - 2), i))
+            found.append(Table(heading, header, rows, j - 1, skip))
             i = j
             continue
         i += 1
@@ -77,18 +93,35 @@ def column_kind(t, k):
     return "num" if vals and nums * 2 >= len(vals) else "label"
 
 
+def is_ratio(header):
+    """x raw, x s3fs, ...; device bytes / raw is one too."""
+    return header.lower().startswith("x ") or header.lower().endswith("/ raw")
+
+
 def measured(t):
-    """Columns to draw: numbers that are not ratios."""
-    return [k for k, h in enumerate(t.header)
-            if column_kind(t, k) == "num" and not h.lower().startswith("x ")
-            and h.lower() not in SKIP_COLUMNS and k > 0]
+    """Columns to draw: numbers that are not ratios, else the x ones."""
+    nums = [k for k, h in enumerate(t.header)
+            if column_kind(t, k) == "num" and h.lower() not in SKIP_COLUMNS and k > 0]
+    return [k for k in nums if not is_ratio(t.header[k])] or \
+        [k for k in nums if t.header[k].lower().startswith("x ")]
 
 
 def plottable(t):
     low = [h.lower() for h in t.header]
-    if any(h in SKIP_COLUMNS for h in low) or len(t.rows) < 2 or not t.header[0]:
+    if t.skip or any(h in SKIP_COLUMNS for h in low) or len(t.rows) < 2 or not t.header[0]:
         return False
     return bool(measured(t))
+
+
+def axis_label(header):
+    """The quantity and unit of a column, from its header."""
+    if header.lower().startswith("x "):
+        ref = header[2:].split(",")[0]
+        return "ratio to %s (above 1: faster than %s)" % (ref, ref)
+    for unit, text in UNITS:
+        if re.search(r"(?<![\w/])%s(?![\w/])" % re.escape(unit), header):
+            return text
+    return header
 
 
 def slug(text):
@@ -140,10 +173,11 @@ def draw_series(plt, t):
     xs = [cell_value(r, 0) for r in t.rows]
     for ax, k in zip(axes[:, 0], cols):
         ax.plot(xs, [cell_value(r, k) for r in t.rows], marker=".")
-        ax.set_ylabel(t.header[k], fontsize=8)
+        ax.set_title(t.header[k], fontsize=8)
+        ax.set_ylabel(axis_label(t.header[k]), fontsize=7)
         ax.set_ylim(bottom=0)
         ax.grid(True, alpha=0.3)
-    axes[-1, 0].set_xlabel(t.header[0])
+    axes[-1, 0].set_xlabel("time since the start, %s" % axis_label(t.header[0]), fontsize=8)
     return fig
 
 
@@ -161,10 +195,16 @@ def draw_bars(plt, t):
         ax.barh(range(len(names)), [0 if math.isnan(v) else v for v in vals],
                 color=["#888888" if nm.split()[0] == "raw" or nm.endswith(" raw")
                        else "#1f77b4" for nm in names])
+        if t.header[k].lower().startswith("x "):
+            ax.axvline(1, color="black", linewidth=0.8, linestyle="--")
         ax.set_yticks(range(len(names)))
         ax.set_yticklabels(names if n % ncol == 0 else [""] * len(names), fontsize=7)
+        if n % ncol == 0:
+            ax.set_ylabel(" ".join(t.header[c] for c in range(measured(t)[0])
+                                   if column_kind(t, c) == "label") or t.header[0], fontsize=8)
         ax.invert_yaxis()
         ax.set_title(t.header[k], fontsize=9)
+        ax.set_xlabel(axis_label(t.header[k]), fontsize=7)
         ax.tick_params(axis="x", labelsize=7)
         ax.grid(True, axis="x", alpha=0.3)
     for n in range(len(cols), nrow * ncol):
