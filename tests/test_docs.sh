@@ -29,7 +29,7 @@ command -v python3 >/dev/null || { echo "SKIP: no python3"; exit 77; }
 "$TFS" --help >"$W/help" 2>&1 || fail "tensorfs --help exited $?: $(cat "$W/help")"
 
 python3 - "$SRC" "$W/help" <<'PY'
-import re, sys
+import glob, re, sys
 
 src, help_path = sys.argv[1], sys.argv[2]
 read = lambda p: open(src + "/" + p).read()
@@ -127,9 +127,12 @@ if "DEF_S3_OBJECT_DRAM_SHARE" in defines:
                             r"\b%dM" % lo, r"\b%dM" % hi]
 nvme_dirs = re.findall(r'"(?:%s)?(/[\w./]*tensorfs)"', opts_c)
 phrases["nvme"] = [re.escape(d.lstrip("/") if d.startswith("/.") else d) for d in nvme_dirs]
-clean = re.search(r"#define CLEAN_LOW_SHARE (\d+)", read("tiers/store.c"))
-if clean:  # the flusher keeps 1/CLEAN_LOW_SHARE to twice that clean: the reserve
-    phrases["dirty"] = [r"1/%d\b" % (int(clean.group(1)) // 2)]
+# the flusher keeps 1/CLEAN_LOW_SHARE to twice that clean: the reserve
+tiers = "".join(open(p).read() for p in sorted(glob.glob(src + "/tiers/*.[ch]")))
+clean = re.search(r"#define CLEAN_LOW_SHARE (\d+)", tiers)
+if not clean:
+    sys.exit("FAIL: found no CLEAN_LOW_SHARE in tiers/: the code's shape changed, fix this test")
+phrases["dirty"] = [r"1/%d\b" % (int(clean.group(1)) // 2)]
 
 # --- the documents: entries as (names, text) -------------------------------
 def roff(text):
