@@ -391,20 +391,66 @@ static int init_root(struct fs_meta *m, MDB_txn *txn, uid_t uid, gid_t gid)
 	return meta_inode_put(m, txn, META_ROOT_INO, &root);
 }
 
-/* The tables, made where missing; with err set, as damage where LMDB calls it that. */
+/*
+ * The version a store's format record names, or 0 when it has none that
+ * reads as one (check_format says what is wrong with it).
+ */
+static uint32_t format_version(struct fs_meta *m, MDB_txn *txn)
+{
+	MDB_val k = {6, "format"}, v;
+	struct meta_format f;
+
+	if (mdb_get(txn, m->info, &k, &v) || v.mv_size != sizeof(f))
+		return 0;
+	memcpy(&f, v.mv_data, sizeof(f));
+	return f.version;
+}
+
+/*
+ * The tables. A new store (an empty main tree) gets them all; an existing
+ * one must have each, but those a format 1 store may lack (dedup,
+ * nblocks), which its upgrade makes. A table missing otherwise is damage,
+ * and nothing is made: made afresh, an empty block map read every file as
+ * holes, and LMDB, asked to insert a table's name into a main tree of
+ * garbage pages, copies a node of garbage size into a page of its own
+ * (a heap overflow before any fault that metaguard could refuse).
+ */
 static int open_dbs(struct fs_meta *m, MDB_txn *txn, char *err, size_t errlen)
 {
 	struct {
 		const char *name;
 		MDB_dbi *dbi;
-	} dbs[] = {{"inode", &m->inode},     {"dirent", &m->dirent}, {"dircook", &m->dircook},
-		   {"bmap", &m->bmap},	     {"block", &m->block},   {"xattr", &m->xattr},
-		   {"symlink", &m->symlink}, {"info", &m->info},     {"dedup", &m->dedup},
-		   {"nblocks", &m->nblocks}};
+		bool format1_lacks;
+	} dbs[] = {{"inode", &m->inode, false},	    {"dirent", &m->dirent, false},
+		   {"dircook", &m->dircook, false}, {"bmap", &m->bmap, false},
+		   {"block", &m->block, false},	    {"xattr", &m->xattr, false},
+		   {"symlink", &m->symlink, false}, {"info", &m->info, false},
+		   {"dedup", &m->dedup, true},	    {"nblocks", &m->nblocks, true}};
+	MDB_dbi main;
+	MDB_stat st;
+	uint32_t version = 0;
+	bool fresh;
+	int rc = mdb_dbi_open(txn, NULL, 0, &main);
 
+	if (rc == 0)
+		rc = mdb_stat(txn, main, &st);
+	if (rc) {
+		snprintf(err, errlen, "meta folder %s: cannot read its main tree: %s", m->dir,
+			 mdb_strerror(rc));
+		return lmdb_damaged(rc) ? -EUCLEAN : mdb_err(rc);
+	}
+	fresh = st.ms_entries == 0;
 	for (size_t i = 0; i < sizeof(dbs) / sizeof(dbs[0]); i++) {
-		int rc = mdb_dbi_open(txn, dbs[i].name, MDB_CREATE, dbs[i].dbi);
+		bool make = fresh || (dbs[i].format1_lacks && version == 1);
 
+		rc = mdb_dbi_open(txn, dbs[i].name, make ? MDB_CREATE : 0, dbs[i].dbi);
+		if (rc == MDB_NOTFOUND) {
+			snprintf(
+			    err, errlen,
+			    "meta folder %s: %s is damaged: its table %s is missing; " DAMAGED_HINT,
+			    m->dir, DATA_NAME, dbs[i].name);
+			return -EUCLEAN;
+		}
 		if (rc && lmdb_damaged(rc)) {
 			snprintf(err, errlen,
 				 "meta folder %s: %s is damaged: its table %s cannot be opened: "
@@ -417,6 +463,8 @@ static int open_dbs(struct fs_meta *m, MDB_txn *txn, char *err, size_t errlen)
 				 m->dir, dbs[i].name, mdb_strerror(rc));
 			return mdb_err(rc);
 		}
+		if (dbs[i].dbi == &m->info && !fresh)
+			version = format_version(m, txn);
 	}
 	return 0;
 }

@@ -7,7 +7,8 @@
  * the upgrade of a format 1 store, which had none; blocks' stored
  * lengths, and the upgrade of a format 2 store, which had none;
  * which commit a sync point records when commits come in during its
- * device flush; and what the lock file says of the store's holder.
+ * device flush; what the lock file says of the store's holder; and a
+ * store that lost a table, refused and left as it was.
  */
 #include "meta.h"
 #include "tb.h"
@@ -370,7 +371,7 @@ struct during_flush {
 	uint64_t ino;
 	uint64_t last_at_flush; /* the newest commit when the flush began */
 	int calls;
-	int ret;		/* what the flush returns */
+	int ret; /* what the flush returns */
 };
 
 static void put_file(struct fs_meta *m, uint64_t ino)
@@ -441,6 +442,81 @@ static void check_sync_order(struct fs_meta *m)
  * flock conflicts between two descriptors of one process, so one process
  * plays both sides.
  */
+/* Drop table name from the closed store in dir, as damage would lose it. */
+static void drop_table(const char *dir, const char *name)
+{
+	MDB_env *env;
+	MDB_txn *txn;
+	MDB_dbi dbi;
+
+	CHECK_EQ(mdb_env_create(&env), 0);
+	CHECK_EQ(mdb_env_set_maxdbs(env, 16), 0);
+	CHECK_EQ(mdb_env_set_mapsize(env, 1ULL << 30), 0);
+	CHECK_EQ(mdb_env_open(env, dir, 0, 0600), 0);
+	CHECK_EQ(mdb_txn_begin(env, NULL, 0, &txn), 0);
+	CHECK_EQ(mdb_dbi_open(txn, name, 0, &dbi), 0);
+	CHECK_EQ(mdb_drop(txn, dbi, 1), 0);
+	CHECK_EQ(mdb_txn_commit(txn), 0);
+	mdb_env_close(env);
+}
+
+/* Whether the closed store in dir has table name. */
+static bool has_table(const char *dir, const char *name)
+{
+	MDB_env *env;
+	MDB_txn *txn;
+	MDB_dbi dbi;
+	int rc;
+
+	CHECK_EQ(mdb_env_create(&env), 0);
+	CHECK_EQ(mdb_env_set_maxdbs(env, 16), 0);
+	CHECK_EQ(mdb_env_open(env, dir, MDB_RDONLY, 0600), 0);
+	CHECK_EQ(mdb_txn_begin(env, NULL, MDB_RDONLY, &txn), 0);
+	rc = mdb_dbi_open(txn, name, 0, &dbi);
+	mdb_txn_abort(txn);
+	mdb_env_close(env);
+	CHECK(rc == 0 || rc == MDB_NOTFOUND);
+	return rc == 0;
+}
+
+/*
+ * A store that lost a table is refused as damaged, and the table is not
+ * made afresh: an empty block map read every file as holes (zeros, no
+ * error), and on a main tree of garbage pages LMDB's insert of the name
+ * overflowed a page of its own. A format 1 store lacks nblocks and dedup,
+ * and its upgrade makes them (check_counts).
+ */
+static void check_missing_table(void)
+{
+	static const char *const tables[] = {"bmap", "inode", "dedup", "nblocks"};
+	struct meta_inode rec = {.mode = S_IFREG | 0644, .nlink = 1};
+	struct locvec freed = {0};
+	char dir[] = "/tmp/tfs-meta-tables.XXXXXX", cmd[128];
+
+	for (size_t i = 0; i < sizeof(tables) / sizeof(tables[0]); i++) {
+		struct fs_meta *m;
+		MDB_txn *txn;
+		uint64_t ino;
+
+		CHECK(mkdtemp(dir));
+		m = open_store(dir, 0, false, 0);
+		CHECK_EQ(meta_begin(m, true, &txn), 0);
+		ino = meta_new_ino(m);
+		CHECK_EQ(meta_inode_put(m, txn, ino, &rec), 0);
+		CHECK_EQ(meta_dirent_add(m, txn, META_ROOT_INO, "f", ino), 0);
+		CHECK_EQ(meta_bmap_store(m, txn, ino, 0, tb_loc(0, 3), 0, NULL, false, &freed), 0);
+		CHECK_EQ(meta_commit(txn), 0);
+		meta_close(m);
+		drop_table(dir, tables[i]);
+		open_store(dir, 0, false, -EUCLEAN);
+		CHECK(!has_table(dir, tables[i])); /* refused, and nothing made */
+		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+		CHECK_EQ(system(cmd), 0);
+		memcpy(dir + strlen(dir) - 6, "XXXXXX", 6);
+	}
+	free(freed.v);
+}
+
 static void check_holder(void)
 {
 	char dir[] = "/tmp/tfs-holder.XXXXXX", path[64], err[512] = "", cmd[128];
@@ -626,6 +702,7 @@ int main(void)
 	check_counts();
 	check_lengths();
 	check_holder();
+	check_missing_table();
 
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
 	CHECK_EQ(system(cmd), 0);
