@@ -77,13 +77,11 @@ cat >"$W/rep/report.md" <<'MD'
 | raw | partitioned | 2.00 |
 MD
 "$PY" - "$SRC" "$W/rep/report.md" <<'PY' || fail "a report's plots"
-import importlib.machinery, importlib.util, os, sys
+import os, sys
 src, out = sys.argv[1], sys.argv[2]
-loader = importlib.machinery.SourceFileLoader("bench", os.path.join(src, "tools", "bench"))
-spec = importlib.util.spec_from_loader("bench", loader)
-bench = importlib.util.module_from_spec(spec)
-loader.exec_module(bench)
-text = bench.plot_next_to(open(out).read(), out)
+sys.path.insert(0, os.path.join(src, "tools"))
+from benchlib import plot  # tools/bench's package
+text = plot.plot_next_to(open(out).read(), out)
 svg_name = "report-swap-dram.svg"
 svg = os.path.join(os.path.dirname(out), svg_name)
 assert os.path.exists(svg), os.listdir(os.path.dirname(out))

@@ -23,13 +23,12 @@ PY=/usr/bin/python3 # tools/bench's interpreter
 . "$(dirname "$0")/lib_scratch.sh" bench-swap
 
 echo "1. the snapshots' sums"
-"$PY" - "$SRC/tools/bench" "$W" <<'PY' || fail "the snapshots' sums"
-import importlib.machinery, importlib.util, os, sys
+"$PY" - "$SRC" "$W" <<'PY' || fail "the snapshots' sums"
+import os, sys
 
-loader = importlib.machinery.SourceFileLoader("bench", sys.argv[1])
-spec = importlib.util.spec_from_loader("bench", loader)
-bench = importlib.util.module_from_spec(spec)
-loader.exec_module(bench)
+sys.path.insert(0, os.path.join(sys.argv[1], "tools"))
+from benchlib import cli, swap as bench  # tools/bench's package
+
 snaps = os.path.join(sys.argv[2], "snaps")
 
 
@@ -65,9 +64,9 @@ assert bench.steady_device_share(rows_of("1 2 3\n4 5 6\n7 8 9\n"), (None, 200)) 
 assert rows_of("not a number\n") == []
 print("   bytes share 0.5; late 10/80 over 3..5 and 5/60 over the last two")
 for m in ("swap", "swap-dram", "swap-remote", "learner"):
-    assert "fio" not in bench.tools_needed(m), (m, bench.tools_needed(m))
+    assert "fio" not in cli.tools_needed(m), (m, cli.tools_needed(m))
 for m in ("fio", "all", "tiers", "latency", "dedup"):
-    assert "fio" in bench.tools_needed(m), (m, bench.tools_needed(m))
+    assert "fio" in cli.tools_needed(m), (m, cli.tools_needed(m))
 print("   fio is needed by fio, all, tiers, latency and dedup, not by the swap matrices")
 PY
 

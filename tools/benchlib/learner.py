@@ -1,0 +1,123 @@
+"""learner.py: the learner matrix, swapbench with and without it.
+
+swapbench against a small DRAM tier: cache_policy=auto with cycle
+prefetch (tfs-learner) against 2q with prefetch off (tfs-nolearner).
+"""
+
+import os
+
+from .cache import CACHE_HELP, cache_target, hit_pct, opt, run_cache
+from .runner import (cell, die, drop_caches, fmt_size, log, med, parse_count,
+                     parse_size, plural, ratio)
+from .swap import (SWAPPERS, add_swapbench_options, swapbench,
+                   swapbench_dir_flag)
+
+
+MATRIX = "learner"
+SUMMARY = "swapbench with the learner and without"
+
+HELP = CACHE_HELP + """\
+  learner      swapbench partitioned and pipelined, --learn-params (2e8)
+               against --learn-dram (512M): tfs-learner (auto + cycle
+               prefetch) against tfs-nolearner (2q, prefetch off) and raw.
+"""
+
+TOOLS = []
+
+
+TARGETS = ["raw", "tfs-learner", "tfs-nolearner"]
+DEFAULT_REPS = 1
+
+
+def add_options(p):
+    p.add_argument("--learn-params", type=parse_count, default="2e8",
+                   metavar="N",
+                   help="learner: swapbench model parameters (default 2e8)")
+    p.add_argument("--learn-sub-group-size", dest="learn_sgs",
+                   type=parse_count, default="5e7", metavar="N",
+                   help="learner: elements per subgroup (default 5e7)")
+    p.add_argument("--learn-dram", type=parse_size,
+                   default=parse_size("512M"), metavar="SIZE",
+                   help="learner: tensorfs dram= (default 512M)")
+
+    add_swapbench_options(p)
+
+
+def learner_turn(bench, target):
+    a = bench.args
+    res = {}
+    for swapper in SWAPPERS:
+        directory, handle = cache_target(bench, target, a.learn_dram)
+        if directory is None:
+            return res
+        st = None
+        try:
+            drop_caches()
+            out = swapbench(bench, directory, swapper,
+                                 params=a.learn_params,
+                                 sub_group_size=a.learn_sgs)
+            st = bench.tfs_stats(directory)
+        finally:
+            took = bench.stop_target(handle)
+        if out is None or took is None:
+            continue
+        if st:
+            out["hit"] = hit_pct(st["cache"]["hits"], st["cache"]["misses"])
+            out["cycle"] = st["learner"]["cycle_files"]
+            out["pf"] = (st["prefetch"]["issued"], st["prefetch"]["used"],
+                         st["prefetch"]["late"])
+        res[swapper] = out
+        log("  %-15s %-11s %7.2f s/iter  read %.2f GB/s  write %.2f GB/s"
+            % (target, swapper, out["s"], out["read"], out["write"]))
+    return res
+
+
+def learner_report(results, args, reps, skipped):
+    out = ["## learner: swapbench --params %s --sub-group-size %s --iters "
+           "%d, dram=%s" % (args.learn_params, args.learn_sgs, args.iters,
+                            fmt_size(args.learn_dram)), ""]
+    out.append("tfs-learner: `cache_policy=auto` (Belady on the learned "
+               "cycle) and cycle prefetch; tfs-nolearner: `cache_policy=2q,"
+               "prefetch=off` (what tensorfs does without a cycle). Steady "
+               "median s/iter (iterations 2..%d); x raw = raw s / target s "
+               "(above 1 is faster). Median of %s."
+               % (args.iters, plural(reps, "repetition")))
+    out.append("")
+    out.append("| target | swapper | s/iter | x raw | read GB/s | write GB/s "
+               "| hit % | cycle files | prefetch issued / used / late |")
+    out.append("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+    for s in SWAPPERS:
+        meds = {t: med([r[s]["s"] for r in rs if s in r])
+                for t, rs in results.items()}
+        for t, rs in results.items():
+            last = next((r[s] for r in reversed(rs) if s in r), {})
+            out.append("| %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+                t, s, cell(meds[t], "%.2f"), ratio(meds.get("raw"), meds[t])
+                if meds[t] else "-",
+                cell(med([r[s]["read"] for r in rs if s in r]), "%.2f"),
+                cell(med([r[s]["write"] for r in rs if s in r]), "%.2f"),
+                opt(last.get("hit"), "%.1f"), opt(last.get("cycle"), "%d"),
+                " / ".join(str(v) for v in last["pf"]) if last.get("pf")
+                else "-"))
+    for t, why in skipped.items():
+        out.append("| %s | %s | | | | | | | |" % (t, why))
+    out.append("")
+    return out
+
+
+def prepare(bench, args):
+    if not os.access(args.swapbench, os.X_OK):
+        return ["## learner", "",
+                "Not run: %s is not built." % args.swapbench, ""]
+    bench.swap_dir_flag = swapbench_dir_flag(bench)
+    if bench.swap_dir_flag is None:
+        die("cannot tell from `swapbench --help` which option names "
+            "the folder to swap into")
+    return (float(args.learn_params) * 20 + (2 << 30),
+            lambda t: learner_turn(bench, t))
+
+
+def run(bench, args, have_tfs):
+    """The learner matrix; the report's lines."""
+    return run_cache(bench, args, MATRIX, have_tfs, TARGETS, DEFAULT_REPS,
+                     args.learn_dram, prepare, learner_report)

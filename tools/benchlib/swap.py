@@ -1,0 +1,406 @@
+"""swap.py: the swap matrix, and the swapbench runs of other matrices.
+
+swapbench (DeepSpeed ZeRO-Infinity's optimizer swapping) on the raw folder
+and on tensorfs, partitioned and pipelined swappers apart: the steady
+iterations' median time, and from the mount's stats, taken after each
+iteration, the devices' bytes and the late prefetches of the steady
+iterations. swapbench and swap_runs also serve swap-dram, swap-remote and
+learner. No fio here.
+"""
+
+import json
+import os
+import re
+import subprocess
+import tempfile
+
+from .passthrough import build_passthrough
+from .runner import (DESCRIPTIONS, REPO, cell, die, drop_caches, fmt_size,
+                     log, med, parse_count, parse_size, pick_targets, plural,
+                     ratio, run_capture, run_group)
+
+
+MATRIX = "swap"
+SUMMARY = "swapbench, DeepSpeed's optimizer swapping: steady s/iter"
+
+
+HELP = """\
+  swap   swapbench (DeepSpeed ZeRO-Infinity optimizer swapping) steady-state
+         iteration time, partitioned and pipelined swapper reported apart.
+         Default --params 7e8 --sub-group-size 1e8 --iters 3: about 8.4 GB
+         of fp32 weights, m and v plus 2.8 GB of gradients, against
+         --swap-dram 3G, so the optimizer state is more than twice the DRAM
+         tier. Targets: raw and tfs (dram = --swap-dram); add
+         passthrough_ll with --targets raw,tfs,passthrough_ll, and
+         tfs-base, the daemon of --tensorfs-base (another build, taking
+         turns with tfs: an A/B of a change). One
+         repetition by default: each run takes minutes and already reports
+         the median of its steady iterations (2..N). For tfs targets it
+         also reports, from the mount's stats between iterations, the
+         devices' bytes per steady iteration over the raw folder's, and
+         the prefetches late (a read came while one was in flight) over
+         those issued; the cycle's prefetch window settles over passes,
+         so give --iters 10 or more to see its steady state.
+"""
+
+TOOLS = []
+
+
+SWAP_TARGETS = ["raw", "tfs", "tfs-base", "passthrough_ll"]
+SWAP_DEFAULT_TARGETS = ["raw", "tfs"]
+
+SWAP_DEFAULT_REPS = 1
+
+
+SWAPPERS = ["partitioned", "pipelined"]
+
+SWAPBENCH_TIMEOUT_S = 3600
+
+
+TARGETS = SWAP_TARGETS
+DEFAULT_REPS = SWAP_DEFAULT_REPS
+
+
+def add_options(p):
+    p.add_argument("--params", type=parse_count, default="7e8", metavar="N",
+                   help="swap: model parameters (default 7e8)")
+    p.add_argument("--sub-group-size", type=parse_count, default="1e8",
+                   metavar="N",
+                   help="swap: elements per subgroup (default 1e8)")
+    p.add_argument("--swap-dram", type=parse_size, default=parse_size("3G"),
+                   metavar="SIZE",
+                   help="swap: tensorfs dram= (default 3G)")
+
+    add_swapbench_options(p)
+
+
+def add_swapbench_options(p):
+    """The options of every matrix that runs swapbench."""
+
+    p.add_argument("--iters", type=int, default=3, metavar="N",
+                   help="swap: iterations per run, the first is not "
+                        "steady state (default 3)")
+    p.add_argument("--compute-gbps", type=float, default=0, metavar="G",
+                   help="swap: simulated CPU Adam rate, GB of state per "
+                        "second, swapbench's --compute-gbps (default 0: "
+                        "none, the swap alone)")
+    p.add_argument("--ranks", type=int, default=1, metavar="N",
+                   help="swap: processes swapping at once, one folder each, "
+                        "swapbench's --ranks; --params is all of theirs; "
+                        "the report adds each rank's own steady time, the "
+                        "fastest and slowest (default 1)")
+    p.add_argument("--swapbench",
+                   default=os.path.join(REPO, "build", "tools", "swapbench",
+                                        "swapbench"),
+                   metavar="PATH",
+                   help="swapbench (default build/tools/swapbench/swapbench)")
+
+
+def swapbench_dir_flag(bench):
+    """Ask swapbench --help how it names the folder it swaps into."""
+    r = run_capture([bench.args.swapbench, "--help"])
+    text = (r.stdout + r.stderr) if r else ""
+    for flag in ("--dir", "--nvme-path", "--path", "--directory"):
+        if re.search(r"(^|\s)%s[\s=,]" % re.escape(flag), text):
+            return flag
+    return None
+
+
+def swapbench(bench, directory, swapper, params=None,
+              sub_group_size=None, mount=None):
+    """One swapbench run. With mount (a tensorfs mount point), the
+    devices' bytes (read + written, all tiers but dram) are taken from
+    its stats between iterations: res["dev"] is the median over the
+    steady iterations of those bytes / the raw folder's (the state
+    read plus the state written), and res["late"] the prefetches
+    issued and late over those iterations (steady_prefetch_late)."""
+    a = bench.args
+    cmd = [a.swapbench, bench.swap_dir_flag, directory,
+           "--params", params or a.params,
+           "--sub-group-size", sub_group_size or a.sub_group_size,
+           "--iters", str(a.iters), "--swapper", swapper, "--json"]
+    if a.compute_gbps:
+        cmd += ["--compute-gbps", str(a.compute_gbps)]
+    if a.ranks > 1:
+        cmd += ["--ranks", str(a.ranks)]
+    snaps = None
+    if mount:
+        fd, snaps = tempfile.mkstemp(prefix="bench-snaps.")
+        os.close(fd)
+        cmd += ["--between", "python3 -c 'import json,sys; st=json.load("
+                "open(sys.argv[1])); print(sum(t[\"read_bytes\"]+t[\"write_bytes\"]"
+                " for n,t in st[\"tiers\"].items() if n!=\"dram\"),"
+                " st[\"prefetch\"][\"issued\"], st[\"prefetch\"][\"late\"])' "
+                "%s/.tensorfs/stats >>%s" % (mount, snaps)]
+    try:
+        r = run_group(cmd, SWAPBENCH_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        log("swapbench timed out: %s" % " ".join(cmd))
+        return None
+    try:
+        out = json.loads(r.stdout[r.stdout.index("{"):])
+        steady = out["steady"]
+        res = {"s": float(steady["median_total_s"]),
+               "read": float(steady["median_read_gbps"]),
+               "write": float(steady["median_write_gbps"])}
+        cfg = out.get("config", {})
+        res["bytes"] = (cfg.get("read_bytes_per_iter"),
+                        cfg.get("write_bytes_per_iter"))
+        ranks = steady.get("rank_median_total_s")
+        if a.ranks > 1 and ranks:
+            res["ranks"] = [float(v) for v in ranks]
+        if snaps:
+            rows = read_snaps(snaps)
+            res["dev"] = steady_device_share(rows, res["bytes"])
+            res["late"] = steady_prefetch_late(rows)
+    except (ValueError, KeyError, TypeError):
+        log("swapbench: no result (rc %d): %s" % (
+            r.returncode, r.stderr.strip()[-800:]))
+        return None
+    if r.returncode != 0:
+        log("swapbench exited %d: %s" % (r.returncode,
+                                        r.stderr.strip()[-800:]))
+        return None
+    return res
+
+
+def swap_turn(bench, target):
+    return swap_runs(bench, target, bench.args.swap_dram)
+
+
+def swap_runs(bench, target, dram, params=None, sub_group_size=None):
+    """swapbench with each swapper on a fresh target; swapper -> result."""
+    res = {}
+    for swapper in SWAPPERS:
+        directory, handle = bench.start_target(target, dram)
+        if directory is None:
+            return res
+        try:
+            drop_caches()
+            out = swapbench(bench, 
+                directory, swapper, params, sub_group_size,
+                mount=directory if target.startswith("tfs") else None)
+        finally:
+            took = bench.stop_target(handle)
+        if out is None or took is None:
+            continue
+        res[swapper] = out
+        log("  %-15s %-11s %7.2f s/iter  read %.2f GB/s  write %.2f GB/s"
+            % (target, swapper, out["s"], out["read"], out["write"]))
+    return res
+
+
+def read_snaps(snaps):
+    """The stats snapshots that swapbench --between wrote, one line after
+    each iteration but the last: device bytes, prefetches issued, late.
+    A line that is not three integers is dropped. The file is removed; []
+    when it cannot be read."""
+    rows = []
+    try:
+        with open(snaps) as f:
+            for line in f:
+                try:
+                    row = [int(x) for x in line.split()]
+                except ValueError:
+                    continue
+                if len(row) == 3:
+                    rows.append(row)
+    except OSError:
+        return []
+    finally:
+        try:
+            os.unlink(snaps)
+        except OSError:
+            pass
+    return rows
+
+
+def steady_device_share(rows, per_iter):
+    """Median over the steady iterations of the devices' bytes per
+    iteration (from the snapshots taken after iterations 1..N-1) over the
+    raw folder's; None when it cannot be told."""
+    if None in per_iter or len(rows) < 3:
+        return None
+    raw = per_iter[0] + per_iter[1]
+    # iteration k+1's bytes are rows[k] - rows[k-1]; iteration 2 still learns
+    return med([(rows[k][0] - rows[k - 1][0]) / raw
+                for k in range(2, len(rows))])
+
+
+def steady_prefetch_late(rows):
+    """(issued, late, issued2, late2): the prefetches of the steady
+    iterations the snapshots cover (3..N-1, as steady_device_share), then
+    the same over the last two of those iterations (the last one when
+    there is only one), where the cycle's window has had the most passes
+    to settle (tb_cycle_pass); None when it cannot be told."""
+    if len(rows) < 3:
+        return None
+    first, last = rows[1], rows[-1]
+    tail = rows[-3] if len(rows) >= 4 else rows[1]
+    return (last[1] - first[1], last[2] - first[2],
+            last[1] - tail[1], last[2] - tail[2])
+
+
+def swap_report(results, args, reps, descriptions, skipped):
+    out = []
+    out.append("## swap: swapbench --params %s --sub-group-size %s "
+               "--iters %d%s%s, tensorfs dram=%s"
+               % (args.params, args.sub_group_size, args.iters,
+                  " --compute-gbps %g" % args.compute_gbps
+                  if args.compute_gbps else "",
+                  " --ranks %d" % args.ranks if args.ranks > 1 else "",
+                  fmt_size(args.swap_dram)))
+    out.append("")
+    per_iter = [r[s]["bytes"] for reps_ in results.values() for r in reps_
+                for s in SWAPPERS if s in r and r[s].get("bytes")]
+    if per_iter and None not in per_iter[0]:
+        out.append("Per steady iteration: %.1f GB read, %.1f GB written "
+                   "(10^9 B); fp32 weights, m and v are about %.1f GB. Every "
+                   "byte read is checked (swapbench's default sparse "
+                   "verification)."
+                   % (per_iter[0][0] / 1e9, per_iter[0][1] / 1e9,
+                      float(args.params) * 12 / 1e9))
+        out.append("")
+    out.append("Median over %s of swapbench's steady-state median "
+               "iteration time (iterations 2..%d). x raw = raw seconds / "
+               "target seconds (above 1 is faster than raw)."
+               % (plural(reps, "repetition"), args.iters))
+    out.append("")
+    hdr = "| target"
+    sep = "| ---"
+    for s in SWAPPERS:
+        hdr += " | %s s/iter | x raw | read GB/s | write GB/s" % s
+        sep += " | ---: | ---: | ---: | ---:"
+    out.append(hdr + " |")
+    out.append(sep + " |")
+    meds = {}
+    for t, reps in results.items():
+        meds[t] = {}
+        for s in SWAPPERS:
+            meds[t][s] = {k: med([r[s][k] for r in reps if s in r])
+                          for k in ("s", "read", "write")}
+    for t in results:
+        row = ["| %s" % t]
+        for s in SWAPPERS:
+            m = meds[t][s]
+            b = meds.get("raw", {}).get(s, {}).get("s")
+            row.append(cell(m["s"], "%.2f"))
+            row.append(ratio(b, m["s"]) if m["s"] else "-")
+            row.append(cell(m["read"], "%.2f"))
+            row.append(cell(m["write"], "%.2f"))
+        out.append(" | ".join(row) + " |")
+    for t, why in skipped.items():
+        out.append("| %s | %s |%s" % (t, why, " |" * 7))
+    out.append("")
+    out.append("What each row is:")
+    out.append("")
+    for t in list(results) + list(skipped):
+        out.append("- `%s`: %s" % (t, descriptions[t]))
+    out.append("")
+    out.append("Each swapbench run gets a fresh folder (and a fresh mount); "
+               "host caches are dropped before it starts.")
+    out.append("")
+    out.append("Every repetition (steady-state s/iter):")
+    out.append("")
+    out.append("| target | swapper | each repetition |")
+    out.append("| --- | --- | --- |")
+    for t, reps_ in results.items():
+        for s in SWAPPERS:
+            out.append("| %s | %s | %s |" % (t, s, ", ".join(
+                cell(r[s]["s"] if s in r else None, "%.2f")
+                for r in reps_)))
+    out.append("")
+    dev = [(t, s, [r[s].get("dev") for r in reps_ if s in r])
+           for t, reps_ in results.items() for s in SWAPPERS]
+    dev = [(t, s, [v for v in vs if v is not None]) for t, s, vs in dev]
+    if any(vs for _, _, vs in dev):
+        out.append("Device bytes (read + written, every tier but DRAM) per "
+                   "steady iteration (3..%d), over the raw folder's (the "
+                   "state read plus the state written): median, and each "
+                   "repetition." % (args.iters - 1))
+        out.append("")
+        out.append("| target | swapper | device bytes / raw | each repetition |")
+        out.append("| --- | --- | ---: | --- |")
+        for t, s, vs in dev:
+            if vs:
+                out.append("| %s | %s | %.2f | %s |" % (
+                    t, s, med(vs), ", ".join("%.2f" % v for v in vs)))
+        out.append("")
+    ranks = [(t, s, [r[s]["ranks"] for r in reps_
+                     if s in r and r[s].get("ranks")])
+             for t, reps_ in results.items() for s in SWAPPERS]
+    if any(vs for _, _, vs in ranks):
+        out.append("Each rank's own median steady iteration (iterations "
+                   "2..%d; an iteration ends when the slowest rank is "
+                   "done): the fastest and slowest rank, and the slowest "
+                   "over the fastest, each repetition." % args.iters)
+        out.append("")
+        out.append("| target | swapper | fastest s | slowest s | "
+                   "slowest / fastest, each repetition |")
+        out.append("| --- | --- | ---: | ---: | --- |")
+        for t, s, vs in ranks:
+            if vs:
+                out.append("| %s | %s | %.2f | %.2f | %s |" % (
+                    t, s, med([min(v) for v in vs]),
+                    med([max(v) for v in vs]),
+                    ", ".join("%.2f" % (max(v) / min(v)) if min(v) > 0
+                              else "-" for v in vs)))
+        out.append("")
+    late = [(t, s, [r[s]["late"] for r in reps_
+                    if s in r and r[s].get("late")])
+            for t, reps_ in results.items() for s in SWAPPERS]
+    if any(vs for _, _, vs in late):
+        out.append("Prefetches late (a read came while the prefetch "
+                   "was in flight) over issued, in the steady iterations "
+                   "the snapshots cover (3..%d), and in the last two of "
+                   "them, where the window has settled: each repetition."
+                   % (args.iters - 1))
+        out.append("")
+        out.append("| target | swapper | late / issued, 3..%d | "
+                   "late / issued, last two |" % (args.iters - 1))
+        out.append("| --- | --- | --- | --- |")
+        for t, s, vs in late:
+            if vs:
+                out.append("| %s | %s | %s | %s |" % (
+                    t, s,
+                    ", ".join(late_share(v[1], v[0]) for v in vs),
+                    ", ".join(late_share(v[3], v[2]) for v in vs)))
+        out.append("")
+    return out
+
+
+def late_share(late, issued):
+    """late/issued (share %), as the report prints it."""
+    return "%d/%d (%s)" % (late, issued, "%.0f%%" % (100.0 * late / issued)
+                           if issued else "-")
+
+
+def run(bench, args, have_tfs):
+    """The swap matrix: its targets in turn; the report's lines."""
+    descriptions = dict(DESCRIPTIONS)
+    skipped = {}
+    targets = pick_targets(args, SWAP_TARGETS, SWAP_DEFAULT_TARGETS)
+    reps = args.reps or SWAP_DEFAULT_REPS
+    descriptions["tfs"] = "tensorfs, dram=%s" % fmt_size(args.swap_dram)
+    descriptions["tfs-base"] = "tensorfs of --tensorfs-base (%s), dram=%s" \
+        % (args.tensorfs_base, fmt_size(args.swap_dram))
+    if "tfs-base" in targets and not (
+            args.tensorfs_base and os.access(args.tensorfs_base, os.X_OK)):
+        die("target tfs-base needs --tensorfs-base PATH, a tensorfs "
+            "binary to run")
+    need = 16 << 30
+    if not os.access(args.swapbench, os.X_OK):
+        log("swap: %s not built; skipping the swap matrix"
+            % args.swapbench)
+        return ["## swap", "",
+                "Not run: %s is not built." % args.swapbench, ""]
+    bench.swap_dir_flag = swapbench_dir_flag(bench)
+    if bench.swap_dir_flag is None:
+        die("cannot tell from `swapbench --help` which option names "
+            "the folder to swap into")
+    if "passthrough_ll" in targets and bench.passthrough is None:
+        bench.passthrough = build_passthrough(bench)
+    results = bench.run_local("swap", targets, reps, need,
+                              lambda t: swap_turn(bench, t), have_tfs,
+                              skipped, lambda t: args.swap_dram)
+    return swap_report(results, args, reps, descriptions, skipped)

@@ -1,0 +1,202 @@
+"""swap_remote.py: the swap-remote matrix, swapbench over remote tiers.
+
+swapbench's steady iteration time on tensorfs with nvme alone, nvme + a
+pfs folder and nvme + an s3 tier (s3rver, as in the s3 matrix), under
+the caps of the tiers matrix.
+"""
+
+import os
+
+from .remote import (REMOTE_HELP, add_tier_bw, add_tier_dram, run_remote,
+                     tier_caps)
+from .runner import (cell, dedup_hits, dev_bytes, die, drop_caches, fmt_devs,
+                     fmt_size, log, med, parse_count, plural, ratio)
+from .s3 import (add_s3_server_options, s3_opts, s3_proxy_note, s3_requests,
+                 s3_start)
+from .swap import (SWAPPERS, add_swapbench_options, swapbench,
+                   swapbench_dir_flag)
+
+
+MATRIX = "swap-remote"
+SUMMARY = "swapbench over nvme + pfs and nvme + s3"
+
+HELP = REMOTE_HELP + """\
+  swap-remote  swapbench steady-state iteration time, partitioned and
+               pipelined, --swap-remote-params 3e8
+               --swap-remote-sub-group-size 5e7 --iters 3, with
+               tfs-nvme+pfs and tfs-nvme+s3 (s3_bw = X/2 on an s3 tier on
+               s3rver, as in the s3 matrix, through the proxy with
+               --s3-latency-ms) against tfs-nvme (caps as in tiers). One
+               repetition by default.
+"""
+
+TOOLS = []
+
+
+SWAPR_TARGETS = ["tfs-nvme", "tfs-nvme+pfs", "tfs-nvme+s3"]
+
+TARGETS = SWAPR_TARGETS
+DEFAULT_REPS = 1
+
+
+def add_options(p):
+    add_tier_bw(p)
+    add_tier_dram(p)
+
+    p.add_argument("--swap-remote-params", type=parse_count, default="3e8",
+                   metavar="N",
+                   help="swap-remote: model parameters (default 3e8)")
+    p.add_argument("--swap-remote-sub-group-size", dest="swap_remote_sgs",
+                   type=parse_count, default="5e7", metavar="N",
+                   help="swap-remote: elements per subgroup (default 5e7)")
+
+    add_s3_server_options(p)
+    add_swapbench_options(p)
+
+
+def swap_remote_turn(bench, target):
+    a = bench.args
+    pfs = target == "tfs-nvme+pfs"
+    s3 = target == "tfs-nvme+s3"
+    res = {}
+    for swapper in SWAPPERS:
+        extra = tier_caps(bench, pfs, s3)
+        if s3:
+            bench.s3_runs += 1
+            extra += s3_opts(bench, "swap%d" % bench.s3_runs)
+        directory, handle = bench.start_tfs(
+            target, a.tier_dram, pfs=pfs, extra=extra)
+        if directory is None:
+            return res
+        st = None
+        req0, cpu0 = s3_requests(bench), bench.daemon_cpu(handle)
+        try:
+            drop_caches()
+            out = swapbench(bench, directory, swapper,
+                                 params=a.swap_remote_params,
+                                 sub_group_size=a.swap_remote_sgs)
+            st = bench.tfs_stats(directory)
+            req1, cpu1 = s3_requests(bench), bench.daemon_cpu(handle)
+            if out is not None and s3 and req0 is not None:
+                out["s3_requests"] = req1 - req0
+            if out is not None and cpu0 is not None and cpu1 is not None:
+                out["cpu"] = cpu1 - cpu0
+        finally:
+            took = bench.stop_target(handle)
+        if out is None or took is None:
+            continue
+        out["dev_read"] = dev_bytes(st, "read_bytes")
+        out["dev_write"] = dev_bytes(st, "write_bytes")
+        out["dedup"] = dedup_hits(st)
+        res[swapper] = out
+        log("  %-15s %-11s %7.2f s/iter  read %.2f GB/s  write %.2f GB/s"
+            % (target, swapper, out["s"], out["read"], out["write"]))
+    return res
+
+
+def swap_remote_report(results, args, reps, skipped):
+    x = args.tier_bw
+    out = []
+    out.append("## swap-remote: swapbench --params %s --sub-group-size %s "
+               "--iters %d, nvme + pfs and nvme + s3 against nvme alone, "
+               "dram=%s"
+               % (args.swap_remote_params, args.swap_remote_sgs, args.iters,
+                  fmt_size(args.tier_dram)))
+    out.append("")
+    out.append("Caps as in `tiers`: nvme_bw=%s (X) and, for tfs-nvme+pfs, "
+               "pfs_bw=%s on a pfs folder (remote=DIR) on the same disk; for "
+               "tfs-nvme+s3, s3_bw=%s on an s3 tier (remote=s3://, s3rver on "
+               "127.0.0.1 as in the s3 matrix%s, reached %s). The "
+               "caps count reads and writes together, so the ideal ratio is "
+               "1.5. Median over %s of swapbench's steady-state median "
+               "iteration time (iterations 2..%d); x tfs-nvme = tfs-nvme "
+               "seconds / target seconds (above 1 is faster)."
+               % (fmt_size(x), fmt_size(x // 2), fmt_size(x // 2),
+                  ", s3_object=" + fmt_size(args.s3_object)
+                  if args.s3_object else "", s3_proxy_note(args),
+                  plural(reps, "repetition"), args.iters))
+    out.append("")
+    hdr = "| target"
+    sep = "| ---"
+    for s in SWAPPERS:
+        hdr += " | %s s/iter | x tfs-nvme | read GB/s | write GB/s" % s
+        sep += " | ---: | ---: | ---: | ---:"
+    out.append(hdr + " |")
+    out.append(sep + " |")
+    meds = {}
+    for t, rs in results.items():
+        meds[t] = {s: {k: med([r[s][k] for r in rs if s in r])
+                       for k in ("s", "read", "write")} for s in SWAPPERS}
+    for t in results:
+        row = ["| %s" % t]
+        for s in SWAPPERS:
+            m = meds[t][s]
+            b = meds.get("tfs-nvme", {}).get(s, {}).get("s")
+            row.append(cell(m["s"], "%.2f"))
+            row.append(ratio(b, m["s"]) if m["s"] else "-")
+            row.append(cell(m["read"], "%.2f"))
+            row.append(cell(m["write"], "%.2f"))
+        out.append(" | ".join(row) + " |")
+    for t, why in skipped.items():
+        out.append("| %s | %s |%s" % (t, why, " |" * 7))
+    out.append("")
+    per_iter = [r[s]["bytes"] for rs in results.values() for r in rs
+                for s in SWAPPERS if s in r and r[s].get("bytes")]
+    if per_iter and None not in per_iter[0]:
+        out.append("Per steady iteration: %.1f GB read, %.1f GB written "
+                   "(10^9 B); swapbench checked what it read back."
+                   % (per_iter[0][0] / 1e9, per_iter[0][1] / 1e9))
+        out.append("")
+    out.append("Every run (steady s/iter; GB each device read and wrote over "
+               "the whole run, from `.tensorfs/stats` before the unmount; the "
+               "daemon's CPU seconds over the run, from /proc/PID/stat%s):"
+               % ("" if args.s3_latency_ms is None else
+                  "; for tfs-nvme+s3, the requests the proxy saw"))
+    out.append("")
+    out.append("| target | swapper | each repetition |")
+    out.append("| --- | --- | --- |")
+    for t, rs in results.items():
+        for s in SWAPPERS:
+            cells = []
+            for r in rs:
+                if s not in r:
+                    cells.append("failed")
+                    continue
+                cells.append("%.2f s; read %s; written %s; dedup hits %s%s%s"
+                             % (r[s]["s"],
+                                fmt_devs(r[s].get("dev_read"), 1e9, "%.1f"),
+                                fmt_devs(r[s].get("dev_write"), 1e9, "%.1f"),
+                                cell(r[s].get("dedup"), "%d"),
+                                "" if r[s].get("cpu") is None else
+                                "; daemon CPU %.1f s" % r[s]["cpu"],
+                                "" if r[s].get("s3_requests") is None else
+                                "; %d s3 requests" % r[s]["s3_requests"]))
+            out.append("| %s | %s | %s |" % (t, s, "; ".join(cells)))
+    out.append("")
+    return out
+
+
+def prepare(bench, args, targets, skipped):
+    if not os.access(args.swapbench, os.X_OK):
+        log("swap-remote: %s not built" % args.swapbench)
+        return ["## swap-remote", "",
+                "Not run: %s is not built." % args.swapbench, ""]
+    bench.swap_dir_flag = swapbench_dir_flag(bench)
+    if bench.swap_dir_flag is None:
+        die("cannot tell from `swapbench --help` which option names "
+            "the folder to swap into")
+    if "tfs-nvme+s3" in targets:
+        why = s3_start(bench)
+        if why:
+            log("swap-remote: tfs-nvme+s3: " + why)
+            skipped["tfs-nvme+s3"] = "not run: " + why
+            targets.remove("tfs-nvme+s3")
+    return (float(args.swap_remote_params) * 20 + (2 << 30),
+            lambda t: swap_remote_turn(bench, t))
+
+
+def run(bench, args, have_tfs):
+    """The swap-remote matrix; the report's lines."""
+    return run_remote(bench, args, MATRIX, have_tfs, SWAPR_TARGETS,
+                      ["tfs-nvme"], DEFAULT_REPS, prepare,
+                      swap_remote_report)
