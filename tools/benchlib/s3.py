@@ -112,7 +112,6 @@ def add_options(p):
 def add_s3_server_options(p):
     """The options of the s3rver and of tensorfs's s3 tier (s3,
     swap-remote)."""
-
     p.add_argument("--s3-latency-ms", type=float, default=None, metavar="MS",
                    help="s3, swap-remote: put tools/s3proxy.js between the "
                         "clients and s3rver, delaying each request's first "

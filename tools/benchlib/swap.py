@@ -36,11 +36,12 @@ HELP = """\
          turns with tfs: an A/B of a change). One
          repetition by default: each run takes minutes and already reports
          the median of its steady iterations (2..N). For tfs targets it
-         also reports, from the mount's stats between iterations, the
-         devices' bytes per steady iteration over the raw folder's, and
-         the prefetches late (a read came while one was in flight) over
-         those issued; the cycle's prefetch window settles over passes,
-         so give --iters 10 or more to see its steady state.
+         also reports, from the mount's stats after each iteration, the
+         devices' bytes per steady iteration (3..N, so --iters 3 or more)
+         over the raw folder's, and the prefetches late (a read came while
+         one was in flight) over those issued; the cycle's prefetch window
+         settles over passes, so give --iters 10 or more to see its steady
+         state.
 """
 
 TOOLS = []
@@ -55,6 +56,8 @@ SWAP_DEFAULT_REPS = 1
 SWAPPERS = ["partitioned", "pipelined"]
 
 SWAPBENCH_TIMEOUT_S = 3600
+STEADY_NOTE = ("they need --iters 3 or more (iterations 1 and 2 fill the "
+               "tiers and learn the cycle; the steady ones are 3..N)")
 
 
 TARGETS = SWAP_TARGETS
@@ -76,10 +79,10 @@ def add_options(p):
 
 def add_swapbench_options(p):
     """The options of every matrix that runs swapbench."""
-
     p.add_argument("--iters", type=int, default=3, metavar="N",
                    help="swap: iterations per run, the first is not "
-                        "steady state (default 3)")
+                        "steady state; device bytes and late prefetches "
+                        "need 3 (default 3)")
     p.add_argument("--compute-gbps", type=float, default=0, metavar="G",
                    help="swap: simulated CPU Adam rate, GB of state per "
                         "second, swapbench's --compute-gbps (default 0: "
@@ -110,10 +113,12 @@ def swapbench(bench, directory, swapper, params=None,
               sub_group_size=None, mount=None):
     """One swapbench run. With mount (a tensorfs mount point), the
     devices' bytes (read + written, all tiers but dram) are taken from
-    its stats between iterations: res["dev"] is the median over the
-    steady iterations of those bytes / the raw folder's (the state
-    read plus the state written), and res["late"] the prefetches
-    issued and late over those iterations (steady_prefetch_late)."""
+    its stats after each iteration (between iterations by swapbench's
+    --between, after the last one once swapbench is done): res["dev"] is
+    the median over the steady iterations of those bytes / the raw
+    folder's (the state read plus the state written), and res["late"]
+    the prefetches issued and late over those iterations
+    (steady_prefetch_late)."""
     a = bench.args
     cmd = [a.swapbench, bench.swap_dir_flag, directory,
            "--params", params or a.params,
@@ -123,20 +128,24 @@ def swapbench(bench, directory, swapper, params=None,
         cmd += ["--compute-gbps", str(a.compute_gbps)]
     if a.ranks > 1:
         cmd += ["--ranks", str(a.ranks)]
-    snaps = None
+    snaps = snap = None
     if mount:
         fd, snaps = tempfile.mkstemp(prefix="bench-snaps.")
         os.close(fd)
-        cmd += ["--between", "python3 -c 'import json,sys; st=json.load("
+        snap = ("python3 -c 'import json,sys; st=json.load("
                 "open(sys.argv[1])); print(sum(t[\"read_bytes\"]+t[\"write_bytes\"]"
                 " for n,t in st[\"tiers\"].items() if n!=\"dram\"),"
                 " st[\"prefetch\"][\"issued\"], st[\"prefetch\"][\"late\"])' "
-                "%s/.tensorfs/stats >>%s" % (mount, snaps)]
+                "%s/.tensorfs/stats >>%s" % (mount, snaps))
+        cmd += ["--between", snap]
     try:
         r = run_group(cmd, SWAPBENCH_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         log("swapbench timed out: %s" % " ".join(cmd))
         return None
+    if snap:
+        # the snapshot after the last iteration, which --between leaves out
+        run_capture(["sh", "-c", snap])
     try:
         out = json.loads(r.stdout[r.stdout.index("{"):])
         steady = out["steady"]
@@ -191,8 +200,9 @@ def swap_runs(bench, target, dram, params=None, sub_group_size=None):
 
 
 def read_snaps(snaps):
-    """The stats snapshots that swapbench --between wrote, one line after
-    each iteration but the last: device bytes, prefetches issued, late.
+    """The stats snapshots taken after each iteration (swapbench
+    --between's, then swapbench's own after the last): device bytes,
+    prefetches issued, late.
     A line that is not three integers is dropped. The file is removed; []
     when it cannot be read."""
     rows = []
@@ -217,8 +227,9 @@ def read_snaps(snaps):
 
 def steady_device_share(rows, per_iter):
     """Median over the steady iterations of the devices' bytes per
-    iteration (from the snapshots taken after iterations 1..N-1) over the
-    raw folder's; None when it cannot be told."""
+    iteration (from the snapshots taken after iterations 1..N) over the
+    raw folder's; None when it cannot be told (N under 3: iterations 1
+    and 2 fill the tiers and learn the cycle)."""
     if None in per_iter or len(rows) < 3:
         return None
     raw = per_iter[0] + per_iter[1]
@@ -229,7 +240,7 @@ def steady_device_share(rows, per_iter):
 
 def steady_prefetch_late(rows):
     """(issued, late, issued2, late2): the prefetches of the steady
-    iterations the snapshots cover (3..N-1, as steady_device_share), then
+    iterations the snapshots cover (3..N, as steady_device_share), then
     the same over the last two of those iterations (the last one when
     there is only one), where the cycle's window has had the most passes
     to settle (tb_cycle_pass); None when it cannot be told."""
@@ -317,7 +328,7 @@ def swap_report(results, args, reps, descriptions, skipped):
         out.append("Device bytes (read + written, every tier but DRAM) per "
                    "steady iteration (3..%d), over the raw folder's (the "
                    "state read plus the state written): median, and each "
-                   "repetition." % (args.iters - 1))
+                   "repetition." % args.iters)
         out.append("")
         out.append("| target | swapper | device bytes / raw | each repetition |")
         out.append("| --- | --- | ---: | --- |")
@@ -346,6 +357,13 @@ def swap_report(results, args, reps, descriptions, skipped):
                     ", ".join("%.2f" % (max(v) / min(v)) if min(v) > 0
                               else "-" for v in vs)))
         out.append("")
+    elif any(t.startswith("tfs") and any(s in r for r in reps_
+                                         for s in SWAPPERS)
+             for t, reps_ in results.items()):
+        out.append("Device bytes and late prefetches: not measured; %s."
+                   % (STEADY_NOTE if args.iters < 3 else
+                      "the mount's stats gave no snapshot (see the log)"))
+        out.append("")
     late = [(t, s, [r[s]["late"] for r in reps_
                     if s in r and r[s].get("late")])
             for t, reps_ in results.items() for s in SWAPPERS]
@@ -354,10 +372,10 @@ def swap_report(results, args, reps, descriptions, skipped):
                    "was in flight) over issued, in the steady iterations "
                    "the snapshots cover (3..%d), and in the last two of "
                    "them, where the window has settled: each repetition."
-                   % (args.iters - 1))
+                   % args.iters)
         out.append("")
         out.append("| target | swapper | late / issued, 3..%d | "
-                   "late / issued, last two |" % (args.iters - 1))
+                   "late / issued, last two |" % args.iters)
         out.append("| --- | --- | --- | --- |")
         for t, s, vs in late:
             if vs:
@@ -400,6 +418,9 @@ def run(bench, args, have_tfs):
             "the folder to swap into")
     if "passthrough_ll" in targets and bench.passthrough is None:
         bench.passthrough = build_passthrough(bench)
+    if args.iters < 3 and any(t.startswith("tfs") for t in targets):
+        log("swap: --iters %d: no device bytes or late prefetches; %s"
+            % (args.iters, STEADY_NOTE))
     results = bench.run_local("swap", targets, reps, need,
                               lambda t: swap_turn(bench, t), have_tfs,
                               skipped, lambda t: args.swap_dram)
