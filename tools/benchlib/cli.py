@@ -15,12 +15,11 @@ import shutil
 import signal
 import sys
 
+from . import (cycle, dedup, fio, latency, learner, plot, s3, scan, swap,
+               swap_dram, swap_remote, tiers)
 from .cycle import cycle_file_size
 from .plot import plot_main, plot_next_to
 from .runner import Bench, REPO, die, machine_facts, run_capture
-
-from . import (cycle, dedup, fio, latency, learner, plot, s3, scan, swap,
-               swap_dram, swap_remote, tiers)
 
 MATRICES = {m.MATRIX: m for m in (fio, swap, swap_dram, tiers, latency,
                                   swap_remote, s3, cycle, scan, learner,
@@ -106,7 +105,6 @@ def add_common(p, targets=None, reps=None):
                         "(%s); raw and the matrix's baselines are always "
                         "measured" % (",".join(targets) if targets else
                                       "see tools/bench MATRIX --help"))
-
     p.add_argument("--dir", default="/var/tmp", metavar="DIR",
                    help="where the work folder goes: the raw folder, the "
                         "nvme folders and the mount points (default "

@@ -27,7 +27,6 @@ HELP = CACHE_HELP + """\
 
 TOOLS = []
 
-
 TARGETS = ["raw", "tfs-auto", "tfs-lru", "tfs-base-auto"]
 DEFAULT_REPS = 3
 

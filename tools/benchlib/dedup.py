@@ -25,7 +25,6 @@ HELP = CACHE_HELP + """\
 
 TOOLS = ["fio"]
 
-
 TARGETS = ["raw", "tfs-dedup-off", "tfs-dedup-trust", "tfs-dedup-verify"]
 DEFAULT_REPS = 3
 

@@ -21,7 +21,6 @@ from .runner import (DESCRIPTIONS, cell, die, drop_caches, fmt_size, log, med,
 MATRIX = "fio"
 SUMMARY = "DeepSpeed's request shape through fio, O_DIRECT 1 MiB"
 
-
 HELP = """\
   fio    DeepSpeed's request shape through each target: fio, one job,
          libaio, O_DIRECT, 1 MiB blocks, iodepth 8, on one file of --size
@@ -40,13 +39,11 @@ HELP = """\
 
 TOOLS = ["fio"]
 
-
 FIO_TARGETS = ["raw", "tfs-bigdram", "tfs-smalldram", "passthrough_ll",
                "tfs-base-smalldram"]
 FIO_DEFAULT_TARGETS = FIO_TARGETS[:4]
 
 FIO_DEFAULT_REPS = 3
-
 
 FIO_PHASES = ["write-new", "overwrite", "read"]
 

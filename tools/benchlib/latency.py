@@ -27,11 +27,9 @@ HELP = REMOTE_HELP + """\
 
 TOOLS = ["fio"]
 
-
 LAT_TARGETS = ["raw", "tfs"]
 
 LAT_CONDITIONS = ["alone", "loaded"]
-
 
 TARGETS = LAT_TARGETS
 DEFAULT_REPS = 3

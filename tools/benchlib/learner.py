@@ -24,7 +24,6 @@ HELP = CACHE_HELP + """\
 
 TOOLS = []
 
-
 TARGETS = ["raw", "tfs-learner", "tfs-nolearner"]
 DEFAULT_REPS = 1
 

@@ -29,7 +29,6 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.realpath(__file__))))
 
-
 DESCRIPTIONS = {
     "raw": "plain folder on the disk, no FUSE",
     "passthrough_ll": "libfuse passthrough_ll over the raw folder: "

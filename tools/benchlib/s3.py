@@ -41,7 +41,6 @@ HELP = REMOTE_HELP + """\
 
 TOOLS = ["fio"]
 
-
 S3_TARGETS = ["tfs-s3", "s3fs"]
 
 TARGETS = S3_TARGETS

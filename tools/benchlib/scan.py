@@ -23,7 +23,6 @@ HELP = CACHE_HELP + """\
 
 TOOLS = []
 
-
 TARGETS = ["raw", "tfs-2q", "tfs-clock", "tfs-lru"]
 DEFAULT_REPS = 3
 

@@ -23,7 +23,6 @@ from .runner import (DESCRIPTIONS, REPO, cell, die, drop_caches, fmt_size,
 MATRIX = "swap"
 SUMMARY = "swapbench, DeepSpeed's optimizer swapping: steady s/iter"
 
-
 HELP = """\
   swap   swapbench (DeepSpeed ZeRO-Infinity optimizer swapping) steady-state
          iteration time, partitioned and pipelined swapper reported apart.
@@ -46,19 +45,16 @@ HELP = """\
 
 TOOLS = []
 
-
 SWAP_TARGETS = ["raw", "tfs", "tfs-base", "passthrough_ll"]
 SWAP_DEFAULT_TARGETS = ["raw", "tfs"]
 
 SWAP_DEFAULT_REPS = 1
-
 
 SWAPPERS = ["partitioned", "pipelined"]
 
 SWAPBENCH_TIMEOUT_S = 3600
 STEADY_NOTE = ("they need --iters 3 or more (iterations 1 and 2 fill the "
                "tiers and learn the cycle; the steady ones are 3..N)")
-
 
 TARGETS = SWAP_TARGETS
 DEFAULT_REPS = SWAP_DEFAULT_REPS

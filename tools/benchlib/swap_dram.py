@@ -15,7 +15,6 @@ from .swap import (SWAPPERS, SWAP_DEFAULT_REPS, add_swapbench_options,
 MATRIX = "swap-dram"
 SUMMARY = "swapbench's s/iter against dram= / the optimizer state"
 
-
 HELP = """\
   swap-dram
          swapbench's steady-state iteration time against the size of the

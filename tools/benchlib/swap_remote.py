@@ -32,7 +32,6 @@ HELP = REMOTE_HELP + """\
 
 TOOLS = []
 
-
 SWAPR_TARGETS = ["tfs-nvme", "tfs-nvme+pfs", "tfs-nvme+s3"]
 
 TARGETS = SWAPR_TARGETS

@@ -27,7 +27,6 @@ HELP = REMOTE_HELP + """\
 
 TOOLS = ["fio"]
 
-
 TIERS_TARGETS = ["raw", "tfs-nvme", "tfs-nvme+pfs"]
 
 TARGETS = TIERS_TARGETS
