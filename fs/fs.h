@@ -233,17 +233,22 @@ void fs_inode_written(struct fs_inode *in, uint64_t end, uint64_t len);
 int fs_release_locs(struct fs *fs, struct locvec *freed);
 
 /*
- * ops.c: the block store's waits on this thread end with EINTR once the
+ * req.c: the block store's waits on this thread end with EINTR once the
  * kernel interrupts req (tb_interruptible), until fs_unwatch: a request
  * whose process was killed while a full device held it must not stay.
  */
 void fs_watch(fuse_req_t req);
 void fs_unwatch(void);
 
-/* ctl.c: the /.tensorfs control files */
+/* ctl_names.c: the names of the /.tensorfs control files */
 bool fs_ctl_ino(uint64_t ino);
 void fs_ctl_lookup(struct fs *fs, fuse_req_t req, uint64_t parent, const char *name);
 void fs_ctl_getattr(struct fs *fs, fuse_req_t req, uint64_t ino);
+void fs_ctl_readdir(struct fs *fs, fuse_req_t req, uint64_t ino, size_t size, off_t off,
+		    bool plus);
+void fs_ctl_root_stat(struct stat *st, uint64_t ino);
+
+/* ctl.c: what the /.tensorfs control files hold, and the commands */
 void fs_ctl_open(struct fs *fs, fuse_req_t req, uint64_t ino, struct fuse_file_info *fi);
 void fs_ctl_read(fuse_req_t req, size_t size, off_t off, struct fuse_file_info *fi);
 void fs_ctl_release(fuse_req_t req, struct fuse_file_info *fi);
@@ -257,12 +262,9 @@ void fs_ctl_stop(struct fs *fs);
  * store, not their sizes.
  */
 int fs_ctl_tiers_xattr(struct fs *fs, fuse_req_t req, uint64_t ino, char **out, size_t *len);
-void fs_ctl_readdir(struct fs *fs, fuse_req_t req, uint64_t ino, size_t size, off_t off,
-		    bool plus);
-void fs_ctl_root_stat(struct stat *st, uint64_t ino);
 
 /*
- * ops.c: a read or write of len bytes at off reached ino (now size bytes long):
+ * req.c: a read or write of len bytes at off reached ino (now size bytes long):
  * tell the learner. True when it recorded a step of a known cycle: the
  * caller then wakes the prefetcher (fs_prefetch_kick).
  */

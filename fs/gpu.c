@@ -26,6 +26,11 @@
  * With cuda=on the daemon also registers the arena with CUDA when a GPU
  * is there (cuMemHostRegister, through libcuda loaded at run time, so the
  * daemon needs no CUDA to build or run); without one it says so once.
+ *
+ * It may call req.c (the learner told of each pin), ctl_names.c (a control
+ * file is no client's file), the inode table, prefetch.c and the block
+ * store; never the FUSE ops or the control files' contents (ctl.c calls
+ * fs_gpu_json).
  */
 #include "fs.h"
 #include "log.h"

@@ -10,6 +10,11 @@
  * a device; nor long on a GPU client's write pin: a change of size gives up
  * with ETXTBSY (io_lock_excl). Every op replies exactly once on every
  * path. The table of ops is at the bottom.
+ *
+ * The ops are the top of fs/: they call the control files (ctl*.c), the
+ * helpers every request uses (req.c), the inode table, the store and the
+ * block store; nothing in fs/ calls them but the table's user (main.c) and
+ * the parked writes' pool (defer.c).
  */
 #include "fs.h"
 #include "log.h"
@@ -750,21 +755,6 @@ out:
 
 /* ---- data: helpers shared by write, truncate, punch and copy ---- */
 
-static bool req_interrupted(void *req)
-{
-	return fuse_req_interrupted(req);
-}
-
-void fs_watch(fuse_req_t req)
-{
-	tb_interruptible(req_interrupted, req);
-}
-
-void fs_unwatch(void)
-{
-	tb_interruptible(NULL, NULL);
-}
-
 /*
  * Take in->io exclusively, for a change of size or block map. A GPU
  * client's write pin holds it shared for as long as that client copies
@@ -1271,21 +1261,6 @@ static void read_blk_ready(struct tb_waiter *w, int err)
 	}
 	if (__atomic_sub_fetch(&c->pending, 1, __ATOMIC_ACQ_REL) == 0)
 		read_finish(c);
-}
-
-/*
- * Tell the learner, in the stream of the file's folder; when it records a
- * step of a known cycle, wake the prefetcher.
- */
-bool fs_touch(struct fs *fs, struct fs_inode *in, uint64_t size, uint64_t off, uint64_t len,
-	      bool write)
-{
-	uint64_t gen = __atomic_load_n(&fs->learn.generation, __ATOMIC_RELAXED);
-
-	fs_learn_touch(&fs->learn, in->ino, __atomic_load_n(&in->parent, __ATOMIC_RELAXED), size,
-		       off, len, write);
-	return __atomic_load_n(&fs->learn.generation, __ATOMIC_RELAXED) != gen &&
-	       __atomic_load_n(&fs->learn.period, __ATOMIC_RELAXED);
 }
 
 /* A reader near where the last read ended is sequential: load ahead of it. */

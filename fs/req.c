@@ -1,0 +1,43 @@
+/*
+ * req.c - what the FUSE ops (ops.c), the control files (ctl*.c) and the
+ * GPU server (gpu.c) all use while they serve a request, kept below all
+ * three so that the calls between them go one way: ops calls ctl and gpu,
+ * ctl calls gpu, and none calls back.
+ *
+ * A request's waits in the block store end with EINTR once the kernel
+ * interrupts it (fs_watch); a read or write that reached a file, through
+ * FUSE or from a GPU client, is told to the learner (fs_touch).
+ * It may call the learner (learn.c) and the block store; nothing of ops,
+ * ctl or gpu.
+ */
+#include "fs.h"
+
+static bool req_interrupted(void *req)
+{
+	return fuse_req_interrupted(req);
+}
+
+void fs_watch(fuse_req_t req)
+{
+	tb_interruptible(req_interrupted, req);
+}
+
+void fs_unwatch(void)
+{
+	tb_interruptible(NULL, NULL);
+}
+
+/*
+ * Tell the learner, in the stream of the file's folder; when it records a
+ * step of a known cycle, wake the prefetcher.
+ */
+bool fs_touch(struct fs *fs, struct fs_inode *in, uint64_t size, uint64_t off, uint64_t len,
+	      bool write)
+{
+	uint64_t gen = __atomic_load_n(&fs->learn.generation, __ATOMIC_RELAXED);
+
+	fs_learn_touch(&fs->learn, in->ino, __atomic_load_n(&in->parent, __ATOMIC_RELAXED), size,
+		       off, len, write);
+	return __atomic_load_n(&fs->learn.generation, __ATOMIC_RELAXED) != gen &&
+	       __atomic_load_n(&fs->learn.period, __ATOMIC_RELAXED);
+}
