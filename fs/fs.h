@@ -25,7 +25,7 @@
  * copy_file_range) fails with ETXTBSY rather than wait for a GPU client's
  * write pins on the file once they have held it FS_PIN_WAIT_MS, or it has
  * waited that long for them; it looks every FS_PIN_WAIT_STEP_MS whether
- * the kernel has interrupted it (ops.c io_lock_excl). A pin lives as long
+ * the kernel has interrupted it (ops_data.c io_lock_excl). A pin lives as long
  * as its client wants; a FUSE worker must not wait on it for long.
  */
 #define FS_PIN_WAIT_MS 2000
@@ -65,7 +65,7 @@ struct fs_inode {
 	struct fs_inode *next;
 };
 
-/* fs_inode.caps: a write drops the file's capabilities (ops.c, drop_privs). */
+/* fs_inode.caps: a write drops the file's capabilities (ops_data.c, drop_privs). */
 enum { FS_CAPS_UNKNOWN, FS_CAPS_NONE, FS_CAPS_SET };
 #define FS_XATTR_CAPS "security.capability"
 
@@ -159,7 +159,7 @@ extern __thread uint32_t fs_write_flags;
 #define FS_SIGWAKE SIGUSR2
 int fs_loop(struct fs *fs, struct fuse_session *se, unsigned nthreads);
 
-/* ops.c: one write's progress, while it runs and while it is parked (defer.c) */
+/* ops_data.c: one write's progress, while it runs and while it is parked (defer.c) */
 struct fs_wjob {
 	fuse_req_t req;	     /* NULL: not a FUSE write of its own */
 	struct fs_inode *in; /* a reference of its own, while parked */

@@ -21,7 +21,7 @@
  * of all clients together stay below tb_client_pins, so that clients can
  * never starve the daemon's own readers and writers. A write pin holds
  * the file's io lock shared; a truncate waits for it only a bounded time
- * (ops.c io_lock_excl). Every fd a client sends is closed once used.
+ * (ops_data.c io_lock_excl). Every fd a client sends is closed once used.
  *
  * With cuda=on the daemon also registers the arena with CUDA when a GPU
  * is there (cuMemHostRegister, through libcuda loaded at run time, so the
@@ -578,7 +578,7 @@ static void inval(struct fs_gpu *g, uint64_t ino, uint64_t off, uint64_t len)
 
 /*
  * A write pin holds in->io shared from PIN to RELEASE, and says so in
- * in->gpu_wpins: a truncate waits only so long for it (ops.c io_lock_excl).
+ * in->gpu_wpins: a truncate waits only so long for it (ops_data.c io_lock_excl).
  */
 static void wpin_lock(struct fs_inode *in)
 {

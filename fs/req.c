@@ -6,11 +6,15 @@
  *
  * A request's waits in the block store end with EINTR once the kernel
  * interrupts it (fs_watch); a read or write that reached a file, through
- * FUSE or from a GPU client, is told to the learner (fs_touch).
+ * FUSE or from a GPU client, is told to the learner (fs_touch). The ops'
+ * own reply helpers (req_fs, reply_err, touch) are here too, declared in
+ * ops_int.h.
  * It may call the learner (learn.c) and the block store; nothing of ops,
  * ctl or gpu.
  */
-#include "fs.h"
+#include "ops_int.h"
+
+#include <errno.h>
 
 static bool req_interrupted(void *req)
 {
@@ -40,4 +44,32 @@ bool fs_touch(struct fs *fs, struct fs_inode *in, uint64_t size, uint64_t off, u
 		       off, len, write);
 	return __atomic_load_n(&fs->learn.generation, __ATOMIC_RELAXED) != gen &&
 	       __atomic_load_n(&fs->learn.period, __ATOMIC_RELAXED);
+}
+
+struct fs *req_fs(fuse_req_t req)
+{
+	return fuse_req_userdata(req);
+}
+
+void reply_err(struct fs *fs, fuse_req_t req, int err)
+{
+	if (err < 0)
+		err = -err;
+	if (err && err != ENOENT && err != EEXIST && err != ENODATA && err != ENOTEMPTY)
+		FS_COUNT(fs, errors, 1);
+	fuse_reply_err(req, err);
+}
+
+void touch(struct meta_inode *rec, bool mtime)
+{
+	int64_t s;
+	uint32_t ns;
+
+	fs_now(&s, &ns);
+	rec->ctime = s;
+	rec->ctime_ns = ns;
+	if (mtime) {
+		rec->mtime = s;
+		rec->mtime_ns = ns;
+	}
 }

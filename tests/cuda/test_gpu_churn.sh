@@ -7,7 +7,7 @@
 # other step reused). Every create succeeds (the ENOENT seen once on a
 # GPU is not here), every byte reads back, the folder ends empty, and the
 # daemon logged no create whose folder, and no request whose inode, was
-# missing from the store (fs/ops.c make_node, fs/inode.c fs_iget say so).
+# missing from the store (fs/ops_names.c make_node, fs/inode.c fs_iget say so).
 # data.mdb's size before and after is printed, not checked: the metadata
 # space under create and unlink is the metadata tests' to bound.
 # Then the CPU copy engine's rate: with TENSORFS_CPU_COPY_GBPS=0.005 a
