@@ -1,13 +1,14 @@
 /*
  * ctl_names.c - the names of the hidden control folder /.tensorfs/: its
  * files and their inode numbers (fs_ctl_ino), their attributes, lookups
- * and the folder's listing.
+ * and the folder's listing; and who may open the files that only the
+ * mount's owner or root may open (caller_may_steer).
  *
  * What each file holds is ctl.c's. This file calls nothing of ops, ctl or
  * gpu, so that each of them may ask it whether an inode is a control file
  * (gpu.c refuses one as a client's file).
  */
-#include "fs.h"
+#include "ctl_int.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -123,4 +124,12 @@ void fs_ctl_readdir(struct fs *fs, fuse_req_t req, uint64_t ino, size_t size, of
 	}
 	fuse_reply_buf(req, buf, len);
 	free(buf);
+}
+
+/* Only the mount's owner (the daemon's user) or root may steer it. */
+bool caller_may_steer(fuse_req_t req)
+{
+	const struct fuse_ctx *ctx = fuse_req_ctx(req);
+
+	return ctx->uid == 0 || ctx->uid == getuid();
 }

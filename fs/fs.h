@@ -248,14 +248,16 @@ void fs_ctl_readdir(struct fs *fs, fuse_req_t req, uint64_t ino, size_t size, of
 		    bool plus);
 void fs_ctl_root_stat(struct stat *st, uint64_t ino);
 
-/* ctl.c: what the /.tensorfs control files hold, and the commands */
+/* ctl.c: what the /.tensorfs control files hold */
 void fs_ctl_open(struct fs *fs, fuse_req_t req, uint64_t ino, struct fuse_file_info *fi);
 void fs_ctl_read(fuse_req_t req, size_t size, off_t off, struct fuse_file_info *fi);
 void fs_ctl_release(fuse_req_t req, struct fuse_file_info *fi);
-void fs_ctl_write(struct fs *fs, fuse_req_t req, uint64_t ino, const char *buf, size_t size);
 /* The thread that samples each tier's byte counts once a second, for rates. */
 int fs_ctl_start(struct fs *fs);
 void fs_ctl_stop(struct fs *fs);
+
+/* ctl_run.c: a write to /.tensorfs/ctl, one command (ctlcmd.h), run and answered */
+void fs_ctl_write(struct fs *fs, fuse_req_t req, uint64_t ino, const char *buf, size_t size);
 /*
  * user.tensorfs.tiers: JSON of the bytes per tier of a file, or of the
  * files under a folder that req's caller may search. Costs what the files

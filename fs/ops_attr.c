@@ -2,9 +2,9 @@
  * ops_attr.c - the FUSE ops on attributes: getattr, setattr (a change of
  * size through ops_data.c's truncate_to), and the extended attributes,
  * among them user.tensorfs.prefetch (a hint to load the file ahead) and
- * user.tensorfs.tiers (its bytes per tier, from ctl.c).
+ * user.tensorfs.tiers (its bytes per tier, from ctl_run.c).
  *
- * It may call ops_data.c, req.c, the control files (ctl.c, ctl_names.c),
+ * It may call ops_data.c, req.c, the control files (ctl_run.c, ctl_names.c),
  * prefetch.c, the inode table and the store.
  */
 #include "ops_int.h"

@@ -11,9 +11,9 @@
  * a device; nor long on a GPU client's write pin: a change of size gives
  * up with ETXTBSY (io_lock_excl).
  *
- * It may call the control files (ctl.c, ctl_names.c: their open, read and
- * write), req.c, defer.c, the inode table, prefetch.c, the store and the
- * block store.
+ * It may call the control files (ctl*.c: their open, read and write),
+ * req.c, defer.c, loop.c (where the serving thread landed a write's
+ * bytes), the inode table, prefetch.c, the store and the block store.
  */
 #include "ops_int.h"
 #include "log.h"
