@@ -59,7 +59,7 @@ struct fs_inode {
 	uint64_t ra_end_run;	   /* where the run (s3 object) at ra_end ends; 0: unknown */
 	uint32_t ra_remote;	   /* bit per block entered, newest lowest: its home is remote */
 	unsigned ra_depth, ra_run; /* the remote home's window and run, in blocks */
-	unsigned gpu_wpins;   /* GPU write pins holding io shared (gpu.c); lock */
+	unsigned gpu_wpins;   /* GPU write pins holding io shared (gpu_pin.c); lock */
 	uint64_t gpu_wpin_ms; /* since when some have (fs_monotonic_ms); lock */
 	uint64_t parent; /* atomic: the folder it was last looked up or made in; 0: none */
 	struct fs_inode *next;

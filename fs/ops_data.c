@@ -43,7 +43,7 @@
 /*
  * Take in->io exclusively, for a change of size or block map. A GPU
  * client's write pin holds it shared for as long as that client copies
- * (gpu.c), and the client is not the caller, so the wait is bounded: it
+ * (gpu_pin.c), and the client is not the caller, so the wait is bounded: it
  * ends with EINTR when the kernel interrupts the request (any signal,
  * SIGKILL too), and with ETXTBSY once write pins have held the file for
  * FS_PIN_WAIT_MS, or we have waited that long for them, as the kernel
