@@ -21,6 +21,10 @@
  * same way (tiers/fair.c). The bytes parked are bounded by the dirty
  * budget, and each user's by its share of that bound: past it, a write
  * waits in its worker as before.
+ *
+ * ops_data.c parks here; the pool goes on with a parked request through
+ * wjob.c (fs_write_resume, fs_write_end, fs_fsync_run) and never calls the
+ * ops. loop.c starts and stops it.
  */
 #include "fs.h"
 #include "log.h"

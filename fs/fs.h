@@ -159,7 +159,7 @@ extern __thread uint32_t fs_write_flags;
 #define FS_SIGWAKE SIGUSR2
 int fs_loop(struct fs *fs, struct fuse_session *se, unsigned nthreads);
 
-/* ops_data.c: one write's progress, while it runs and while it is parked (defer.c) */
+/* wjob.c: one write's progress, while it runs and while it is parked (defer.c) */
 struct fs_wjob {
 	fuse_req_t req;	     /* NULL: not a FUSE write of its own */
 	struct fs_inode *in; /* a reference of its own, while parked */

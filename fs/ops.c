@@ -17,8 +17,8 @@
  * and ops_attr.c (attributes and xattrs), sharing ops_int.h. The ops are
  * the top of fs/: they call the control files (ctl*.c), the helpers every
  * request uses (req.c), the inode table, the store and the block store;
- * nothing in fs/ calls them but the table's user (main.c) and the parked
- * writes' pool (defer.c, ops_data.c's fs_write_resume and fs_fsync_run).
+ * nothing in fs/ calls them but the table's user (main.c); a parked
+ * write or fsync goes on in defer.c's threads through wjob.c.
  */
 #include "ops_int.h"
 #include "log.h"

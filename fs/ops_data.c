@@ -4,16 +4,17 @@
  * change of size shares with setattr (io_lock_excl, truncate_to).
  *
  * A write copies into DRAM slots and is answered at once, or, where it
- * would wait for dirty room, from defer.c's threads, as an fsync is
- * (fs_write_resume, fs_write_end and fs_fsync_run are theirs to call); a
+ * would wait for dirty room, from defer.c's threads, as an fsync is (the
+ * part both run, storing a write job and answering it, is wjob.c's); a
  * read is answered straight from the slots with an iovec, and a read that
  * misses is answered from the I/O completion, so no worker thread waits on
  * a device; nor long on a GPU client's write pin: a change of size gives
  * up with ETXTBSY (io_lock_excl).
  *
  * It may call the control files (ctl*.c: their open, read and write),
- * req.c, defer.c, loop.c (where the serving thread landed a write's
- * bytes), the inode table, prefetch.c, the store and the block store.
+ * req.c, wjob.c, defer.c, loop.c (where the serving thread landed a
+ * write's bytes), the inode table, prefetch.c, the store and the block
+ * store.
  */
 #include "ops_int.h"
 #include "log.h"
@@ -86,49 +87,6 @@ int io_lock_excl(fuse_req_t req, struct fs_inode *in)
 static uint64_t write_blocks(const struct fs *fs, uint64_t off, size_t len)
 {
 	return len ? (off + len - 1) / fs->bs - off / fs->bs + 1 : 0;
-}
-
-/*
- * Store the rest of job j (from j->done on) in the block store, extending
- * the size; the caller holds j->in->io shared. A file written over its
- * whole size since it was last read is written blind: its writer streams
- * over it and does not read it back (tb_get_write). -EAGAIN where a nowait
- * job would wait (struct tb_writer), with j->done telling how far it came.
- */
-static int write_run(struct fs *fs, struct fs_wjob *j)
-{
-	struct fs_inode *in = j->in;
-	size_t done0 = j->done;
-	bool blind;
-	int ret = 0;
-
-	pthread_mutex_lock(&in->lock);
-	blind = in->rec.size && in->unread >= in->rec.size;
-	pthread_mutex_unlock(&in->lock);
-	while (j->done < j->len) {
-		uint64_t pos = j->off + j->done;
-		uint64_t idx = pos / fs->bs;
-		size_t bo = pos % fs->bs, n = fs->bs - bo;
-		struct tb_ref ref;
-
-		if (n > j->len - j->done)
-			n = j->len - j->done;
-		ret = tb_get_write(fs->tb, in->ino, idx, bo, n, blind, &ref, &j->resv, &j->who);
-		if (ret)
-			break;
-		if (j->slot && j->done == 0 && n == j->len && n == fs->bs &&
-		    tb_swap_slot(fs->tb, &ref, j->slot))
-			; /* the block's slot holds the bytes now; *j->slot is another spare */
-		else if (j->data)
-			memcpy((char *)ref.data + bo, j->data + j->done, n);
-		else
-			memset((char *)ref.data + bo, 0, n);
-		tb_put_dirty(fs->tb, &ref, bo, n);
-		j->done += n;
-	}
-	if (j->done > done0)
-		fs_inode_written(in, j->off + j->done, j->done - done0);
-	return ret;
 }
 
 /*
@@ -377,27 +335,6 @@ void fs_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_inf
 	/* It waits for the devices: in defer.c's threads, not in this one. */
 	if (fs_defer_fsync(fs, req, in) != 0)
 		fs_fsync_run(fs, req, in, 0);
-}
-
-void fs_fsync_run(struct fs *fs, fuse_req_t req, struct fs_inode *in, int err)
-{
-	int ret = err, r;
-
-	if (!ret) {
-		fs_watch(req);
-		ret = tb_flush_obj(fs->tb, in->ino);
-		fs_unwatch();
-	}
-	if (!err) {
-		r = fs_iflush_attr(fs, in);
-		if (!ret)
-			ret = r;
-		r = tb_durable(fs->tb);
-		if (!ret)
-			ret = r;
-	}
-	fs_iput(fs, in);
-	reply_err(fs, req, ret);
 }
 
 void fs_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
@@ -734,34 +671,6 @@ void fs_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_
 		fs_write_resume(fs, &j);
 	else
 		fs_write_end(fs, &j, ret);
-}
-
-void fs_write_resume(struct fs *fs, struct fs_wjob *j)
-{
-	int ret;
-
-	j->who.nowait = false;
-	pthread_rwlock_rdlock(&j->in->io);
-	fs_watch(j->req); /* the waits end with EINTR if its writer goes */
-	ret = write_run(fs, j);
-	fs_unwatch();
-	pthread_rwlock_unlock(&j->in->io);
-	fs_write_end(fs, j, ret);
-}
-
-void fs_write_end(struct fs *fs, struct fs_wjob *j, int ret)
-{
-	tb_unreserve(fs->tb, j->resv);
-	j->resv = 0;
-	fs_iput(fs, j->in);
-	j->in = NULL;
-	if (ret) {
-		/* Never a short count: the writer learns the whole request failed. */
-		reply_err(fs, j->req, ret);
-		return;
-	}
-	FS_COUNT(fs, write_bytes, j->reply);
-	fuse_reply_write(j->req, j->reply);
 }
 
 /* ---- fallocate and copy_file_range ---- */

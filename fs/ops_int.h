@@ -60,6 +60,9 @@ void fs_copy_file_range(fuse_req_t req, fuse_ino_t ino_in, off_t off_in,
 			struct fuse_file_info *fi_in, fuse_ino_t ino_out, off_t off_out,
 			struct fuse_file_info *fi_out, size_t len, int flags);
 
+/* wjob.c: a write job stored, for write, fallocate and copy_file_range */
+int write_run(struct fs *fs, struct fs_wjob *j);
+
 /* ops_attr.c: attributes and extended attributes */
 void fs_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
 void fs_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
