@@ -159,8 +159,8 @@ static void caps_changed(struct fs *fs, fuse_ino_t ino, const char *name)
 	fs_iput(fs, in);
 }
 
-void fs_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *value,
-		 size_t size, int flags)
+void fs_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *value, size_t size,
+		 int flags)
 {
 	struct fs *fs = req_fs(req);
 	MDB_txn *txn;

@@ -448,8 +448,7 @@ static void fs_readahead(struct fs *fs, struct fs_inode *in, uint64_t off, size_
 	}
 }
 
-void fs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
-	     struct fuse_file_info *fi)
+void fs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi)
 {
 	struct fs *fs = req_fs(req);
 	struct fs_inode *in;

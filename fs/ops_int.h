@@ -19,8 +19,7 @@ void fs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name);
 void fs_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup);
 void fs_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_data *forgets);
 void fs_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode);
-void fs_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
-	      dev_t rdev);
+void fs_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev);
 void fs_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const char *name);
 void fs_readlink(fuse_req_t req, fuse_ino_t ino);
 void fs_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
@@ -31,8 +30,7 @@ void fs_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name);
 void fs_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent,
 	       const char *newname, unsigned int flags);
 void fs_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
-void fs_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
-		struct fuse_file_info *fi);
+void fs_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi);
 void fs_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		    struct fuse_file_info *fi);
 void fs_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
@@ -50,8 +48,7 @@ void fs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
 void fs_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
 void fs_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi);
 void fs_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi);
-void fs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
-	     struct fuse_file_info *fi);
+void fs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi);
 void fs_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
 	      struct fuse_file_info *fi);
 void fs_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, off_t len,
@@ -67,8 +64,8 @@ int write_run(struct fs *fs, struct fs_wjob *j);
 void fs_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
 void fs_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
 		struct fuse_file_info *fi);
-void fs_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *value,
-		 size_t size, int flags);
+void fs_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *value, size_t size,
+		 int flags);
 void fs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size);
 void fs_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size);
 void fs_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name);

@@ -213,8 +213,7 @@ void fs_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
 	reply_new_node(fs, req, ret, in);
 }
 
-void fs_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
-	      dev_t rdev)
+void fs_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev)
 {
 	struct fs *fs = req_fs(req);
 	struct fs_inode *in = NULL;
@@ -768,8 +767,7 @@ reply:
 	free(d.buf);
 }
 
-void fs_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
-		struct fuse_file_info *fi)
+void fs_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi)
 {
 	(void)fi;
 	do_readdir(req, ino, size, off, false);
