@@ -1,16 +1,17 @@
 /*
- * req.c - what the FUSE ops (ops.c), the control files (ctl*.c) and the
- * GPU server (gpu.c) all use while they serve a request, kept below all
- * three so that the calls between them go one way: ops calls ctl and gpu,
- * ctl calls gpu, and none calls back.
+ * req.c - what the FUSE ops (ops*.c), the control files (ctl*.c) and the
+ * GPU server (gpu*.c) all use while they serve a request, kept below all
+ * three so that the calls between them go one way: the ops call ctl,
+ * ctl.c calls gpu.c, and none calls back.
  *
  * A request's waits in the block store end with EINTR once the kernel
  * interrupts it (fs_watch); a read or write that reached a file, through
  * FUSE or from a GPU client, is told to the learner (fs_touch). The ops'
  * own reply helpers (req_fs, reply_err, touch) are here too, declared in
  * ops_int.h.
- * It may call the learner (learn.c) and the block store; nothing of ops,
- * ctl or gpu.
+ *
+ * It may call the inode table (fs_now), the learner (learn.c) and the
+ * block store; nothing of ops, ctl or gpu.
  */
 #include "ops_int.h"
 
