@@ -7,7 +7,8 @@
 # the library and libtensorfs-cuda-dev its header, link, pkg-config file
 # and manual page.
 # Nothing names the build machine's folders, and lintian reports no error
-# or warning. Nothing is installed on this machine.
+# or warning. The docs are the current ones: the plots shipped are exactly
+# those docs/benchmarks.md links. Nothing is installed on this machine.
 # Usage: test_deb.sh SOURCE_ROOT
 # Exit: 0 pass, 1 fail, 77 skip (no dpkg-buildpackage, dh or lintian).
 set -u
@@ -93,6 +94,16 @@ dpkg-deb -f "$T" Depends | grep -q 'libfuse3' || fail "tensorfs lacks its librar
 clean "$T"
 grep -qx 'ExecStop=/usr/bin/tfsctl unmount %f' "$W/x/usr/lib/systemd/system/tensorfs@.service" ||
 	fail "the packaged tensorfs@.service does not stop with /usr/bin/tfsctl unmount"
+# Only current docs: each plot shipped is linked from the shipped
+# benchmarks.md, and each plot it links is shipped.
+doc=$W/x/usr/share/doc/tensorfs
+{ zcat "$doc/benchmarks.md.gz" 2>/dev/null || cat "$doc/benchmarks.md"; } >"$W/bench.md" ||
+	fail "tensorfs ships no benchmarks.md"
+grep -o '](plots/[^)]*)' "$W/bench.md" | sed 's|^](plots/||; s|)$||' | sort -u >"$W/linked"
+(cd "$doc/plots" && ls) | sort >"$W/shipped"
+[ -s "$W/linked" ] || fail "the shipped benchmarks.md links no plot"
+cmp -s "$W/linked" "$W/shipped" ||
+	fail "the plots shipped are not those benchmarks.md links: $(diff "$W/linked" "$W/shipped")"
 "$W/x/usr/sbin/tensorfs" --help >/dev/null 2>&1 || fail "the packaged tensorfs does not run"
 "$W/x/usr/bin/tfsctl" --version >/dev/null 2>&1 || fail "the packaged tfsctl does not run"
 "$W/x/usr/bin/swapbench" --help >/dev/null 2>&1 || fail "the packaged swapbench does not run"
