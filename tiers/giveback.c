@@ -8,7 +8,7 @@
  * gives back those seen at the look before and not handed out since: free
  * all that while. So slots freed and taken again within punch_after_ms (a
  * swap's files rewritten every iteration) keep their space, and writing a
- * punched slot costs an allocation first (dev.c slab_fill). The thread is
+ * punched slot costs an allocation first (dev_engine.c slab_fill). The thread is
  * its own, not the flusher's: a punch frees extents, and with the discard
  * mount option waits for the drive to trim them; on the flusher that held
  * up write-back, and an fsync with it, for over a minute (fault-flusher).

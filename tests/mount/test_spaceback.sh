@@ -4,7 +4,7 @@
 # deleted the nvme folder still held 2.6 GiB. Space free for a while
 # (punch_after_ms, 10 s by default, used here) now goes back to the
 # filesystem: a free end is cut off, free runs within are punched, and a
-# write into a punched slot allocates it again (tiers/dev.c).
+# write into a punched slot allocates it again (tiers/dev_slab.c, dev_engine.c).
 #
 #   1. Write 2 GiB of random bytes in 8 files and fsync them: the nvme
 #      folder holds at least 1.8 GiB (du). Delete them all: within

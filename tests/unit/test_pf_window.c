@@ -102,7 +102,7 @@ static void judged(void)
 	CHECK_EQ(w.depth, 8);
 }
 
-/* As dev.c does: the tick closes the time before a change of the counts. */
+/* As dev_measure.c does: the tick closes the time before a change of the counts. */
 static void change(struct tb_dev *d, uint64_t at, unsigned demand, unsigned wb)
 {
 	dev_load_tick(d, at);
