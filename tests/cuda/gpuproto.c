@@ -1543,7 +1543,7 @@ static int t_copyfail(const char *expect)
 
 /* ---- fallback: double-buffered pread/pwrite, O_DIRECT in the middle ---- */
 
-#define FB_PIECE (8UL << 20) /* cuda/client.c FB_CHUNK_BYTES */
+#define FB_PIECE (8UL << 20) /* cuda/client_int.h FB_CHUNK_BYTES */
 
 static void fb_check_read(int fd, const uint8_t *want, size_t size, size_t off, size_t len)
 {
