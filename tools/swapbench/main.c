@@ -8,6 +8,10 @@
  * "done"; once every rank is done the parent prints the phase, runs the
  * --between command, and posts "go" for the next one.  If a rank fails, the
  * parent stops the others and exits with the worst status.
+ *
+ * main.c calls the workloads (zero.c, activations.c), the report and the
+ * helpers; none of them calls back: a rank's half of the handshake is
+ * rank.c's.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -27,6 +31,7 @@
 #include "report.h"
 #include "stamp.h"
 #include "swapbench.h"
+#include "rank.h"
 
 #define SB_KIB 1024ull
 #define SB_COUNT_UNIT 1000ull /* K, M, G, T of element counts */
@@ -69,14 +74,6 @@ static const struct sb_config sb_defaults = {
     .act_size = 64 * SB_KIB * SB_KIB,
     .micro_batches = 4,
     .act_reuse = SB_ACT_DELETE,
-};
-
-/* The memory the parent shares with the ranks. */
-struct sb_shared {
-	sem_t done; /* posted by a rank when it finished a phase */
-	sem_t go;   /* posted by the parent: a rank may start its next phase */
-	int iters;
-	int abort; /* set by the parent before it releases the ranks to stop */
 };
 
 enum {
@@ -453,18 +450,6 @@ static int check_memory(const struct sb_config *cfg, const struct sb_plan *plan)
 	       (unsigned long long)(need >> 20), (unsigned long long)(plan->buffer_bytes >> 20),
 	       (unsigned long long)(((uint64_t)pages * (uint64_t)page) >> 20));
 	return -ENOMEM;
-}
-
-int sb_rank_sync(struct sb_rank *r, int k)
-{
-	struct sb_shared *sh = r->sync;
-
-	sem_post(&sh->done);
-	if (k >= sh->iters)
-		return 0;
-	while (sem_wait(&sh->go) && errno == EINTR)
-		;
-	return sh->abort ? -ECANCELED : 0;
 }
 
 static int rank_main(const struct sb_config *cfg, struct sb_rank *r)

@@ -133,24 +133,24 @@ struct sb_rank {
 	struct sb_phase *iters; /* cfg->iters entries, also shared */
 	struct sb_verify verify;
 	bool running; /* setup is done: failures from here on are data errors */
-	void *sync;   /* owned by main.c */
+	void *sync;   /* struct sb_shared (rank.h), mapped by main.c */
 };
 
 /*
- * util.c: wait for everything scheduled on @h; add its busy time and bytes
+ * rank.c: wait for everything scheduled on @h; add its busy time and bytes
  * to @ph's reads (@read) or writes, and its errors to @v. 0 or -errno.
  */
 struct ah_handle;
 int sb_finish(struct ah_handle *h, bool read, struct sb_phase *ph, struct sb_verify *v);
 
 /*
- * util.c: a workload's iterations 1 to cfg->iters, each run by iteration(w, k)
+ * rank.c: a workload's iterations 1 to cfg->iters, each run by iteration(w, k)
  * and then published (sb_rank_sync); 0, or the first error, which ends them.
  */
 int sb_run_iters(const struct sb_config *cfg, struct sb_rank *r, int (*iteration)(void *w, int k),
 		 void *w);
 
-/* main.c: publish phase k (0 = init) and wait until the next may start. */
+/* rank.c: publish phase k (0 = init) and wait until the next may start. */
 int sb_rank_sync(struct sb_rank *r, int k);
 
 /* Workloads: run all iterations of one rank; 0 or -errno. */

@@ -1,7 +1,7 @@
 /*
  * util.c - small helpers shared by the parts of swapbench: the monotonic
  * clock, page-aligned I/O buffers, creating and removing folders, building
- * paths, error messages on stderr, and waiting for a handle's requests.
+ * paths, and error messages on stderr. Calls nothing else of swapbench.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -14,7 +14,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "aio_handle.h"
 #include "swapbench.h"
 
 /* Open file descriptors nftw() may hold while removing a tree. */
@@ -137,36 +136,4 @@ void sb_err(const char *fmt, ...)
 	/* One write per message, so that lines of concurrent ranks do not mix. */
 	if (write(STDERR_FILENO, line, strlen(line)) < 0)
 		return;
-}
-
-int sb_finish(struct ah_handle *h, bool read, struct sb_phase *ph, struct sb_verify *v)
-{
-	struct ah_result res;
-	int ret;
-
-	if (!ah_pending(h))
-		return 0;
-	ret = ah_wait(h, &res);
-	if (read) {
-		ph->read_s += res.busy_s;
-		ph->read_bytes += res.bytes;
-	} else {
-		ph->write_s += res.busy_s;
-		ph->write_bytes += res.bytes;
-	}
-	v->errors += res.errors;
-	return ret;
-}
-
-int sb_run_iters(const struct sb_config *cfg, struct sb_rank *r, int (*iteration)(void *w, int k),
-		 void *w)
-{
-	int ret = 0;
-
-	for (int k = 1; k <= cfg->iters && !ret; k++) {
-		ret = iteration(w, k);
-		if (!ret)
-			ret = sb_rank_sync(r, k);
-	}
-	return ret;
 }

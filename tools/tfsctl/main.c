@@ -8,7 +8,8 @@
  * in. This file holds the command table, option parsing, and the commands
  * that are a single control-file access (the ctl commands, config, metrics,
  * fsck); stats and top are in stats.c, where in where.c, unmount in
- * unmount.c.
+ * unmount.c. It calls them, mount.c (finding the mount, its control
+ * files), format.c and msg.c (messages); none of them calls back.
  */
 #include "tfsctl.h"
 #include "escape.h"
@@ -21,24 +22,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-
-const char *prog = "tfsctl";
-
-/* Messages name paths, which may hold any byte: escaped whole (escape.h). */
-void errmsg(const char *fmt, ...)
-{
-	char msg[2 * PATH_MAX], out[ESC_SIZE(sizeof(msg))];
-	va_list ap;
-	int n;
-
-	va_start(ap, fmt);
-	n = vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	if (n > (int)sizeof(msg) - 1)
-		n = (int)sizeof(msg) - 1;
-	esc_bytes(msg, n < 0 ? 0 : (size_t)n, out, sizeof(out));
-	fprintf(stderr, "%s: %s\n", prog, out);
-}
 
 static int cmd_ctl(int argc, char **argv, const struct tfs_args *a);
 static int cmd_flush(int argc, char **argv, const struct tfs_args *a);

@@ -29,6 +29,7 @@ struct tfs_mount {
 	dev_t dev;
 };
 
+/* msg.c: the name messages start with, and a message on stderr. */
 extern const char *prog; /* "tfsctl" or "tfsctl COMMAND", for messages */
 
 void errmsg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
