@@ -481,7 +481,7 @@ static int owner_resolve(void *ctx, uint64_t obj, uint64_t idx, struct tb_stored
 }
 
 /*
- * A failed commit is retried with its blocks (flush.c, wb_failed), for as
+ * A failed commit is retried with its blocks (flush.c, flush_wb_failed), for as
  * long as the metadata's filesystem stays full: said once every 10 s.
  */
 static void commit_failed(size_t n, int err)

@@ -27,14 +27,15 @@
  * an entry while they copy (tb_get, tb_get_write); a block that needs a
  * slot takes a free one, or one that the policy frees.
  *
- * The rest of the cache, a file each (cache_int.h is what they share):
- * store.c opens, starts and closes a store and gathers its stats, entry.c
- * keeps the entries, their states and pins, load.c reads blocks in and
- * merges partial ones, evict.c chooses what leaves DRAM, fair.c shares the
- * dirty budget among the users who write, flush.c writes back and syncs,
- * place.c puts written blocks on the devices and counts their space,
- * prefetch.c loads blocks ahead of their readers, verify.c checks what is
- * read, and giveback.c gives free space back.
+ * The layers of the cache, top down (cache_int.h lists them; a file calls
+ * only the files below it): this file and store.c (a store's life and
+ * stats) serve requests; the policy decides: prefetch.c what loads ahead,
+ * flusher.c what is written back and when, evict.c what leaves DRAM; the
+ * mechanism carries out: flush.c write-back, commits and sync, place.c
+ * placement and space, load.c loads and merges, verify.c the checks of
+ * what is read, giveback.c space given back; and below all, what every
+ * one of them shares: entry.c the entries, marks.c the dirty marks,
+ * ghost.c 2q's sets, fair.c the dirty budget's share among users.
  */
 #include "cache_int.h"
 
@@ -46,7 +47,7 @@
 #define STREAM_WAIT_MS 50 /* a writer waits this long at most for a streaming block's slot */
 
 /*
- * The store's stall (flush.c, wb_failed): every write-back has failed for
+ * The store's stall (flush.c, flush_wb_failed): every write-back has failed for
  * stall_wait_ms or more, none succeeding since. Then a wait for what only
  * a write-back frees (room under the dirty mark, a slot) ends with the
  * failure: -ENOSPC, else -EIO. 0 while not stalled. Lock held.
@@ -261,7 +262,7 @@ void tb_put(struct tb_store *s, struct tb_ref *ref, size_t bytes_read)
  * or the metadata's filesystem is full), none comes: once that has gone on
  * for stall_wait_ms, the writer gets the failure, -ENOSPC (else -EIO),
  * and so does every writer that comes to the mark while it lasts. The
- * dirty blocks stay in DRAM and are tried again (flush.c, wb_failed); the
+ * dirty blocks stay in DRAM and are tried again (flush.c, flush_wb_failed); the
  * first to succeed ends the stall. Without this bound a writer waited
  * here, unkillable, for as long as another process kept the disk full
  * (14 minutes in one report). -EINTR when the request was interrupted.

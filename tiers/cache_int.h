@@ -1,9 +1,23 @@
 /*
  * cache_int.h - what the block cache's files share, and nothing outside
  * tiers/ includes: the entry, object and store structures, and the calls
- * that cross from one of cache.c, evict.c, fair.c, flush.c, giveback.c,
- * place.c, prefetch.c and verify.c to another (each file's opening comment
- * says what it owns).
+ * that cross from one of its files to another.
+ *
+ * The files are layered; each calls only the layers below it (the
+ * declarations below are grouped by file):
+ *   requests   cache.c (reads, writes, dead blocks, pins), store.c (open,
+ *              start, close, stats)
+ *   policy     prefetch.c what loads ahead; flusher.c what is written back
+ *              and when; evict.c what leaves DRAM (flusher.c calls it)
+ *   mechanism  flush.c write-back, commits, sync; place.c placement and
+ *              space; load.c loads and merges; verify.c the checks of what
+ *              is read; giveback.c space given back (flush.c calls the
+ *              other four, load.c calls verify.c)
+ *   shared     entry.c entries, states, pins (it calls marks.c and
+ *              ghost.c); marks.c the dirty marks and waking the flusher;
+ *              ghost.c 2q's sets; fair.c the dirty budget's share
+ * Devices complete I/O through tb_io's done callback (load.c read_done,
+ * flush.c write_done), on their own threads; that is the one way back up.
  *
  * Lock order: store lock, then a device lock. The store lock is never held
  * while calling the owner.
@@ -23,13 +37,10 @@
 #define STOP_RETRY_GAP_MS 1000 /* after the stop, failed write-backs are retried this often */
 #define FLUSH_SCAN_MAX 4096 /* dirty blocks the flusher walks from the oldest, at most */
 #define SECTOR TB_LEN_UNIT /* granularity of a partial block's written map and stored lengths */
-#define RANK_COST_SHARE 8 /* a ranking is reused for this many times what it took */
 #define IO_ALIGN 4096	 /* O_DIRECT alignment of a merge's bounce buffer */
-#define FULL_RETRY_MS 1000 /* a write-back that found no room, or a stall, is tried this often */
 #define SUM_LOG_RING 16	 /* damaged blocks remembered, so that each is logged once a while */
 #define VERIFY_THREADS_MAX 8 /* threads that check loaded blocks: one per CPU, at most this */
 #define FAIR_USERS 64	 /* users with a slot of their own in the dirty budget's share (fair.c) */
-#define FAIR_FLOOR_DIV 16 /* a user's share is never under 1/16 of the dirty budget */
 
 enum entry_state { ES_FREE, ES_LOADING, ES_CLEAN, ES_DIRTY, ES_WB };
 
@@ -37,6 +48,7 @@ enum entry_state { ES_FREE, ES_LOADING, ES_CLEAN, ES_DIRTY, ES_WB };
 enum wait_stream { WAIT_NONE, WAIT_WB, WAIT_READY };
 
 struct tb_obj;
+struct rank; /* evict.c */
 
 struct tb_entry {
 	uint64_t obj, idx;
@@ -320,17 +332,6 @@ static inline void elist_remove(struct elist *l, struct tb_entry *e)
 	l->n--;
 }
 
-/*
- * An object and its next use: evict.c ranks objects by it (rank_objects).
- * o is looked up again by obj at each use (rank_at): the object may have
- * gone since.
- */
-struct rank {
-	uint64_t obj;
-	struct tb_obj *o;
-	struct tb_use u;
-};
-
 /* entry.c: entries, objects, states, slots, pins, the end of a load */
 int cache_wait(struct tb_store *s, pthread_cond_t *cv);
 struct tb_entry *cache_lookup(struct tb_store *s, uint64_t obj, uint64_t idx);
@@ -387,18 +388,19 @@ void verify_load(struct tb_store *s, struct tb_entry *e);
 int verify_start(struct tb_store *s);
 void verify_stop(struct tb_store *s); /* once no load can complete: drains the queue */
 
-/* evict.c: the policies */
-void evict_admit(struct tb_store *s, struct tb_entry *e);
-void evict_leave(struct tb_store *s, struct tb_entry *e, bool evicted);
+/* evict.c: what leaves DRAM, and the order the flusher cleans in */
 bool evict_protected(const struct tb_store *s, const struct tb_obj *o);
 void evict_next_use(struct tb_store *s, uint64_t obj, struct tb_use *u);
 bool evict_kept(const struct tb_store *s, const struct tb_entry *e);
-uint64_t evict_cycle_period(struct tb_store *s);
 struct tb_entry *evict_pick(struct tb_store *s, struct tb_use *vu, enum wait_stream wait_stream);
 size_t evict_take_cycle(struct tb_store *s, struct tb_entry **out, size_t max, uint64_t now,
 			uint64_t *next_ms);
 size_t evict_take_lru(struct tb_store *s, struct tb_entry **out, size_t max, uint64_t now,
 		      uint64_t *next_ms);
+
+/* ghost.c: 2q's sets, kept as entries come and go */
+void evict_admit(struct tb_store *s, struct tb_entry *e);
+void evict_leave(struct tb_store *s, struct tb_entry *e, bool evicted);
 
 /* fair.c: the dirty budget's share among users */
 unsigned fair_slot(const struct tb_store *s, uint32_t uid);
@@ -408,17 +410,26 @@ void fair_wait_end(struct tb_store *s, unsigned slot);
 void fair_dirtied(struct tb_store *s, struct tb_entry *e, uint32_t uid);
 void fair_cleaned(struct tb_store *s, struct tb_entry *e);
 
-/* flush.c: the flusher */
+/* marks.c: the dirty marks, waking the flusher, and whether a cycle rules */
 int64_t flush_dirty_over(struct tb_store *s, uint64_t below);
 int64_t flush_starved(const struct tb_store *s);
 uint64_t flush_dirty_below(struct tb_store *s);
 void flush_kick(struct tb_store *s);
 void flush_kick_cleaner(struct tb_store *s, bool evicted);
+uint64_t evict_cycle_period(struct tb_store *s);
+
+/* flusher.c: the flusher thread */
+void *flush_main(void *arg);
+
+/* flush.c: write-back, commits, the sync point */
 bool flush_may_clean(struct tb_store *s, struct tb_entry *e, uint64_t now, uint64_t *next_ms);
 void flush_start_wb(struct tb_store *s, struct tb_entry *e);
+void flush_start_writes(struct tb_store *s, struct tb_entry **batch, size_t n,
+			struct tb_entry **holes, size_t *nholes);
+void flush_commit_batch(struct tb_store *s, struct tb_entry **v, size_t n);
+void flush_wb_failed(struct tb_store *s, struct tb_entry *e, int err, bool no_room);
 void flush_stall_probe(struct tb_store *s);
 int flush_do_sync(struct tb_store *s);
-void *flush_main(void *arg);
 
 /* giveback.c: free slab space back to the filesystem */
 /* A sync point freed slots: look soon. Lock held. */

@@ -10,6 +10,11 @@
  * mix in every file. The flusher writes back dirty blocks in the order
  * that eviction will take them (evict_take_cycle, evict_take_lru), so
  * that a slot is clean before anyone needs it.
+ *
+ * Policy: it decides; flush.c carries out the write-backs it chooses
+ * (flush_start_wb). May call flush.c, marks.c and entry.c. 2q's sets are
+ * kept by ghost.c as entries come and go; whether a cycle rules is
+ * marks.c's evict_cycle_period, which every layer asks.
  */
 #include "cache_int.h"
 #include "fault.h"
@@ -20,80 +25,20 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define RANK_COST_SHARE 8 /* a ranking is reused for this many times what it took */
 #define EVICT_SAMPLE 32	 /* candidates a sampled eviction compares */
 #define CONVERT_MS 100	   /* dirty blocks not kept under the cycle: looked for this often */
 
-/* ---- 2q's ghost list A1out: keys of blocks evicted from A1in ---- */
-
-static uint64_t ghost_key(uint64_t obj, uint64_t idx)
-{
-	return mix(obj, idx) | 1; /* never 0, which marks a free ring position */
-}
-
-static void ghost_unlink(struct tb_store *s, uint32_t pos)
-{
-	uint32_t *p = &s->ghost_head[s->ghost[pos] & s->ghost_mask];
-
-	while (*p != pos + 1)
-		p = &s->ghost_next[*p - 1];
-	*p = s->ghost_next[pos];
-	s->ghost[pos] = 0;
-}
-
-/* Remember key, forgetting the oldest one when the ring is full. */
-static void ghost_add(struct tb_store *s, uint64_t key)
-{
-	uint32_t pos = s->ghost_pos;
-	uint32_t *head = &s->ghost_head[key & s->ghost_mask];
-
-	if (!s->nghost)
-		return;
-	s->ghost_pos = (pos + 1) % s->nghost;
-	if (s->ghost[pos])
-		ghost_unlink(s, pos);
-	s->ghost[pos] = key;
-	s->ghost_next[pos] = *head;
-	*head = pos + 1;
-}
-
-/* Whether key is remembered; it is forgotten if so. */
-static bool ghost_take(struct tb_store *s, uint64_t key)
-{
-	if (!s->nghost)
-		return false;
-	for (uint32_t i = s->ghost_head[key & s->ghost_mask]; i; i = s->ghost_next[i - 1])
-		if (s->ghost[i - 1] == key) {
-			ghost_unlink(s, i - 1);
-			return true;
-		}
-	return false;
-}
-
 /*
- * A block enters the cache. Under 2q it goes to the re-referenced set Am
- * when it was evicted from A1in recently (a second, uncorrelated use),
- * else to A1in, which a one-time scan passes through without touching Am.
+ * An object and its next use: evict.c ranks objects by it (rank_objects).
+ * o is looked up again by obj at each use (rank_at): the object may have
+ * gone since.
  */
-void evict_admit(struct tb_store *s, struct tb_entry *e)
-{
-	e->admit = ++s->ticks;
-	e->hot = ghost_take(s, ghost_key(e->obj, e->idx));
-	if (e->hot) {
-		s->n_hot++;
-		s->ghost_hits++;
-	}
-}
-
-/* A block leaves the cache; evicted says whether 2q should remember it. */
-void evict_leave(struct tb_store *s, struct tb_entry *e, bool evicted)
-{
-	if (e->hot) {
-		e->hot = false;
-		s->n_hot--;
-	} else if (evicted) {
-		ghost_add(s, ghost_key(e->obj, e->idx));
-	}
-}
+struct rank {
+	uint64_t obj;
+	struct tb_obj *o;
+	struct tb_use u;
+};
 
 /* ---- the victim ---- */
 
@@ -446,13 +391,6 @@ static struct tb_entry *victim_2q(struct tb_store *s)
 	if (old_in && (in_over || !lru_hot))
 		return old_in;
 	return lru_hot ? lru_hot : old_in;
-}
-
-uint64_t evict_cycle_period(struct tb_store *s)
-{
-	if (s->cfg.policy != TB_POLICY_AUTO || !s->owner.next_use || !s->owner.cycle_period)
-		return 0;
-	return s->owner.cycle_period(s->owner.ctx);
 }
 
 /*

@@ -14,8 +14,13 @@
  * The users are kept in a table of FAIR_USERS slots, a slot in use while
  * its user holds dirty blocks or waits; more users at once than that share
  * the table's last slot. All under the store lock.
+ *
+ * Shared accounting at the bottom of the cache: the requests (cache.c)
+ * and write-back (flush.c) call it; it calls nothing of the cache.
  */
 #include "cache_int.h"
+
+#define FAIR_FLOOR_DIV 16 /* a user's share is never under 1/16 of the dirty budget */
 
 /* The slot of uid, or a free one (its dirty and waiting are 0), or the shared last one. */
 unsigned fair_slot(const struct tb_store *s, uint32_t uid)

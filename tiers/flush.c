@@ -1,53 +1,37 @@
 /*
- * flush.c - the flusher (write-back, commits, sync), and fsync and flush.
+ * flush.c - write-back, its commits and the sync point, and fsync and
+ * flush: the mechanism that carries out what the flusher (flusher.c) and
+ * eviction (evict.c) decide to clean.
  *
- * Write-back is lazy. A dirty block stays in DRAM until eviction needs its
- * slot, so a block rewritten while cached is never written back, and a
- * block that dies in DRAM (unlink, truncate, punch) is never written at
- * all. The flusher keeps clean_low to clean_high slots free or clean ahead
- * of need, writing back the dirty blocks the policy would evict first
- * (evict.c), so that neither a reader nor a writer waits on a write-back.
- * Under the cycle, a block that streams through (take_stream) is written
- * back as soon as it is rewritten. It also writes back what must go now:
- * blocks that fsync, flush or unmount wait on, and blocks dirty for longer
- * than dirty_expire_ms, the bound on what a crash can lose without fsync.
- * A partly written block waits flush_delay_ms for the rest of its bytes.
- * All-zero blocks become holes with no I/O, and a block whose bytes are
- * stored already is shared (dedup); the others get a fresh slot (place.c)
- * and are written in the write-back class. Finished write-backs are
- * committed to the owner in batches, one transaction per batch. Every
- * sync_interval_ms while there are commits, the owner's own (metadata)
- * included, and at once after sync_commits of them, the flusher makes
- * them durable (device flush, then the owner's sync) and only then returns
- * released locations to the allocators, and wakes the thread that gives
- * their space back to the filesystem (giveback.c). With nothing to do it
- * sleeps without a deadline.
+ * A block taken into WB (flush_start_wb) is written in the write-back
+ * class (flush_start_writes). A partly written block waits flush_delay_ms
+ * for the rest of its bytes first (flush_may_clean). All-zero blocks
+ * become holes with no I/O, and a block whose bytes are stored already is
+ * shared (dedup); the others get a fresh slot (place.c). Finished
+ * write-backs are committed to the owner in batches, one transaction per
+ * batch (flush_commit_batch); a failed one goes back to DIRTY and is
+ * retried (flush_wb_failed). A sync point (flush_do_sync) makes the
+ * commits durable (device flush, then the owner's sync) and only then
+ * returns released locations to the allocators, and wakes the thread that
+ * gives their space back to the filesystem (giveback.c). fsync and flush
+ * mark their blocks urgent and wait here.
+ *
+ * May call: place.c, load.c (the merge of a partial block, dedup's read
+ * back), verify.c (hashes), giveback.c, and the shared layer (entry.c,
+ * marks.c, fair.c); never the policies above it.
  */
 #include "cache_int.h"
 #include "fault.h"
 #include "log.h"
 
 #include <errno.h>
-#include <xxhash.h>
-#if defined(__x86_64__)
-/*
- * The same hash through the library's dispatcher, which picks the widest
- * vector unit the CPU has (AVX2, AVX-512) at run time: 2.3x the plain
- * entry point's speed on this project's build machine.
- */
-#include <xxh_x86dispatch.h>
-#endif
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#define FULL_RETRY_MS 1000 /* a write-back that found no room, or a stall, is tried this often */
 #define WB_RETRY_BASE_MS 100
-#define STOP_RETRY_MS 20000   /* at the stop, failed write-backs are retried this long */
 #define WB_MAX_RETRIES 6
-#define COMMIT_BATCH_MAX 1024
-#define STREAM_SCAN 256	 /* newest dirty blocks the flusher looks at for streaming ones */
-#define CLEAN_KICK 8	 /* evictions under the cycle between the flusher's looks */
-#define BUSY_RETRY_MS 10 /* a dirty block pinned by a writer is looked at again after */
 #define WB_PEND_MAX 64	 /* write-backs placed before they go to the devices together */
 /*
  * The owner's commits bring a sync point at once after cfg.sync_commits
@@ -60,86 +44,6 @@
  * 100,000 creates leave 147 MB, 117 of it free pages.
  */
 #define META_SYNC_WAIT_MS 5000
-
-/* ---- the dirty marks, and waking the flusher ---- */
-
-/*
- * Dirty blocks over the dirty mark less `below': these must be cleaned
- * whatever they are.
- */
-int64_t flush_dirty_over(struct tb_store *s, uint64_t below)
-{
-	return (int64_t)s->ndirty - (int64_t)s->wb_inflight -
-	       ((int64_t)s->dirty_max - (int64_t)below);
-}
-
-/*
- * Slots that readers and writers wait for (entry_alloc_wait) and that no
- * write-back in flight will free: the flusher cleans this many whatever
- * the reserve and the dirty mark say. Under the cycle, blocks that stay
- * are not written back for the reserve; with every other slot pinned by
- * clients or held by writers, a write waited for a slot for ever
- * (unit-flush_starve). So did one without a cycle, when the reserve still
- * counted pinned clean blocks (cache_evictable): GPU read pins on 14 of
- * 256 slots and the other 242 dirty, under the flusher's mark (244),
- * hung tests/cuda/test_gpu_proto.sh.
- */
-int64_t flush_starved(const struct tb_store *s)
-{
-	return (int64_t)s->slot_waiters - (int64_t)s->wb_inflight;
-}
-
-/*
- * Without a cycle, and when the oldest dirty block was overwritten blind
- * (a whole rewrite of a stored block that was not cached, by a writer that
- * has written the whole file since it last read it: it streams over the
- * file), write-back starts dirty_bg below the dirty mark, so that a
- * writer held at the mark finds the device queues full. From clean_low
- * below it, an O_DIRECT overwrite of a file 4x the DRAM tier kept 1.8
- * requests in flight on the disk, against the raw folder's 9, and ran at
- * 0.8x raw. Files read before they are rewritten (the optimizer's state
- * before the learner has its cycle) keep the lazy mark: written back early
- * in the first iterations, they left the swap's resident set smaller for
- * good, and each steady iteration moved 3% more (docs/benchmarks.md).
- */
-uint64_t flush_dirty_below(struct tb_store *s)
-{
-	struct tb_entry *oldest = s->dirty_list.head;
-
-	return oldest && oldest->blind && !evict_cycle_period(s) ? s->dirty_bg : s->clean_low;
-}
-
-/*
- * Wake the flusher: there is work for it, or a reason to look again. Lock
- * held. The flusher drops the lock between looking for work and going to
- * sleep (it writes and commits in between); a kick in that gap would be
- * lost, so it sleeps only if no kick came since it looked (flush_main).
- * Lost, the stop at unmount left it asleep for ever, and an fsync that
- * found its blocks pinned waited with it.
- */
-void flush_kick(struct tb_store *s)
-{
-	s->flush_kicks++;
-	pthread_cond_signal(&s->flush_cv);
-}
-
-/*
- * The flusher keeps clean_high free or clean slots ahead of need; wake it
- * when they run short, when dirty data passes the background mark, and
- * after every few evictions while a cycle ranks the victims, since each
- * use moves which blocks lie furthest ahead. Also while someone waits for
- * a slot that nothing in flight frees: a writer letting go of its block
- * (tb_put_dirty) may have made one it can clean.
- */
-void flush_kick_cleaner(struct tb_store *s, bool evicted)
-{
-	uint64_t below = flush_dirty_below(s);
-
-	if (cache_evictable(s) < s->clean_high || flush_starved(s) > 0 ||
-	    (below > s->clean_low && flush_dirty_over(s, below) > 0) ||
-	    (evicted && ++s->evict_since_clean >= CLEAN_KICK))
-		flush_kick(s);
-}
 
 /* ---- I/O completions (device threads) ---- */
 
@@ -156,54 +60,7 @@ static void write_done(struct tb_io *r, int err)
 	pthread_mutex_unlock(&s->lock);
 }
 
-/* ---- flusher ---- */
-
-/*
- * Whether a dirty block must be written back now, whatever the cache
- * needs: fsync, flush or unmount wait on it, or it has been dirty longer
- * than the age limit. *at says when it would be due otherwise.
- */
-static bool due(struct tb_store *s, struct tb_entry *e, uint64_t now, uint64_t *at)
-{
-	*at = s->cfg.dirty_expire_ms ? e->dirty_ms + s->cfg.dirty_expire_ms : UINT64_MAX;
-	if (s->stopping && e->retries) {
-		/* Failed before: retried until the stop's deadline (flusher_done). */
-		uint64_t end = s->stop_ms + STOP_RETRY_MS;
-
-		if (now >= end)
-			return false;
-		if (now < e->dirty_ms || e->wpins || e->merging) {
-			*at = now < e->dirty_ms ? e->dirty_ms : now + BUSY_RETRY_MS;
-			if (*at > end)
-				*at = end;
-			return false;
-		}
-		return true;
-	}
-	if (e->wpins || e->merging) {
-		/*
-		 * Look again soon: a writer's pin is held for one copy. A block
-		 * due now (urgent, or the store stopping) is looked at again
-		 * in BUSY_RETRY_MS whatever the age limit: the writer's unpin
-		 * wakes the flusher only for space, and with dirty_expire_ms=0
-		 * an fsync or a flush that found the block pinned waited for
-		 * whatever woke the flusher next.
-		 */
-		if (*at < now + BUSY_RETRY_MS || e->urgent || s->stopping)
-			*at = now + BUSY_RETRY_MS;
-		return false;
-	}
-	if (e->retries && now < e->dirty_ms) {
-		*at = e->dirty_ms;
-		return false;
-	}
-	if (e->urgent || s->stopping)
-		return true;
-	if (now < *at)
-		return false;
-	s->expired++;
-	return true;
-}
+/* ---- write-back ---- */
 
 /*
  * Whether a dirty block the cache wants clean may go now: a partly written
@@ -255,7 +112,7 @@ static size_t stored_len(const void *p, size_t bs)
  * succeeding since is the store's stall, which bounds the wait of
  * writers at the dirty mark.
  */
-static void wb_failed(struct tb_store *s, struct tb_entry *e, int err, bool no_room)
+void flush_wb_failed(struct tb_store *s, struct tb_entry *e, int err, bool no_room)
 {
 	uint64_t now = now_ms(), backoff;
 
@@ -266,7 +123,7 @@ static void wb_failed(struct tb_store *s, struct tb_entry *e, int err, bool no_r
 	if (!s->stall_err)
 		s->stall_ms = now;
 	s->stall_err = err;
-	s->stall_commit = false; /* commit_batch says otherwise */
+	s->stall_commit = false; /* flush_commit_batch says otherwise */
 	if (e->retries >= WB_MAX_RETRIES && e->o)
 		e->o->wb_err = err;
 	if (log_ratelimit(&s->wb_log_sec, 10))
@@ -303,7 +160,7 @@ void flush_stall_probe(struct tb_store *s)
 	if (now - s->stall_probe_ms < FULL_RETRY_MS)
 		return;
 	s->stall_probe_ms = now;
-	/* Failed blocks go to the head of the dirty list (wb_failed), as urgent ones do. */
+	/* Failed blocks go to the head of the dirty list (flush_wb_failed), as urgent ones do. */
 	size_t seen = 0;
 	for (struct tb_entry *e = s->dirty_list.head; e && seen++ < FLUSH_SCAN_MAX; e = e->lnext) {
 		if (!e->retries || e->wpins || e->merging)
@@ -323,112 +180,6 @@ void flush_start_wb(struct tb_store *s, struct tb_entry *e)
 	e->urgent = false;
 	e->req.push = false;
 	s->wb_inflight++;
-}
-
-/*
- * Take the dirty entries that are due into WB. Lock held. The dirty list
- * is in the order blocks became dirty, so the age limit needs only its
- * head, but for blocks marked urgent or waiting to retry, which go to its
- * head (make_urgent); the whole list is walked (FLUSH_SCAN_MAX at most)
- * while there are such blocks (due_scan).
- */
-static size_t take_due(struct tb_store *s, struct tb_entry **out, size_t max, uint64_t now,
-		       uint64_t *next_ms)
-{
-	struct tb_entry *e = s->dirty_list.head;
-	bool full = s->due_scan || s->stopping, again = false;
-	size_t n = 0, scanned = 0;
-
-	while (e && n < max && s->wb_inflight < s->wb_max && scanned++ < FLUSH_SCAN_MAX) {
-		struct tb_entry *next = e->lnext;
-		uint64_t at = UINT64_MAX;
-
-		if (due(s, e, now, &at)) {
-			flush_start_wb(s, e);
-			e->req.push = true;
-			out[n++] = e;
-		} else {
-			if (at < *next_ms)
-				*next_ms = at;
-			/*
-			 * A block a writer holds says nothing of those after
-			 * it: a GPU client's write pin on the oldest kept every
-			 * block behind it from the age limit.
-			 */
-			if (e->urgent || e->retries)
-				again = true;
-			else if (!full && !e->wpins && !e->merging)
-				break; /* younger than the age limit, and so is the rest */
-		}
-		e = next;
-	}
-	if (full && !e && !again)
-		s->due_scan = false;
-	return n;
-}
-
-/*
- * Under the cycle, a stored block rewritten whole while it was not cached,
- * or loaded since its last write-back, streams through the cache (the
- * stream flag, set by make_dirty). In the optimizer's read-then-rewrite
- * cycle, a clean copy whose next use is a whole rewrite costs nothing to
- * evict, and Belady evicts the block used last, so such a block is gone
- * before its next read; only a block that stayed cached since its last
- * write-back is hit next time. Written back now, its slot is clean when
- * the next miss wants one. Lazily, misses found every slot dirty and
- * waited for the write-back of a block just rewritten, and writers waited
- * for the dirty budget: at twice the DRAM tier, the pipelined swapper
- * moved 0.57-0.64 of the raw folder's bytes and now moves 0.55-0.59, in
- * 0.81 s an iteration against 0.90 (docs/benchmarks.md). Only the newest
- * dirty blocks are looked at. Lock held.
- */
-static size_t take_stream(struct tb_store *s, struct tb_entry **out, size_t max, uint64_t now,
-			  uint64_t *next_ms)
-{
-	size_t n = 0, seen = 0;
-
-	for (struct tb_entry *e = s->dirty_list.tail, *prev; e && n < max && seen < STREAM_SCAN;
-	     e = prev, seen++) {
-		prev = e->lprev;
-		if (s->wb_inflight >= s->wb_max)
-			break;
-		if (e->stream && e->fill >= s->bs && !e->partial && !evict_protected(s, e->o) &&
-		    flush_may_clean(s, e, now, next_ms)) {
-			flush_start_wb(s, e);
-			out[n++] = e;
-		}
-	}
-	return n;
-}
-
-/*
- * Take dirty entries into WB: those due (fsync, flush, unmount, the age
- * limit), the blocks streaming through, then the victims the cache wants
- * clean ahead of need. Lock held.
- */
-static size_t take_dirty(struct tb_store *s, struct tb_entry **out, size_t max, uint64_t now,
-			 uint64_t *next_ms)
-{
-	size_t n = take_due(s, out, max, now, next_ms);
-
-	if (n == max || s->wb_inflight >= s->wb_max)
-		return n;
-	s->evict_since_clean = 0;
-	if (evict_cycle_period(s)) {
-		n += take_stream(s, out + n, max - n, now, next_ms);
-		if (n == max || s->wb_inflight >= s->wb_max)
-			return n;
-		return n + evict_take_cycle(s, out + n, max - n, now, next_ms);
-	}
-	return n + evict_take_lru(s, out + n, max - n, now, next_ms);
-}
-
-void tb_hash(const void *data, size_t len, uint8_t out[TB_HASH_LEN])
-{
-	XXH128_hash_t h = XXH3_128bits(data, len);
-
-	memcpy(out, &h.low64, 8);
-	memcpy(out + 8, &h.high64, 8);
 }
 
 /*
@@ -455,7 +206,7 @@ static bool dedup_same_stored(struct tb_store *s, struct tb_entry *e, uint64_t l
 		return false;
 	}
 	same = memcmp(bounce, cache_slot_data(s, e), io) == 0 &&
-	       e->new_len <= len; /* stored_len, set by start_writes */
+	       e->new_len <= len; /* stored_len, set by flush_start_writes */
 	if (!same)
 		*damaged = cache_check(s, bounce, cache_read_sum(s, true, e->hash), loc,
 				       CACHE_NO_OBJ, 0) != 0;
@@ -464,7 +215,7 @@ static bool dedup_same_stored(struct tb_store *s, struct tb_entry *e, uint64_t l
 }
 
 /*
- * The entry's bytes, hashed (start_writes): if a stored block has the same
+ * The entry's bytes, hashed (flush_start_writes): if a stored block has the same
  * hash (and, in verify mode, the same bytes as read back from its device),
  * the entry is committed as a reference to it. Otherwise it is stored, and
  * entered in the index (e->index) unless the block found holds other bytes
@@ -534,8 +285,8 @@ static void submit_writes(struct tb_store *s, struct tb_entry **v, size_t n)
  * 16. The plug is held only while they are queued: a block read back for
  * dedup=verify must not wait in one.
  */
-static void start_writes(struct tb_store *s, struct tb_entry **batch, size_t n,
-			 struct tb_entry **holes, size_t *nholes)
+void flush_start_writes(struct tb_store *s, struct tb_entry **batch, size_t n,
+			struct tb_entry **holes, size_t *nholes)
 {
 	struct tb_entry *pend[WB_PEND_MAX];
 	size_t np = 0, pend_max = s->wb_batch < WB_PEND_MAX ? s->wb_batch : WB_PEND_MAX;
@@ -549,7 +300,7 @@ static void start_writes(struct tb_store *s, struct tb_entry **batch, size_t n,
 
 			pthread_mutex_lock(&s->lock);
 			if (ret < 0) {
-				wb_failed(s, e, ret, false);
+				flush_wb_failed(s, e, ret, false);
 				pthread_mutex_unlock(&s->lock);
 				continue;
 			}
@@ -576,7 +327,7 @@ static void start_writes(struct tb_store *s, struct tb_entry **batch, size_t n,
 		pthread_mutex_lock(&s->lock);
 		int ret = place_block(s, &loc);
 		if (ret < 0) {
-			wb_failed(s, e, ret, ret == -ENOSPC);
+			flush_wb_failed(s, e, ret, ret == -ENOSPC);
 			pthread_mutex_unlock(&s->lock);
 			continue;
 		}
@@ -604,7 +355,7 @@ static void start_writes(struct tb_store *s, struct tb_entry **batch, size_t n,
 }
 
 /* Commit finished write-backs in one owner transaction, then settle them. */
-static void commit_batch(struct tb_store *s, struct tb_entry **v, size_t n)
+void flush_commit_batch(struct tb_store *s, struct tb_entry **v, size_t n)
 {
 	struct tb_commit *c;
 	int ret;
@@ -658,7 +409,7 @@ static void commit_batch(struct tb_store *s, struct tb_entry **v, size_t n)
 			if (e->new_loc != TB_LOC_NONE && !e->share_id)
 				dev_free(s->dev[tb_loc_dev(e->new_loc)], tb_loc_slot(e->new_loc));
 			e->share_id = 0;
-			wb_failed(s, e, ret, false);
+			flush_wb_failed(s, e, ret, false);
 			s->stall_commit = true;
 			continue;
 		}
@@ -825,109 +576,6 @@ void tb_meta_committed(struct tb_store *s, bool urgent)
 				break;
 	}
 	pthread_mutex_unlock(&s->lock);
-}
-
-/* Commits or released locations wait for a sync point. Lock held. */
-static bool unsynced(struct tb_store *s)
-{
-	return s->commits_since_sync || s->npending ||
-	       __atomic_load_n(&s->meta_commits, __ATOMIC_RELAXED);
-}
-
-/*
- * Whether the flusher may end: the store stops, nothing is in flight, and
- * nothing is dirty, or what is has failed its write-backs until
- * STOP_RETRY_MS after the stop. At the stop, a block that failed is
- * retried every STOP_RETRY_GAP_MS: a device that healed takes it (one
- * put down by its errors is tried again after 5 s, dev.c); one that does
- * not keeps it, and tb_close says it is lost. Retried for ever, a device
- * failing every write kept the daemon from ending at unmount. Lock held.
- */
-static bool flusher_done(struct tb_store *s)
-{
-	if (!s->stopping || s->done || s->wb_inflight)
-		return false;
-	return !s->ndirty || now_ms() >= s->stop_ms + STOP_RETRY_MS;
-}
-
-void *flush_main(void *arg)
-{
-	struct tb_store *s = arg;
-	struct tb_entry **batch = calloc(COMMIT_BATCH_MAX, sizeof(*batch));
-	struct tb_entry **ready = calloc(2 * COMMIT_BATCH_MAX + s->wb_max, sizeof(*ready));
-	uint64_t last_sync = now_ms();
-
-	pthread_setname_np(pthread_self(), "tfs-flusher");
-	dev_io_priority();
-	if (!batch || !ready) {
-		log_err("flusher: out of memory");
-		abort();
-	}
-	pthread_mutex_lock(&s->lock);
-	for (;;) {
-		uint64_t now = now_ms(), next_ms = UINT64_MAX, kicks;
-		size_t n, nready = 0;
-		struct tb_entry *done;
-		bool want_sync, failed;
-
-		if (flusher_done(s))
-			break;
-		kicks = s->flush_kicks;
-		n = take_dirty(s, batch, COMMIT_BATCH_MAX, now, &next_ms);
-		done = s->done;
-		s->done = NULL;
-		pthread_mutex_unlock(&s->lock);
-
-		fault_inject("flusher", FAULT_FLUSHER, 0); /* test builds: op=flusher */
-		start_writes(s, batch, n, ready, &nready);
-		failed = false;
-		while (done) {
-			struct tb_entry *e = done;
-
-			done = e->lnext;
-			if (e->err) {
-				pthread_mutex_lock(&s->lock);
-				dev_free(s->dev[tb_loc_dev(e->new_loc)], tb_loc_slot(e->new_loc));
-				/* ENOSPC: the device is full now (dev.c) */
-				wb_failed(s, e, e->err, e->err == -ENOSPC);
-				pthread_mutex_unlock(&s->lock);
-				failed = true; /* its retry is due later: look again before sleeping */
-				continue;
-			}
-			ready[nready++] = e;
-		}
-		commit_batch(s, ready, nready);
-
-		pthread_mutex_lock(&s->lock);
-		now = now_ms();
-		want_sync = s->sync_req ||
-			    (now - last_sync >= s->cfg.sync_interval_ms && unsynced(s));
-		if (want_sync) {
-			s->sync_req = false;
-			pthread_mutex_unlock(&s->lock);
-			flush_do_sync(s);
-			last_sync = now_ms();
-			pthread_mutex_lock(&s->lock);
-			continue;
-		}
-		if (n || nready || failed || s->done || s->flush_kicks != kicks)
-			continue; /* a kick while the lock was dropped: look again */
-		/* Asleep until something is due: an idle mount costs no CPU. */
-		if (unsynced(s) && next_ms > last_sync + s->cfg.sync_interval_ms)
-			next_ms = last_sync + s->cfg.sync_interval_ms;
-		if (next_ms == UINT64_MAX) {
-			pthread_cond_wait(&s->flush_cv, &s->lock);
-		} else if (next_ms > now) {
-			struct timespec ts;
-
-			deadline_in(&ts, next_ms - now);
-			pthread_cond_timedwait(&s->flush_cv, &s->lock, &ts);
-		}
-	}
-	pthread_mutex_unlock(&s->lock);
-	free(batch);
-	free(ready);
-	return NULL;
 }
 
 /* ---- fsync, flush and sync ---- */

@@ -12,6 +12,9 @@
  * its own, not the flusher's: a punch frees extents, and with the discard
  * mount option waits for the drive to trim them; on the flusher that held
  * up write-back, and an fsync with it, for over a minute (fault-flusher).
+ *
+ * Mechanism: store.c starts it and flush.c's sync point arms it; it
+ * calls only the devices (dev.c).
  */
 #include "cache_int.h"
 

@@ -9,6 +9,10 @@
  * weighted round-robin (place_block). A location that a rewrite or a
  * truncate releases is reused only after a sync has made its release
  * durable (tb_release, flush.c's sync).
+ *
+ * Mechanism: the requests (cache.c) reserve, write-back (flush.c) places.
+ * It may call marks.c (a writer short of space wakes the flusher, whose
+ * sync returns released locations) and the devices; nothing above it.
  */
 #include "cache_int.h"
 #include "fault.h"

@@ -8,6 +8,9 @@
  * pass of the cycle, tb_cycle_pass moves that window: it grows while many
  * prefetches are late and the devices idle, and shrinks back when they are
  * busy or the growth did not pay.
+ *
+ * Policy: it decides what loads ahead. May call evict.c (whether a block
+ * is worth its victim), load.c (the loads), entry.c and marks.c.
  */
 #include "cache_int.h"
 #include "fault.h"
