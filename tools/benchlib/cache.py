@@ -7,9 +7,8 @@ target once before any turn, then takes the turns.
 """
 
 import os
-import shutil
 
-from .runner import die, fmt_size, log, mem_available, parse_size
+from .runner import check_dram, check_room, die, fmt_size, log, parse_size
 
 CACHE_HELP = """\
 cache matrices (not part of all; tensorfs dram=--cache-dram, 512M):
@@ -126,18 +125,12 @@ def run_cache(bench, args, matrix, have_tfs, all_targets, default_reps,
     if not have_tfs:
         return ["## %s" % matrix, "",
                 "Not run: %s is not built." % args.tensorfs, ""]
-    if dram + (2 << 30) > mem_available():
-        die("dram=%s is more than this machine has available"
-            % fmt_size(dram))
+    check_dram(dram)
     got = prepare(bench, args)
     if isinstance(got, list):
         return got
     need, turn = got
-    free = shutil.disk_usage(args.dir).free
-    if free < need:
-        die("%s has %s free, the %s matrix needs about %s"
-            % (args.dir, fmt_size(free >> 20 << 20), matrix,
-               fmt_size(int(need) >> 20 << 20)))
+    check_room(args.dir, need, matrix)
     for t in targets:
         if t != "raw":
             bench.preflight(t, dram, t,

@@ -14,8 +14,8 @@ import subprocess
 
 from .passthrough import build_passthrough
 from .runner import (DESCRIPTIONS, cell, die, drop_caches, fmt_size, log, med,
-                     mem_available, parse_size, pick_targets, plural, ratio,
-                     run_group)
+                     mem_available, parse_size, pick_targets, plural,
+                     ratio_rows, row_notes, run_group)
 
 
 MATRIX = "fio"
@@ -200,21 +200,9 @@ def fio_report(results, args, reps, descriptions, skipped):
     meds = {}
     for t, reps in results.items():
         meds[t] = {p: med([r.get(p) for r in reps]) for p in FIO_PHASES}
-    base = meds.get("raw", {})
-    for t in results:
-        row = ["| %s" % t]
-        for p in FIO_PHASES:
-            row.append(cell(meds[t][p]))
-            row.append(ratio(meds[t][p], base.get(p)))
-        out.append(" | ".join(row) + " |")
-    for t, why in skipped.items():
-        out.append("| %s | %s | | | | | |" % (t, why))
+    out += ratio_rows(meds, results, skipped, FIO_PHASES, meds.get("raw", {}))
     out.append("")
-    out.append("What each row is:")
-    out.append("")
-    for t in list(results) + list(skipped):
-        out.append("- `%s`: %s" % (t, descriptions[t]))
-    out.append("")
+    out += row_notes(results, skipped, descriptions)
     out.append("Steps: `write-new` writes a new file (FUSE serializes "
                "O_DIRECT writes that extend a file), `overwrite` writes it "
                "again in place (DeepSpeed's steady state), `read` reads it "

@@ -7,9 +7,7 @@ checked against the machine's memory and mounted once before any turn;
 the caps (nvme_bw=, pfs_bw=, s3_bw=) come from --tier-bw.
 """
 
-import shutil
-
-from .runner import die, fmt_size, log, mem_available, parse_size
+from .runner import check_dram, check_room, fmt_size, log, parse_size
 
 REMOTE_HELP = """\
 remote-tier matrices (not part of all): X = --tier-bw (default 300M), the
@@ -59,18 +57,12 @@ def run_remote(bench, args, matrix, have_tfs, all_targets, baselines,
         log("%s: %s not built" % (matrix, args.tensorfs))
         return ["## %s" % matrix, "",
                 "Not run: %s is not built." % args.tensorfs, ""]
-    if args.tier_dram + (2 << 30) > mem_available():
-        die("dram=%s is more than this machine has available (--tier-dram)"
-            % fmt_size(args.tier_dram))
+    check_dram(args.tier_dram, " (--tier-dram)")
     got = prepare(bench, args, targets, skipped)
     if isinstance(got, list):
         return got
     need, turn = got
-    free = shutil.disk_usage(args.dir).free
-    if free < need:
-        die("%s has %s free, the %s matrix needs about %s"
-            % (args.dir, fmt_size(free >> 20 << 20), matrix,
-               fmt_size(int(need) >> 20 << 20)))
+    check_room(args.dir, need, matrix)
     if any(t.startswith("tfs") for t in targets):
         bench.preflight("tfs", args.tier_dram, "tfs (--tier-dram)",
                         lambda: bench.start_tfs("preflight", args.tier_dram))

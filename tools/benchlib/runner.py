@@ -428,11 +428,7 @@ class Bench:
         target once (preflight; dram_of(target) gives its dram), then the
         turns. Returns target -> [results]."""
         args = self.args
-        free = shutil.disk_usage(args.dir).free
-        if free < need:
-            die("%s has %s free, the %s matrix needs about %s"
-                % (args.dir, fmt_size(free >> 20 << 20), matrix,
-                   fmt_size(need >> 20 << 20)))
+        check_room(args.dir, need, matrix)
         for t in list(targets):
             if t.startswith("tfs") and not have_tfs:
                 skipped[t] = "pending: %s not built" % args.tensorfs
@@ -520,6 +516,47 @@ def ratio(v, base):
     if v is None or not base:
         return "-"
     return "%.2f" % (v / base)
+
+
+def ratio_rows(meds, results, skipped, keys, base):
+    """Table rows: per target, each key's median and its ratio to the
+    base row's; then one row per skipped target with its reason."""
+    rows = []
+    for t in results:
+        row = ["| %s" % t]
+        for k in keys:
+            row.append(cell(meds[t][k]))
+            row.append(ratio(meds[t][k], base.get(k)))
+        rows.append(" | ".join(row) + " |")
+    for t, why in skipped.items():
+        rows.append("| %s | %s |%s" % (t, why, " |" * (2 * len(keys) - 1)))
+    return rows
+
+
+def row_notes(results, skipped, descriptions):
+    """The "What each row is" list under a table."""
+    out = ["What each row is:", ""]
+    for t in list(results) + list(skipped):
+        out.append("- `%s`: %s" % (t, descriptions[t]))
+    out.append("")
+    return out
+
+
+def check_room(directory, need, matrix):
+    """Die unless directory has need bytes free for matrix."""
+    free = shutil.disk_usage(directory).free
+    if free < need:
+        die("%s has %s free, the %s matrix needs about %s"
+            % (directory, fmt_size(free >> 20 << 20), matrix,
+               fmt_size(int(need) >> 20 << 20)))
+
+
+def check_dram(dram, option=""):
+    """Die unless a dram tier of dram bytes leaves 2 GiB of this
+    machine's available memory; option names the flag in the message."""
+    if dram + (2 << 30) > mem_available():
+        die("dram=%s is more than this machine has available%s"
+            % (fmt_size(dram), option))
 
 
 def pick_targets(args, all_targets, default):

@@ -16,7 +16,8 @@ import time
 from .fio import fio_job
 from .remote import REMOTE_HELP, add_tier_dram, run_remote
 from .runner import (REPO, cell, dedup_hits, dev_bytes, drop_caches, fmt_size,
-                     log, med, parse_size, plural, ratio, run_group)
+                     log, med, parse_size, plural, ratio, ratio_rows,
+                     run_group)
 
 
 MATRIX = "s3"
@@ -440,14 +441,7 @@ def s3_report(results, args, reps, skipped):
                           for sfx in ("", "_req_gb", "_cpu_gb")]}
             for t, rs in results.items()}
     base = meds.get("s3fs", {})
-    for t in results:
-        row = ["| %s" % t]
-        for st in steps:
-            row.append(cell(meds[t][st]))
-            row.append(ratio(meds[t][st], base.get(st)))
-        out.append(" | ".join(row) + " |")
-    for t, why in skipped.items():
-        out.append("| %s | %s |%s" % (t, why, " |" * (2 * len(steps) - 1)))
+    out += ratio_rows(meds, results, skipped, steps, base)
     out.append("")
     out.append("Client CPU seconds per GB moved: the daemon's (tensorfs, "
                "s3fs) user + system time from /proc/PID/stat over the step.%s"

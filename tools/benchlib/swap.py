@@ -17,7 +17,7 @@ import tempfile
 from .passthrough import build_passthrough
 from .runner import (DESCRIPTIONS, REPO, cell, die, drop_caches, fmt_size,
                      log, med, parse_count, parse_size, pick_targets, plural,
-                     ratio, run_capture, run_group)
+                     ratio, row_notes, run_capture, run_group)
 
 
 MATRIX = "swap"
@@ -93,6 +93,34 @@ def add_swapbench_options(p):
                                         "swapbench"),
                    metavar="PATH",
                    help="swapbench (default build/tools/swapbench/swapbench)")
+
+
+def swap_table(results, skipped, base):
+    """The swap matrices' table: per target and swapper, the median
+    s/iter, base's s/iter over it, and the read and write GB/s; then the
+    skipped targets."""
+    hdr = "| target"
+    sep = "| ---"
+    for s in SWAPPERS:
+        hdr += " | %s s/iter | x %s | read GB/s | write GB/s" % (s, base)
+        sep += " | ---: | ---: | ---: | ---:"
+    out = [hdr + " |", sep + " |"]
+    meds = {t: {s: {k: med([r[s][k] for r in rs if s in r])
+                    for k in ("s", "read", "write")} for s in SWAPPERS}
+            for t, rs in results.items()}
+    for t in results:
+        row = ["| %s" % t]
+        for s in SWAPPERS:
+            m = meds[t][s]
+            b = meds.get(base, {}).get(s, {}).get("s")
+            row.append(cell(m["s"], "%.2f"))
+            row.append(ratio(b, m["s"]) if m["s"] else "-")
+            row.append(cell(m["read"], "%.2f"))
+            row.append(cell(m["write"], "%.2f"))
+        out.append(" | ".join(row) + " |")
+    for t, why in skipped.items():
+        out.append("| %s | %s |%s" % (t, why, " |" * 7))
+    return out
 
 
 def swapbench_dir_flag(bench):
@@ -273,37 +301,9 @@ def swap_report(results, args, reps, descriptions, skipped):
                "target seconds (above 1 is faster than raw)."
                % (plural(reps, "repetition"), args.iters))
     out.append("")
-    hdr = "| target"
-    sep = "| ---"
-    for s in SWAPPERS:
-        hdr += " | %s s/iter | x raw | read GB/s | write GB/s" % s
-        sep += " | ---: | ---: | ---: | ---:"
-    out.append(hdr + " |")
-    out.append(sep + " |")
-    meds = {}
-    for t, reps in results.items():
-        meds[t] = {}
-        for s in SWAPPERS:
-            meds[t][s] = {k: med([r[s][k] for r in reps if s in r])
-                          for k in ("s", "read", "write")}
-    for t in results:
-        row = ["| %s" % t]
-        for s in SWAPPERS:
-            m = meds[t][s]
-            b = meds.get("raw", {}).get(s, {}).get("s")
-            row.append(cell(m["s"], "%.2f"))
-            row.append(ratio(b, m["s"]) if m["s"] else "-")
-            row.append(cell(m["read"], "%.2f"))
-            row.append(cell(m["write"], "%.2f"))
-        out.append(" | ".join(row) + " |")
-    for t, why in skipped.items():
-        out.append("| %s | %s |%s" % (t, why, " |" * 7))
+    out += swap_table(results, skipped, "raw")
     out.append("")
-    out.append("What each row is:")
-    out.append("")
-    for t in list(results) + list(skipped):
-        out.append("- `%s`: %s" % (t, descriptions[t]))
-    out.append("")
+    out += row_notes(results, skipped, descriptions)
     out.append("Each swapbench run gets a fresh folder (and a fresh mount); "
                "host caches are dropped before it starts.")
     out.append("")

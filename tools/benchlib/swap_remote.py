@@ -10,10 +10,10 @@ import os
 from .remote import (REMOTE_HELP, add_tier_bw, add_tier_dram, run_remote,
                      tier_caps)
 from .runner import (cell, dedup_hits, dev_bytes, die, drop_caches, fmt_devs,
-                     fmt_size, log, med, parse_count, plural, ratio)
+                     fmt_size, log, parse_count, plural)
 from .s3 import (add_s3_server_options, s3_opts, s3_proxy_note, s3_requests,
                  s3_start)
-from .swap import (SWAPPERS, add_swapbench_options, swapbench,
+from .swap import (SWAPPERS, add_swapbench_options, swap_table, swapbench,
                    swapbench_dir_flag)
 
 
@@ -115,29 +115,7 @@ def swap_remote_report(results, args, reps, skipped):
                   if args.s3_object else "", s3_proxy_note(args),
                   plural(reps, "repetition"), args.iters))
     out.append("")
-    hdr = "| target"
-    sep = "| ---"
-    for s in SWAPPERS:
-        hdr += " | %s s/iter | x tfs-nvme | read GB/s | write GB/s" % s
-        sep += " | ---: | ---: | ---: | ---:"
-    out.append(hdr + " |")
-    out.append(sep + " |")
-    meds = {}
-    for t, rs in results.items():
-        meds[t] = {s: {k: med([r[s][k] for r in rs if s in r])
-                       for k in ("s", "read", "write")} for s in SWAPPERS}
-    for t in results:
-        row = ["| %s" % t]
-        for s in SWAPPERS:
-            m = meds[t][s]
-            b = meds.get("tfs-nvme", {}).get(s, {}).get("s")
-            row.append(cell(m["s"], "%.2f"))
-            row.append(ratio(b, m["s"]) if m["s"] else "-")
-            row.append(cell(m["read"], "%.2f"))
-            row.append(cell(m["write"], "%.2f"))
-        out.append(" | ".join(row) + " |")
-    for t, why in skipped.items():
-        out.append("| %s | %s |%s" % (t, why, " |" * 7))
+    out += swap_table(results, skipped, "tfs-nvme")
     out.append("")
     per_iter = [r[s]["bytes"] for rs in results.values() for r in rs
                 for s in SWAPPERS if s in r and r[s].get("bytes")]
