@@ -60,29 +60,12 @@ def add_options(p):
 
 def fio(bench, directory, rw, size):
     """One fio step; returns MB/s (10^6 bytes per second) or None."""
-    cmd = ["fio", "--name=bench", "--directory=" + directory,
-           "--filename=bench.dat", "--rw=" + rw, "--bs=1M",
-           "--ioengine=libaio", "--direct=1", "--iodepth=8",
-           "--size=%d" % size, "--output-format=json"]
-    timeout = 300 + size / 20e6
-    try:
-        r = run_group(cmd, timeout)
-    except subprocess.TimeoutExpired:
-        log("fio %s timed out after %d s" % (rw, timeout))
+    job = fio_job(bench, directory, ["--filename=bench.dat", "--rw=" + rw,
+                                     "--iodepth=8", "--size=%d" % size],
+                  rw, size)
+    if job is None:
         return None
-    try:
-        job = json.loads(r.stdout[r.stdout.index("{"):])["jobs"][0]
-    except (ValueError, KeyError, IndexError):
-        log("fio %s: no result (rc %d): %s" % (rw, r.returncode,
-                                               r.stderr.strip()[-500:]))
-        return None
-    side = job["read" if rw == "read" else "write"]
-    if r.returncode != 0 or job.get("error") or side["io_bytes"] != size:
-        log("fio %s: rc %d, error %s, %d of %d bytes: %s" % (
-            rw, r.returncode, job.get("error"), side["io_bytes"], size,
-            r.stderr.strip()[-500:]))
-        return None
-    return side["bw_bytes"] / 1e6
+    return job["read" if rw == "read" else "write"]["bw_bytes"] / 1e6
 
 
 def fio_turn(bench, target):

@@ -7,10 +7,10 @@ prefetch (tfs-learner) against 2q with prefetch off (tfs-nolearner).
 import os
 
 from .cache import CACHE_HELP, cache_target, hit_pct, opt, run_cache
-from .runner import (cell, die, drop_caches, fmt_size, log, med, parse_count,
+from .runner import (cell, drop_caches, fmt_size, log, med, parse_count,
                      parse_size, plural, ratio)
-from .swap import (SWAPPERS, add_swapbench_options, swapbench,
-                   swapbench_dir_flag)
+from .swap import (SWAPPERS, add_swapbench_options, set_swap_dir_flag,
+                   swapbench)
 
 
 MATRIX = "learner"
@@ -108,10 +108,7 @@ def prepare(bench, args):
     if not os.access(args.swapbench, os.X_OK):
         return ["## learner", "",
                 "Not run: %s is not built." % args.swapbench, ""]
-    bench.swap_dir_flag = swapbench_dir_flag(bench)
-    if bench.swap_dir_flag is None:
-        die("cannot tell from `swapbench --help` which option names "
-            "the folder to swap into")
+    set_swap_dir_flag(bench)
     return (float(args.learn_params) * 20 + (2 << 30),
             lambda t: learner_turn(bench, t))
 

@@ -133,6 +133,14 @@ def swapbench_dir_flag(bench):
     return None
 
 
+def set_swap_dir_flag(bench):
+    """Set bench.swap_dir_flag from swapbench --help, or die."""
+    bench.swap_dir_flag = swapbench_dir_flag(bench)
+    if bench.swap_dir_flag is None:
+        die("cannot tell from `swapbench --help` which option names "
+            "the folder to swap into")
+
+
 def swapbench(bench, directory, swapper, params=None,
               sub_group_size=None, mount=None):
     """One swapbench run. With mount (a tensorfs mount point), the
@@ -408,10 +416,7 @@ def run(bench, args, have_tfs):
             % args.swapbench)
         return ["## swap", "",
                 "Not run: %s is not built." % args.swapbench, ""]
-    bench.swap_dir_flag = swapbench_dir_flag(bench)
-    if bench.swap_dir_flag is None:
-        die("cannot tell from `swapbench --help` which option names "
-            "the folder to swap into")
+    set_swap_dir_flag(bench)
     if "passthrough_ll" in targets and bench.passthrough is None:
         bench.passthrough = build_passthrough(bench)
     if args.iters < 3 and any(t.startswith("tfs") for t in targets):

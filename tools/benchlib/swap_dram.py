@@ -9,7 +9,7 @@ import os
 from .runner import (cell, die, fmt_size, log, med, mem_available,
                      parse_count, plural, ratio)
 from .swap import (SWAPPERS, SWAP_DEFAULT_REPS, add_swapbench_options,
-                   swap_runs, swapbench_dir_flag)
+                   set_swap_dir_flag, swap_runs)
 
 
 MATRIX = "swap-dram"
@@ -60,10 +60,7 @@ def run_swap_dram(bench, args, have_tfs):
     if max(drams.values()) + (2 << 30) > mem_available():
         die("swap-dram: dram=%s is more than this machine has available"
             % fmt_size(max(drams.values())))
-    bench.swap_dir_flag = swapbench_dir_flag(bench)
-    if bench.swap_dir_flag is None:
-        die("cannot tell from `swapbench --help` which option names the "
-            "folder to swap into")
+    set_swap_dir_flag(bench)
     bench.preflight("tfs", min(drams.values()), min(drams, key=drams.get))
     log("swap-dram matrix: state %s, %s; %d repetition(s)"
         % (fmt_size(state >> 20 << 20), ", ".join(targets), reps))

@@ -9,12 +9,12 @@ import os
 
 from .remote import (REMOTE_HELP, add_tier_bw, add_tier_dram, run_remote,
                      tier_caps)
-from .runner import (cell, dedup_hits, dev_bytes, die, drop_caches, fmt_devs,
+from .runner import (cell, dedup_hits, dev_bytes, drop_caches, fmt_devs,
                      fmt_size, log, parse_count, plural)
 from .s3 import (add_s3_server_options, s3_opts, s3_proxy_note, s3_requests,
                  s3_start)
-from .swap import (SWAPPERS, add_swapbench_options, swap_table, swapbench,
-                   swapbench_dir_flag)
+from .swap import (SWAPPERS, add_swapbench_options, set_swap_dir_flag,
+                   swap_table, swapbench)
 
 
 MATRIX = "swap-remote"
@@ -158,10 +158,7 @@ def prepare(bench, args, targets, skipped):
         log("swap-remote: %s not built" % args.swapbench)
         return ["## swap-remote", "",
                 "Not run: %s is not built." % args.swapbench, ""]
-    bench.swap_dir_flag = swapbench_dir_flag(bench)
-    if bench.swap_dir_flag is None:
-        die("cannot tell from `swapbench --help` which option names "
-            "the folder to swap into")
+    set_swap_dir_flag(bench)
     if "tfs-nvme+s3" in targets:
         why = s3_start(bench)
         if why:
