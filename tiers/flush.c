@@ -458,12 +458,13 @@ static int flush_devs(void *arg)
 
 /*
  * The window of the owner's commits between sync points: sync_commits,
- * less where the owner's store grew past its bound within one (urgent). A
- * window that grew it is halved for the ones after, and each window that
- * did not grows by an eighth, up to sync_commits again: the store keeps
+ * less where the owner's store grew past its bound within one (urgent):
+ * such a window is halved for the rest of the mount. The store keeps
  * about two windows of replaced pages, and only a shorter window keeps it
- * within a small filesystem (each grew it by the bound until the disk was
- * full, the next window's commits finding the last one's pages too few).
+ * within a small filesystem (counted in commits alone, each window grew it
+ * until the disk was full). A window that grew back after each cut let
+ * the store creep up to its filesystem's last page: rm failed on a 10 MiB
+ * one, so a cut stays.
  */
 #define META_WINDOW_MIN 8
 static uint64_t meta_window(struct tb_store *s)
@@ -473,14 +474,9 @@ static uint64_t meta_window(struct tb_store *s)
 	return w && w < s->cfg.sync_commits ? w : s->cfg.sync_commits;
 }
 
-/* At a sync point: the window that ended sets the next one's length. Lock held. */
+/* At a sync point: the next window may be cut again. Lock held. */
 static void meta_window_next(struct tb_store *s)
 {
-	uint64_t w = meta_window(s);
-
-	if (!s->meta_grew && w < s->cfg.sync_commits)
-		w += w / 8 + 1;
-	__atomic_store_n(&s->meta_window, w, __ATOMIC_RELAXED);
 	s->meta_grew = false;
 }
 

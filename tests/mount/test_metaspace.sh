@@ -109,6 +109,32 @@ synced() {
 	return 1
 }
 
+# tmpfs_store SIZE: a new store whose meta folder is on a tmpfs of SIZE,
+# mounted (allow_other) with its public folder.
+tmpfs_store() {
+	TMPFS="$T/metafs"
+	mkdir -p "$TMPFS"
+	mount -t tmpfs -o "size=$1,mode=0700" tmpfs "$TMPFS" || skip "cannot mount a tmpfs"
+	META="$TMPFS/meta"
+	rm -rf "$NVME" && mkdir -p "$NVME" # a new store
+	tfs_mount "allow_other"
+	pub
+}
+
+# tmpfs_store_end PART: root's touch still succeeds; the size is printed;
+# the daemon exits cleanly; the next part gets a new store on $T.
+tmpfs_store_end() {
+	touch "$MNT/root-file" 2>"$T/touch.err"
+	check $? "root's touch failed in part $1: $(cat "$T/touch.err")"
+	echo "   data.mdb: $(($(size) / MiB)) MiB; tmpfs: $(df -B1M --output=used "$TMPFS" | tail -1) MiB used"
+	tfs_umount
+	check $? "the daemon's exit after part $1"
+	umount "$TMPFS" && TMPFS=""
+	META="$T/meta"
+	rm -rf "$META" "$NVME"
+	mkdir -p "$NVME"
+}
+
 echo "1. 30,000 creates and unlinks, 5,000 chmod, as nobody"
 tfs_mount "allow_other"
 pub
@@ -135,49 +161,22 @@ fi
 tfs_umount || fail "unmount after part 1"
 
 echo "2. meta on a 64 MiB tmpfs: nobody's chmods, then root's touch"
-TMPFS="$T/metafs"
-mkdir -p "$TMPFS"
-mount -t tmpfs -o size=64M,mode=0700 tmpfs "$TMPFS" || skip "cannot mount a tmpfs"
-META="$TMPFS/meta"
-rm -rf "$NVME" && mkdir -p "$NVME" # a new store
-tfs_mount "allow_other"
-pub
+tmpfs_store 64M
 errs=$(ops "$MNT/pub" chmod 20000)
 check "$errs" "$errs of nobody's 20,000 chmods failed with meta on a 64 MiB tmpfs"
-touch "$MNT/root-file" 2>"$T/touch.err"
-check $? "root's touch failed after nobody's chmods: $(cat "$T/touch.err")"
-echo "   data.mdb: $(($(size) / MiB)) MiB; tmpfs: $(df -B1M --output=used "$TMPFS" | tail -1) MiB used"
-tfs_umount
-check $? "the daemon's exit after part 2"
-umount "$TMPFS" && TMPFS=""
-META="$T/meta"
-rm -rf "$META" "$NVME"
-mkdir -p "$NVME"
+tmpfs_store_end 2
 
 echo "3. meta on a 10 MiB tmpfs: 3,000 files made, then removed with rm -r"
 # Regression: counted in commits alone, the pages LMDB keeps until the
 # next sync point (about 10 a commit, 256 to 512 commits a window) grew the
 # store past a small filesystem's room while most of it was free pages:
 # rm failed with ENOSPC, 20 MB free before it began (mount-fault-matrix).
-TMPFS="$T/metafs"
-mount -t tmpfs -o size=10M,mode=0700 tmpfs "$TMPFS" || skip "cannot mount a tmpfs"
-META="$TMPFS/meta"
-rm -rf "$NVME" && mkdir -p "$NVME"
-tfs_mount "allow_other"
-pub
+tmpfs_store 10M
 errs=$(ops "$MNT/pub" files 3000)
 check "$errs" "$errs of 3,000 creates failed with meta on a 10 MiB tmpfs"
 rm -r "$MNT/pub" 2>"$T/rm.err"
 check $? "rm -r of 3,000 files with meta on a 10 MiB tmpfs: $(sort "$T/rm.err" | uniq -c | sort -rn | head -n 3)"
-echo "   data.mdb: $(($(size) / MiB)) MiB; tmpfs: $(df -B1M --output=used "$TMPFS" | tail -1) MiB used"
-touch "$MNT/root-file" 2>"$T/touch.err"
-check $? "root's touch failed after the rm: $(cat "$T/touch.err")"
-tfs_umount
-check $? "the daemon's exit after part 3"
-umount "$TMPFS" && TMPFS=""
-META="$T/meta"
-rm -rf "$META" "$NVME"
-mkdir -p "$NVME"
+tmpfs_store_end 3
 
 echo "4. 100,000 empty files"
 tfs_mount "allow_other"

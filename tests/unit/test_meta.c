@@ -158,6 +158,18 @@ static uint64_t nblocks(struct fs_meta *m, MDB_txn *txn, uint64_t ino)
 	return n;
 }
 
+/* The closed store in dir, opened with LMDB alone (flags: MDB_RDONLY or 0). */
+static MDB_env *open_env(const char *dir, unsigned flags)
+{
+	MDB_env *env;
+
+	CHECK_EQ(mdb_env_create(&env), 0);
+	CHECK_EQ(mdb_env_set_maxdbs(env, 16), 0);
+	CHECK_EQ(mdb_env_set_mapsize(env, 1ULL << 30), 0);
+	CHECK_EQ(mdb_env_open(env, dir, flags, 0600), 0);
+	return env;
+}
+
 /*
  * Make the closed store in dir what an older format was: 1 kept no block
  * counts, and 1 and 2 no stored length in block records.
@@ -172,10 +184,7 @@ static void make_format(const char *dir, uint32_t version)
 	unsigned char f[64];
 	int rc;
 
-	CHECK_EQ(mdb_env_create(&env), 0);
-	CHECK_EQ(mdb_env_set_maxdbs(env, 16), 0);
-	CHECK_EQ(mdb_env_set_mapsize(env, 1ULL << 30), 0);
-	CHECK_EQ(mdb_env_open(env, dir, 0, 0600), 0);
+	env = open_env(dir, 0);
 	CHECK_EQ(mdb_txn_begin(env, NULL, 0, &txn), 0);
 	CHECK_EQ(mdb_dbi_open(txn, "info", 0, &info), 0);
 	CHECK_EQ(mdb_get(txn, info, &k, &v), 0);
@@ -449,10 +458,7 @@ static void drop_table(const char *dir, const char *name)
 	MDB_txn *txn;
 	MDB_dbi dbi;
 
-	CHECK_EQ(mdb_env_create(&env), 0);
-	CHECK_EQ(mdb_env_set_maxdbs(env, 16), 0);
-	CHECK_EQ(mdb_env_set_mapsize(env, 1ULL << 30), 0);
-	CHECK_EQ(mdb_env_open(env, dir, 0, 0600), 0);
+	env = open_env(dir, 0);
 	CHECK_EQ(mdb_txn_begin(env, NULL, 0, &txn), 0);
 	CHECK_EQ(mdb_dbi_open(txn, name, 0, &dbi), 0);
 	CHECK_EQ(mdb_drop(txn, dbi, 1), 0);
@@ -468,9 +474,7 @@ static bool has_table(const char *dir, const char *name)
 	MDB_dbi dbi;
 	int rc;
 
-	CHECK_EQ(mdb_env_create(&env), 0);
-	CHECK_EQ(mdb_env_set_maxdbs(env, 16), 0);
-	CHECK_EQ(mdb_env_open(env, dir, MDB_RDONLY, 0600), 0);
+	env = open_env(dir, MDB_RDONLY);
 	CHECK_EQ(mdb_txn_begin(env, NULL, MDB_RDONLY, &txn), 0);
 	rc = mdb_dbi_open(txn, name, 0, &dbi);
 	mdb_txn_abort(txn);
