@@ -4,7 +4,7 @@
  * libfuse's own loop reads each request into one buffer, so a write's
  * bytes reach the DRAM tier through a second copy, from that buffer into
  * the block's slot: on the swap folder's write phase that copy was a
- * seventh of all CPU time (docs/benchmarks.md). Here each thread reads
+ * seventh of all CPU time (c4272ef). Here each thread reads
  * with readv: the request's header and write arguments into its buffer, the
  * bytes after them into a spare slot of the DRAM arena (tb_spare_take),
  * and anything longer into the buffer's rest. A write of one whole block

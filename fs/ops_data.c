@@ -238,7 +238,7 @@ int truncate_to(struct fs *fs, struct fs_inode *in, uint64_t size, uint32_t uid)
  * pieces of one synchronous request larger than a FUSE request (1 MiB)
  * at once, where the direct path sends them one after another: `dd
  * bs=8M iflag=direct` of a file in DRAM read at 4.9-7.2 GB/s that way,
- * and at 7.1-11.9 GB/s this way (docs/benchmarks.md). Every open keeps
+ * and at 7.1-11.9 GB/s this way (e290580). Every open keeps
  * its page cache across opens.
  */
 void open_io(struct fuse_file_info *fi)

@@ -54,7 +54,7 @@
 /*
  * Blocks per s3 object, by default: a sixteenth of the DRAM tier, from 8
  * to 64 MiB. Eight 1 MiB blocks per object read 4.3x and wrote 1.3x faster
- * than one against s3rver (docs/benchmarks.md); where each request waits
+ * than one against s3rver (0bdecce); where each request waits
  * for its first byte, as in a region, what counts is requests per GB, and
  * 64 MiB objects make 16 of them each way. The DRAM tier bounds it: the
  * write-back keeps a few whole objects in flight and a reader two ahead.

@@ -297,8 +297,9 @@ void dev_requeue(struct tb_dev *d, struct tb_io *r)
  * The threads that keep the devices busy, each device's and the flusher,
  * use little CPU but gate every byte that reaches a drive: one that waits
  * for a CPU behind the FUSE threads' copies leaves its drive idle. On 2
- * cores fio's overwrite through dram= a quarter of the file ran 16% slower
- * with them at the default weight than at this one (docs/benchmarks.md).
+ * cores fio's overwrite through dram= a quarter of the file ran 19% slower
+ * with them at the default weight than at this one (1988 against 2462
+ * MB/s: docs/benchmarks.md, fio's "What we tried").
  * Raising it takes CAP_SYS_NICE; without, they keep the default, and the
  * log says so once.
  */

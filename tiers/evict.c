@@ -221,7 +221,7 @@ static bool ahead_of_reader(const struct tb_entry *e, const struct tb_use *u)
  * of hits with the devices idle and a phase of misses with the CPU
  * waiting. At twice the DRAM tier the swapper's device went from 54-64%
  * busy to 62-68%, and an iteration took 3-11% less time, moving the same
- * bytes (docs/benchmarks.md). What stays is the dirty mark less the
+ * bytes (2cb445d). What stays is the dirty mark less the
  * prefetch window: the slots above the dirty mark (the flusher's clean
  * reserve) and the window are what blocks streaming through use. The
  * reserve was once taken off twice; with writers waiting for streaming

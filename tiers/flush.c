@@ -104,7 +104,7 @@ static size_t stored_len(const void *p, size_t bs)
  * reports the failure, but the block waits for its device to heal or for
  * space to come back. Retries back off; one that found no device with
  * room (no_room: ENOSPC from placement or from the device, which is then
- * full and takes no new block until it has room, dev.c usable) costs no
+ * full and takes no new block until it has room, dev_measure.c usable) costs no
  * I/O to try again, and is tried every FULL_RETRY_MS at least, so that
  * space freed is used soon. A commit that failed had written its block:
  * its retries back off in full (a full metadata filesystem cost a write

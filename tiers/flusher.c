@@ -136,7 +136,7 @@ static size_t take_due(struct tb_store *s, struct tb_entry **out, size_t max, ui
  * waited for the write-back of a block just rewritten, and writers waited
  * for the dirty budget: at twice the DRAM tier, the pipelined swapper
  * moved 0.57-0.64 of the raw folder's bytes and now moves 0.55-0.59, in
- * 0.81 s an iteration against 0.90 (docs/benchmarks.md). Only the newest
+ * 0.81 s an iteration against 0.90 (cc945b9). Only the newest
  * dirty blocks are looked at. Lock held.
  */
 static size_t take_stream(struct tb_store *s, struct tb_entry **out, size_t max, uint64_t now,

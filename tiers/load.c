@@ -6,7 +6,8 @@
  * Mechanism: it carries out the loads and merges that the requests
  * (cache.c), prefetch (prefetch.c) and write-back (flush.c) ask for, and
  * decides nothing about what stays. May call: verify.c (each read is
- * checked against its hash), entry.c, and the devices (dev.c).
+ * checked against its hash), entry.c, and the devices (dev.c and its
+ * engines).
  */
 #include "cache_int.h"
 

@@ -52,7 +52,7 @@ int64_t flush_starved(const struct tb_store *s)
  * 0.8x raw. Files read before they are rewritten (the optimizer's state
  * before the learner has its cycle) keep the lazy mark: written back early
  * in the first iterations, they left the swap's resident set smaller for
- * good, and each steady iteration moved 3% more (docs/benchmarks.md).
+ * good, and each steady iteration moved 3% more (94b2c68).
  */
 uint64_t flush_dirty_below(struct tb_store *s)
 {

@@ -224,7 +224,7 @@ void tb_space(struct tb_store *s, uint64_t *total, uint64_t *avail)
 
 	/*
 	 * A device's size is its capacity, less what its filesystem cannot
-	 * give any more (space others took, dev.c's room; a device that is
+	 * give any more (space others took, dev_measure.c's room; a device that is
 	 * out): so "used" (size less free) is what this store holds, whoever
 	 * else fills the disk, and the size shrinks as the disk does.
 	 */

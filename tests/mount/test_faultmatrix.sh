@@ -34,7 +34,7 @@ command -v python3 >/dev/null 2>&1 || skip "python3 not found"
 : "${TFSCTL:?TFSCTL must name the tfsctl binary}"
 
 BOUND=30 # seconds a call may take, the disk full or not; and the run, once space is back
-HOLD=40	 # seconds the disk stays full
+HOLD=32	 # seconds the disk stays full (more than BOUND)
 SB_ARGS="--params 1e7 --sub-group-size 2.5e6 --json"
 
 
