@@ -313,6 +313,28 @@ static int opt_proc(void *data, const char *arg, int key, struct fuse_args *outa
 	}
 }
 
+/*
+ * SOURCE names the mount (fsname=, what /proc/mounts and df show), and
+ * reaches libfuse inside an -o list: its commas and backslashes are
+ * escaped, so that a SOURCE of "x,allow_other" or "x,ro" is a name, not
+ * options that the checks on allow_other never saw.
+ */
+static int add_fsname(struct fuse_args *args, const char *source)
+{
+	char *opts = NULL, *name;
+	int ret = -1;
+
+	if (asprintf(&name, "fsname=%s", source) < 0)
+		return -1;
+	if (fuse_opt_add_opt_escaped(&opts, name) == 0 &&
+	    fuse_opt_add_opt(&opts, "subtype=tensorfs") == 0 &&
+	    fuse_opt_add_arg(args, "-o") == 0 && fuse_opt_add_arg(args, opts) == 0)
+		ret = 0;
+	free(name);
+	free(opts);
+	return ret;
+}
+
 static int check_mountpoint(struct fs_config *c, char *err, size_t errlen)
 {
 	char real[PATH_MAX];
@@ -1101,7 +1123,6 @@ int main(int argc, char *argv[])
 	struct fuse_session *se = NULL;
 	struct fs fs = {0};
 	char err[1024] = "";
-	char fsname[PATH_MAX + 16];
 	int report_fd = -1, logfd = -1, ret = 1;
 
 	signal(SIGPIPE, SIG_IGN);
@@ -1152,9 +1173,7 @@ int main(int argc, char *argv[])
 	if (cfg.use_syslog)
 		log_use_syslog();
 
-	snprintf(fsname, sizeof(fsname), "-ofsname=%s,subtype=tensorfs",
-		 cfg.source ? cfg.source : "tensorfs");
-	if (fuse_opt_add_arg(&args, fsname) != 0 ||
+	if (add_fsname(&args, cfg.source ? cfg.source : "tensorfs") < 0 ||
 	    (!cfg.no_default_permissions && fuse_opt_add_arg(&args, "-odefault_permissions")))
 		goto out;
 

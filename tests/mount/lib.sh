@@ -41,11 +41,11 @@ is_mounted() {
 
 # tfs_mount [extra -o options] : mount $MNT on $NVME/$META, wait until live,
 # TFS_MOUNT_S seconds at most (default 10; longer where the start waits for
-# the store's previous daemon).
+# the store's previous daemon). TFS_SOURCE, when set, is the SOURCE argument.
 tfs_mount() {
 	local opts="nvme=$NVME,meta=$META,dram=${TFS_DRAM:-256M},threads=${TFS_THREADS:-16}"
 	[ -n "${1:-}" ] && opts="$opts,$1"
-	"$TENSORFS" -f -o "$opts" "$MNT" >>"$LOG" 2>&1 &
+	"$TENSORFS" -f -o "$opts" ${TFS_SOURCE+"$TFS_SOURCE"} "$MNT" >>"$LOG" 2>&1 &
 	TFS_PID=$!
 	local i
 	for i in $(seq 1 $((${TFS_MOUNT_S:-10} * 20))); do

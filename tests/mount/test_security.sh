@@ -3,7 +3,11 @@
 #
 #   1. default_permissions is on by default and allow_other is off; with
 #      -o allow_other, default_permissions stays on, and another user
-#      (nobody) is held to the file modes.
+#      (nobody) is held to the file modes. A SOURCE argument with commas
+#      in it ("node7,allow_other,ro") is the mount's name, not options:
+#      /proc/mounts shows it whole, allow_other stays off and the mount
+#      writable. (Regression: it went into -o fsname= unescaped, so it
+#      turned allow_other on behind the daemon's checks.)
 #   2. A link planted in an nvme folder under the name of the slab or of the
 #      identity file makes the mount fail and leaves the link's target as it
 #      was. (Regression: both were opened through links, so whoever could
@@ -50,6 +54,16 @@ tfs_mount
 o=$(mount_opts)
 [[ $o == *,default_permissions,* ]] || fail "default_permissions is not on by default: $o"
 [[ $o == *,allow_other,* ]] && fail "allow_other is on without being asked for: $o"
+tfs_umount || fail "tensorfs exited $? at unmount"
+
+TFS_SOURCE='node7,allow_other,ro' tfs_mount
+o=$(mount_opts)
+src=$(awk -v m="$MNT" '$2 == m { print $1 }' /proc/mounts)
+[ "$src" = 'node7,allow_other,ro' ] || fail "SOURCE with commas: /proc/mounts names the mount '$src'"
+[[ $o == *,allow_other,* ]] && fail "a SOURCE with ',allow_other' turned it on: $o"
+[[ $o == *,rw,* || $o == ,rw* ]] || fail "a SOURCE with ',ro' made the mount read-only: $o"
+echo data >"$MNT/w" || fail "a SOURCE with ',ro': cannot write"
+echo "   SOURCE '$src' is a name: options $o"
 tfs_umount || fail "tensorfs exited $? at unmount"
 
 tfs_mount allow_other
