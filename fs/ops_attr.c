@@ -51,7 +51,15 @@ void fs_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	fuse_reply_attr(req, &st, fs->attr_timeout);
 	fs_iput(fs, in);
 }
+
 /* ---- attributes ---- */
+
+/* A time of the inode's record, to the second and nanosecond of t. */
+static void set_time(int64_t *sec, uint32_t *nsec, const struct timespec *t)
+{
+	*sec = t->tv_sec;
+	*nsec = (uint32_t)t->tv_nsec;
+}
 
 void fs_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
 		struct fuse_file_info *fi)
@@ -61,17 +69,14 @@ void fs_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
 	struct meta_inode rec;
 	MDB_txn *txn;
 	struct stat st;
+	struct timespec now;
 	int64_t s;
 	uint32_t ns;
 	int ret;
 
 	(void)fi;
 	FS_COUNT(fs, setattrs, 1);
-	if (fs_ctl_ino(ino)) {
-		reply_err(fs, req, EPERM);
-		return;
-	}
-	ret = fs_iget(fs, ino, &in);
+	ret = iget_changeable(fs, ino, &in);
 	if (ret)
 		goto err;
 	if (to_set & FUSE_SET_ATTR_SIZE) {
@@ -90,6 +95,8 @@ void fs_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
 			goto put;
 	}
 	fs_now(&s, &ns);
+	now.tv_sec = s;
+	now.tv_nsec = ns;
 	pthread_mutex_lock(&in->lock);
 	if (to_set & FUSE_SET_ATTR_MODE)
 		in->rec.mode = (in->rec.mode & S_IFMT) | (attr->st_mode & 07777);
@@ -97,27 +104,16 @@ void fs_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
 		in->rec.uid = attr->st_uid;
 	if (to_set & FUSE_SET_ATTR_GID)
 		in->rec.gid = attr->st_gid;
-	if (to_set & FUSE_SET_ATTR_ATIME_NOW) {
-		in->rec.atime = s;
-		in->rec.atime_ns = ns;
-	} else if (to_set & FUSE_SET_ATTR_ATIME) {
-		in->rec.atime = attr->st_atim.tv_sec;
-		in->rec.atime_ns = (uint32_t)attr->st_atim.tv_nsec;
-	}
-	if (to_set & FUSE_SET_ATTR_MTIME_NOW) {
-		in->rec.mtime = s;
-		in->rec.mtime_ns = ns;
-	} else if (to_set & FUSE_SET_ATTR_MTIME) {
-		in->rec.mtime = attr->st_mtim.tv_sec;
-		in->rec.mtime_ns = (uint32_t)attr->st_mtim.tv_nsec;
-	}
-	if (to_set & FUSE_SET_ATTR_CTIME) {
-		in->rec.ctime = attr->st_ctim.tv_sec;
-		in->rec.ctime_ns = (uint32_t)attr->st_ctim.tv_nsec;
-	} else {
-		in->rec.ctime = s;
-		in->rec.ctime_ns = ns;
-	}
+	if (to_set & FUSE_SET_ATTR_ATIME_NOW)
+		set_time(&in->rec.atime, &in->rec.atime_ns, &now);
+	else if (to_set & FUSE_SET_ATTR_ATIME)
+		set_time(&in->rec.atime, &in->rec.atime_ns, &attr->st_atim);
+	if (to_set & FUSE_SET_ATTR_MTIME_NOW)
+		set_time(&in->rec.mtime, &in->rec.mtime_ns, &now);
+	else if (to_set & FUSE_SET_ATTR_MTIME)
+		set_time(&in->rec.mtime, &in->rec.mtime_ns, &attr->st_mtim);
+	set_time(&in->rec.ctime, &in->rec.ctime_ns,
+		 to_set & FUSE_SET_ATTR_CTIME ? &attr->st_ctim : &now);
 	in->attr_dirty = false;
 	rec = in->rec;
 	pthread_mutex_unlock(&in->lock);
@@ -208,12 +204,34 @@ static void reply_xattr(struct fs *fs, fuse_req_t req, int ret, const char *buf,
 		fuse_reply_buf(req, buf, len);
 }
 
+/* Answer a getxattr of name, or a listxattr where name is NULL, from the store. */
+static void reply_stored_xattr(struct fs *fs, fuse_req_t req, fuse_ino_t ino, const char *name,
+			       size_t size)
+{
+	char *buf = NULL;
+	size_t len = 0;
+	MDB_txn *txn;
+	int ret;
+
+	if (size && !(buf = malloc(size))) {
+		reply_err(fs, req, ENOMEM);
+		return;
+	}
+	ret = meta_begin(fs->meta, false, &txn);
+	if (ret == 0) {
+		ret = name ? meta_xattr_get(fs->meta, txn, ino, name, buf, size, &len)
+			   : meta_xattr_list(fs->meta, txn, ino, buf, size, &len);
+		meta_abort(txn);
+	}
+	reply_xattr(fs, req, ret, buf, len, size);
+	free(buf);
+}
+
 void fs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
 {
 	struct fs *fs = req_fs(req);
 	char *buf = NULL;
 	size_t len = 0;
-	MDB_txn *txn;
 	int ret;
 
 	if (fs_ctl_ino(ino)) {
@@ -227,26 +245,12 @@ void fs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
 		free(buf);
 		return;
 	}
-	if (size && !(buf = malloc(size))) {
-		reply_err(fs, req, ENOMEM);
-		return;
-	}
-	ret = meta_begin(fs->meta, false, &txn);
-	if (ret == 0) {
-		ret = meta_xattr_get(fs->meta, txn, ino, name, buf, size, &len);
-		meta_abort(txn);
-	}
-	reply_xattr(fs, req, ret, buf, len, size);
-	free(buf);
+	reply_stored_xattr(fs, req, ino, name, size);
 }
 
 void fs_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 {
 	struct fs *fs = req_fs(req);
-	char *buf = NULL;
-	size_t len = 0;
-	MDB_txn *txn;
-	int ret;
 
 	if (fs_ctl_ino(ino)) {
 		if (size == 0)
@@ -255,17 +259,7 @@ void fs_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 			fuse_reply_buf(req, NULL, 0);
 		return;
 	}
-	if (size && !(buf = malloc(size))) {
-		reply_err(fs, req, ENOMEM);
-		return;
-	}
-	ret = meta_begin(fs->meta, false, &txn);
-	if (ret == 0) {
-		ret = meta_xattr_list(fs->meta, txn, ino, buf, size, &len);
-		meta_abort(txn);
-	}
-	reply_xattr(fs, req, ret, buf, len, size);
-	free(buf);
+	reply_stored_xattr(fs, req, ino, NULL, size);
 }
 
 void fs_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)

@@ -141,6 +141,25 @@ static int read_data(struct fs *fs, struct fs_inode *in, char *buf, size_t len, 
 }
 
 /*
+ * End a write txn that freed block locations: committed where ret (its
+ * work's result) is 0, and then the freed ones given back; else aborted.
+ */
+static int commit_release(struct fs *fs, MDB_txn *txn, int ret, struct locvec *freed)
+{
+	if (ret) {
+		meta_abort(txn);
+		locvec_free(freed);
+		return ret;
+	}
+	ret = meta_commit(txn);
+	if (ret) {
+		locvec_free(freed);
+		return ret;
+	}
+	return fs_release_locs(fs, freed);
+}
+
+/*
  * Drop whole blocks [from, to) from the cache and the block map.
  * Caller holds in->io exclusively.
  */
@@ -160,17 +179,7 @@ static int drop_blocks(struct fs *fs, struct fs_inode *in, uint64_t from, uint64
 		ret = meta_bmap_clear(fs->meta, txn, in->ino, from, to, &freed);
 	if (!ret && rec)
 		ret = meta_inode_put(fs->meta, txn, in->ino, rec);
-	if (ret) {
-		meta_abort(txn);
-		locvec_free(&freed);
-		return ret;
-	}
-	ret = meta_commit(txn);
-	if (ret) {
-		locvec_free(&freed);
-		return ret;
-	}
-	return fs_release_locs(fs, &freed);
+	return commit_release(fs, txn, ret, &freed);
 }
 
 /* Zero bytes [off, off+len) that lie in partial blocks, for uid; caller holds io. */
@@ -816,18 +825,10 @@ static int share_blocks(struct fs *fs, struct fs_inode *src, uint64_t sidx, stru
 	ret = meta_bmap_share(fs->meta, txn, src->ino, sidx, dst->ino, didx, n, &freed);
 	if (!ret)
 		ret = meta_inode_put(fs->meta, txn, dst->ino, &rec);
-	if (ret) {
-		meta_abort(txn);
-		locvec_free(&freed);
-		return ret;
-	}
-	ret = meta_commit(txn);
-	if (ret) {
-		locvec_free(&freed);
-		return ret;
-	}
-	FS_COUNT(fs, copy_shared_bytes, n * fs->bs);
-	return fs_release_locs(fs, &freed);
+	ret = commit_release(fs, txn, ret, &freed);
+	if (!ret)
+		FS_COUNT(fs, copy_shared_bytes, n * fs->bs);
+	return ret;
 }
 
 void fs_copy_file_range(fuse_req_t req, fuse_ino_t ino_in, off_t off_in,

@@ -9,10 +9,14 @@
 
 #include "fs.h"
 
-/* req.c: the fs of a request; an error reply, counted; a record's times set to now */
+/*
+ * req.c: the fs of a request; an error reply, counted; a record's times set
+ * to now; the inode of a file an op changes (-EPERM for a control file).
+ */
 struct fs *req_fs(fuse_req_t req);
 void reply_err(struct fs *fs, fuse_req_t req, int err);
 void touch(struct meta_inode *rec, bool mtime);
+int iget_changeable(struct fs *fs, fuse_ino_t ino, struct fs_inode **in);
 
 /* ops_names.c: names and folders */
 void fs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name);

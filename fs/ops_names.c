@@ -291,11 +291,7 @@ void fs_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char *n
 	uint64_t existing;
 	int ret;
 
-	if (fs_ctl_ino(ino)) {
-		reply_err(fs, req, EPERM);
-		return;
-	}
-	ret = fs_iget(fs, ino, &in);
+	ret = iget_changeable(fs, ino, &in);
 	if (ret)
 		goto err;
 	ret = fs_iget(fs, newparent, &dir);

@@ -7,11 +7,12 @@
  * A request's waits in the block store end with EINTR once the kernel
  * interrupts it (fs_watch); a read or write that reached a file, through
  * FUSE or from a GPU client, is told to the learner (fs_touch). The ops'
- * own reply helpers (req_fs, reply_err, touch) are here too, declared in
- * ops_int.h.
+ * own helpers (req_fs, reply_err, touch, iget_changeable) are here too,
+ * declared in ops_int.h.
  *
- * It may call the inode table (fs_now), the learner (learn.c) and the
- * block store; nothing of ops, ctl or gpu.
+ * It may call the inode table (fs_now, fs_iget), ctl_names.c (whether an
+ * inode is a control file), the learner (learn.c) and the block store;
+ * nothing of ops, ctl or gpu.
  */
 #include "ops_int.h"
 
@@ -73,4 +74,11 @@ void touch(struct meta_inode *rec, bool mtime)
 		rec->mtime = s;
 		rec->mtime_ns = ns;
 	}
+}
+
+int iget_changeable(struct fs *fs, fuse_ino_t ino, struct fs_inode **in)
+{
+	if (fs_ctl_ino(ino))
+		return -EPERM;
+	return fs_iget(fs, ino, in);
 }
