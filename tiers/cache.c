@@ -362,6 +362,27 @@ static int start_write(struct tb_store *s, struct tb_entry *e, uint64_t obj, uin
 	return 0;
 }
 
+/*
+ * An unaligned part of an uncached block: load the block if it is stored
+ * (1: wait for it), else take a slot again and zero it (0, *e the slot, or
+ * NULL when (obj, idx) is cached now); or -errno.
+ */
+static int load_or_zero(struct tb_store *s, struct tb_entry **e, uint64_t obj, uint64_t idx,
+			bool nowait)
+{
+	int ret;
+
+	s->misses++;
+	ret = cache_start_load(s, *e, obj, idx, NULL, IO_DEMAND, false);
+	if (ret != -ENOENT)
+		return ret;
+	ret = entry_alloc_wait(s, obj, idx, e, WAIT_READY, nowait);
+	if (ret || !*e)
+		return ret;
+	memset(cache_slot_data(s, *e), 0, s->bs);
+	return 0;
+}
+
 int tb_get_write(struct tb_store *s, uint64_t obj, uint64_t idx, size_t off, size_t len, bool blind,
 		 struct tb_ref *ref, uint64_t *resv, const struct tb_writer *who)
 {
@@ -425,19 +446,11 @@ int tb_get_write(struct tb_store *s, uint64_t obj, uint64_t idx, size_t off, siz
 			continue; /* the entry is DIRTY now: found above */
 		}
 		if (!whole) {
-			/* Unaligned part of an uncached block: load it if persisted. */
-			s->misses++;
-			ret = cache_start_load(s, e, obj, idx, NULL, IO_DEMAND, false);
-			if (ret == 1)
-				continue; /* wait for it in the loop above */
-			if (ret != -ENOENT)
-				goto out_unlock;
-			ret = entry_alloc_wait(s, obj, idx, &e, WAIT_READY, nowait);
+			ret = load_or_zero(s, &e, obj, idx, nowait);
+			if (ret == 1 || (ret == 0 && !e))
+				continue; /* wait for the load in the loop above, or cached now */
 			if (ret)
 				goto out_unlock;
-			if (!e)
-				continue;
-			memset(cache_slot_data(s, e), 0, s->bs);
 		}
 		ret = place_take(s, resv);
 		if (ret < 0) {

@@ -149,21 +149,34 @@ static int s3_check_identity(struct s3_priv *p, const char *store_id, unsigned p
 	return 0;
 }
 
+/* A PUT or DELETE of the checks at open; what names it in the error. */
+static int s3_open_request(struct s3_priv *p, enum s3_method m, const char *key, const void *body,
+			   size_t len, const char *what, char *err, size_t errlen)
+{
+	struct s3_xfer *x = &p->probe;
+	int ret, e;
+
+	ret = s3_xfer_set(x, m, key, body, NULL, len);
+	if (ret)
+		return ret;
+	if (s3_perform(x, &e) != S3_DONE)
+		return s3_open_error(p, x, what, err, errlen);
+	return 0;
+}
+
 /* The identity of a key folder that had none: its pack and binding. */
 static int s3_bind(struct tb_dev *d, const char *store_id, char *err, size_t errlen)
 {
 	struct s3_priv *p = d->priv;
-	struct s3_xfer *x = &p->probe;
 	char body[S3_ID_MAX];
-	int ret, e;
+	int ret;
 
 	snprintf(body, sizeof(body), "tensorfs-dev store=%s index=%u kind=s3 pack=%u bind=%s\n",
 		 store_id, d->index, p->pack, d->bind);
-	ret = s3_xfer_set(x, S3_PUT, S3_ID_OBJ, body, NULL, strlen(body));
+	ret = s3_open_request(p, S3_PUT, S3_ID_OBJ, body, strlen(body), "writing " S3_ID_OBJ, err,
+			      errlen);
 	if (ret)
 		return ret;
-	if (s3_perform(x, &e) != S3_DONE)
-		return s3_open_error(p, x, "writing " S3_ID_OBJ, err, errlen);
 	log_info("%s: new store key folder %s in s3 bucket %s", d->name, p->keydir, p->bucket);
 	return 0;
 }
@@ -172,20 +185,14 @@ static int s3_bind(struct tb_dev *d, const char *store_id, char *err, size_t err
 static int s3_check_write(struct s3_priv *p, char *err, size_t errlen)
 {
 	static const char probe[] = "tensorfs write check\n";
-	struct s3_xfer *x = &p->probe;
-	int ret, e;
+	int ret;
 
-	ret = s3_xfer_set(x, S3_PUT, S3_CHECK_OBJ, probe, NULL, sizeof(probe) - 1);
+	ret = s3_open_request(p, S3_PUT, S3_CHECK_OBJ, probe, sizeof(probe) - 1,
+			      "writing an object", err, errlen);
 	if (ret)
 		return ret;
-	if (s3_perform(x, &e) != S3_DONE)
-		return s3_open_error(p, x, "writing an object", err, errlen);
-	ret = s3_xfer_set(x, S3_DELETE, S3_CHECK_OBJ, NULL, NULL, 0);
-	if (ret)
-		return ret;
-	if (s3_perform(x, &e) != S3_DONE)
-		return s3_open_error(p, x, "deleting an object", err, errlen);
-	return 0;
+	return s3_open_request(p, S3_DELETE, S3_CHECK_OBJ, NULL, 0, "deleting an object", err,
+			       errlen);
 }
 
 /* Slot management of a packed tier (dev.h); d->lock held. */
