@@ -327,8 +327,8 @@ static int add_fsname(struct fuse_args *args, const char *source)
 	if (asprintf(&name, "fsname=%s", source) < 0)
 		return -1;
 	if (fuse_opt_add_opt_escaped(&opts, name) == 0 &&
-	    fuse_opt_add_opt(&opts, "subtype=tensorfs") == 0 &&
-	    fuse_opt_add_arg(args, "-o") == 0 && fuse_opt_add_arg(args, opts) == 0)
+	    fuse_opt_add_opt(&opts, "subtype=tensorfs") == 0 && fuse_opt_add_arg(args, "-o") == 0 &&
+	    fuse_opt_add_arg(args, opts) == 0)
 		ret = 0;
 	free(name);
 	free(opts);
