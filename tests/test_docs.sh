@@ -1,6 +1,6 @@
 #!/bin/bash
 # Every mount option is documented, with the default the code uses.
-# The option names come from the code: the OPT list of fs/main.c (what -o
+# The option names come from the code: the OPT list of fs/cmdline.c (what -o
 # takes) and the key table of fs/opts.c (what a config file's [tensorfs]
 # section takes). Each option must have an entry in `tensorfs --help`, in
 # the option table of README.md and under OPTIONS in man/tensorfs.8; each
@@ -33,7 +33,7 @@ import glob, re, sys
 
 src, help_path = sys.argv[1], sys.argv[2]
 read = lambda p: open(src + "/" + p).read()
-main_c, opts_c, meta_h = read("fs/main.c"), read("fs/opts.c"), read("fs/meta.h")
+main_c, opts_c, meta_h = read("fs/cmdline.c"), read("fs/opts.c"), read("fs/meta.h")
 problems = []
 bad = problems.append
 
@@ -49,7 +49,7 @@ table = re.search(r"keys\[\] = \{(.*?)\};", opts_c, re.S).group(1)
 ini_keys = set(re.findall(r'\{"([a-z0-9_]+)",\s*&c->', table))
 ini_keys |= set(re.findall(r'strcmp\(name, "([a-z0-9_]+)"\) == 0', opts_c))
 if len(options) < 30 or len(ini_keys) < 30:
-    sys.exit("FAIL: read %d options and %d config keys from fs/main.c and "
+    sys.exit("FAIL: read %d options and %d config keys from fs/cmdline.c and "
              "fs/opts.c: the code's shape changed, fix this test" % (len(options), len(ini_keys)))
 for k in sorted(ini_keys - set(options)):
     bad("config key %s is no -o option" % k)
