@@ -45,8 +45,9 @@ def add_options(p):
     add_swapbench_options(p)
 
 
-def run_swap_dram(bench, args, have_tfs):
-    """raw, then tensorfs with dram= each fraction of the optimizer state."""
+def run(bench, args, have_tfs):
+    """The swap-dram matrix: raw, then tensorfs with dram= each fraction
+    of the optimizer state; the report's lines."""
     state = int(float(args.sweep_params) * 12)  # fp32 weights, m and v
     drams = {}
     for frac in args.dram_fractions:
