@@ -8,7 +8,7 @@ target once before any turn, then takes the turns.
 
 import os
 
-from .runner import check_dram, check_room, die, fmt_size, log, parse_size
+from .runner import add_size_option, check_dram, check_room, die, fmt_size, log
 
 CACHE_HELP = """\
 cache matrices (not part of all; tensorfs dram=--cache-dram, 512M):
@@ -16,9 +16,8 @@ cache matrices (not part of all; tensorfs dram=--cache-dram, 512M):
 
 
 def add_cache_dram(p):
-    p.add_argument("--cache-dram", type=parse_size,
-                   default=parse_size("512M"), metavar="SIZE",
-                   help="cycle, scan, dedup: tensorfs dram= (default 512M)")
+    add_size_option(p, "--cache-dram", "512M",
+                    "cycle, scan, dedup: tensorfs dram=")
 
 
 class DirectFile:

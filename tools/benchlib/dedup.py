@@ -10,7 +10,7 @@ import subprocess
 
 from .cache import CACHE_HELP, add_cache_dram, cache_target, opt, run_cache
 from .fio import fio_job
-from .runner import (cell, fmt_size, log, med, parse_size, plural, ratio,
+from .runner import (add_size_option, cell, fmt_size, log, med, plural, ratio,
                      run_group)
 
 
@@ -32,9 +32,7 @@ DEFAULT_REPS = 3
 def add_options(p):
     add_cache_dram(p)
 
-    p.add_argument("--dedup-size", type=parse_size, default=parse_size("2G"),
-                   metavar="SIZE",
-                   help="dedup: the file fio writes (default 2G)")
+    add_size_option(p, "--dedup-size", "2G", "dedup: the file fio writes")
 
 
 def dedup_turn(bench, target):

@@ -10,8 +10,8 @@ import time
 
 from .fio import fio_job, start_writer, stop_writer
 from .remote import REMOTE_HELP, add_tier_dram, run_remote
-from .runner import (cell, dev_delta, drop_caches, fmt_devs, fmt_size, log,
-                     med, parse_size, plural, ratio)
+from .runner import (add_size_option, cell, dev_delta, drop_caches, fmt_devs,
+                     fmt_size, log, med, plural, ratio)
 
 
 MATRIX = "latency"
@@ -37,14 +37,9 @@ DEFAULT_REPS = 3
 
 def add_options(p):
     add_tier_dram(p)
-
-    p.add_argument("--lat-size", type=parse_size, default=parse_size("2G"),
-                   metavar="SIZE",
-                   help="latency: the file read at random (default 2G)")
-    p.add_argument("--lat-load-size", type=parse_size,
-                   default=parse_size("4G"), metavar="SIZE",
-                   help="latency: the file the background writer writes "
-                        "over and over (default 4G)")
+    add_size_option(p, "--lat-size", "2G", "latency: the file read at random")
+    add_size_option(p, "--lat-load-size", "4G", "latency: the file the "
+                    "background writer writes over and over")
     p.add_argument("--lat-runtime", type=int, default=20, metavar="S",
                    help="latency: at most S seconds of reads per "
                         "condition (default 20)")

@@ -7,10 +7,10 @@ prefetch (tfs-learner) against 2q with prefetch off (tfs-nolearner).
 import os
 
 from .cache import CACHE_HELP, cache_target, hit_pct, opt, run_cache
-from .runner import (cell, drop_caches, fmt_size, log, med, parse_count,
-                     parse_size, plural, ratio)
-from .swap import (SWAPPERS, add_swapbench_options, set_swap_dir_flag,
-                   swapbench)
+from .runner import (add_size_option, cell, drop_caches, fmt_size, log, med,
+                     plural, ratio)
+from .swap import (SWAPPERS, add_model_options, add_swapbench_options,
+                   set_swap_dir_flag, swapbench)
 
 
 MATRIX = "learner"
@@ -29,15 +29,9 @@ DEFAULT_REPS = 1
 
 
 def add_options(p):
-    p.add_argument("--learn-params", type=parse_count, default="2e8",
-                   metavar="N",
-                   help="learner: swapbench model parameters (default 2e8)")
-    p.add_argument("--learn-sub-group-size", dest="learn_sgs",
-                   type=parse_count, default="5e7", metavar="N",
-                   help="learner: elements per subgroup (default 5e7)")
-    p.add_argument("--learn-dram", type=parse_size,
-                   default=parse_size("512M"), metavar="SIZE",
-                   help="learner: tensorfs dram= (default 512M)")
+    add_model_options(p, "learner", "2e8", "5e7", "learn",
+                      "swapbench model parameters")
+    add_size_option(p, "--learn-dram", "512M", "learner: tensorfs dram=")
 
     add_swapbench_options(p)
 

@@ -7,7 +7,7 @@ checked against the machine's memory and mounted once before any turn;
 the caps (nvme_bw=, pfs_bw=, s3_bw=) come from --tier-bw.
 """
 
-from .runner import check_dram, check_room, fmt_size, log, parse_size
+from .runner import add_size_option, check_dram, check_room, fmt_size, log
 
 REMOTE_HELP = """\
 remote-tier matrices (not part of all): X = --tier-bw (default 300M), the
@@ -18,17 +18,14 @@ not the disk, must be the limit. tensorfs gets dram=--tier-dram (1G).
 
 
 def add_tier_bw(p):
-    p.add_argument("--tier-bw", type=parse_size, default=parse_size("300M"),
-                   metavar="SIZE",
-                   help="tiers, swap-remote: X, the nvme_bw= cap per second; "
-                        "the pfs folder gets X/2 (default 300M)")
+    add_size_option(p, "--tier-bw", "300M",
+                    "tiers, swap-remote: X, the nvme_bw= cap per second; "
+                    "the pfs folder gets X/2")
 
 
 def add_tier_dram(p):
-    p.add_argument("--tier-dram", type=parse_size, default=parse_size("1G"),
-                   metavar="SIZE",
-                   help="tiers, latency, swap-remote, s3: tensorfs dram= "
-                        "(default 1G)")
+    add_size_option(p, "--tier-dram", "1G",
+                    "tiers, latency, swap-remote, s3: tensorfs dram=")
 
 
 def tier_caps(bench, pfs, s3=False):

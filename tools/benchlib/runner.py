@@ -78,6 +78,22 @@ def parse_count(text):
     return text
 
 
+def add_size_option(p, flag, default, help, note=None):
+    """An option that takes a size (4G, 512M); its default, given the same
+    way, ends the help: "(default 4G)", or "(default 4G; note)"."""
+    p.add_argument(flag, type=parse_size, default=parse_size(default),
+                   metavar="SIZE", help="%s (default %s%s)"
+                   % (help, default, "; " + note if note else ""))
+
+
+def add_count_option(p, flag, default, help, dest=None):
+    """An option that takes a whole number (7e8), kept as the text
+    swapbench takes; its default ends the help: "(default 7e8)"."""
+    p.add_argument(flag, type=parse_count, default=default, metavar="N",
+                   help="%s (default %s)" % (help, default),
+                   **({"dest": dest} if dest else {}))
+
+
 def is_mounted(path):
     with open("/proc/mounts") as f:
         for line in f:

@@ -15,9 +15,9 @@ import time
 
 from .fio import fio_job
 from .remote import REMOTE_HELP, add_tier_dram, run_remote
-from .runner import (REPO, cell, dedup_hits, dev_bytes, drop_caches, fmt_size,
-                     log, med, parse_size, plural, ratio, ratio_rows,
-                     run_group)
+from .runner import (REPO, add_size_option, cell, dedup_hits, dev_bytes,
+                     drop_caches, fmt_size, log, med, parse_size, plural,
+                     ratio, ratio_rows, run_group)
 
 
 MATRIX = "s3"
@@ -94,18 +94,11 @@ PROXY_VARS = ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY",
 
 def add_options(p):
     add_tier_dram(p)
-
-    p.add_argument("--s3-size", type=parse_size, default=parse_size("1G"),
-                   metavar="SIZE",
-                   help="s3: the file dd writes and reads (default 1G)")
-    p.add_argument("--s3-rand-size", type=parse_size,
-                   default=parse_size("4G"), metavar="SIZE",
-                   help="s3: the file read at random, 1 MiB at a time "
-                        "(default 4G; 0: no random reads)")
-    p.add_argument("--s3-rand-reads", type=parse_size,
-                   default=parse_size("1G"), metavar="SIZE",
-                   help="s3: bytes of random 1 MiB reads (default 1G)")
-
+    add_size_option(p, "--s3-size", "1G", "s3: the file dd writes and reads")
+    add_size_option(p, "--s3-rand-size", "4G", "s3: the file read at random, "
+                    "1 MiB at a time", "0: no random reads")
+    add_size_option(p, "--s3-rand-reads", "1G",
+                    "s3: bytes of random 1 MiB reads")
     add_s3_server_options(p)
 
 

@@ -15,9 +15,9 @@ import subprocess
 import tempfile
 
 from .passthrough import build_passthrough
-from .runner import (DESCRIPTIONS, REPO, cell, die, drop_caches, fmt_size,
-                     log, med, parse_count, parse_size, pick_targets, plural,
-                     ratio, row_notes, run_capture, run_group)
+from .runner import (DESCRIPTIONS, REPO, add_count_option, add_size_option,
+                     cell, die, drop_caches, fmt_size, log, med, pick_targets,
+                     plural, ratio, row_notes, run_capture, run_group)
 
 
 MATRIX = "swap"
@@ -61,16 +61,22 @@ DEFAULT_REPS = SWAP_DEFAULT_REPS
 
 
 def add_options(p):
-    p.add_argument("--params", type=parse_count, default="7e8", metavar="N",
-                   help="swap: model parameters (default 7e8)")
-    p.add_argument("--sub-group-size", type=parse_count, default="1e8",
-                   metavar="N",
-                   help="swap: elements per subgroup (default 1e8)")
-    p.add_argument("--swap-dram", type=parse_size, default=parse_size("3G"),
-                   metavar="SIZE",
-                   help="swap: tensorfs dram= (default 3G)")
+    add_model_options(p, "swap", "7e8", "1e8")
+    add_size_option(p, "--swap-dram", "3G", "swap: tensorfs dram=")
 
     add_swapbench_options(p)
+
+
+def add_model_options(p, matrix, params, sgs, prefix=None,
+                      what="model parameters"):
+    """The size of the model matrix swaps: --PREFIX-params and
+    --PREFIX-sub-group-size (args.PREFIX_params, args.PREFIX_sgs), or
+    without a prefix swap's own --params and --sub-group-size."""
+    flag = "--%s-" % prefix if prefix else "--"
+    add_count_option(p, flag + "params", params, "%s: %s" % (matrix, what))
+    add_count_option(p, flag + "sub-group-size", sgs,
+                     "%s: elements per subgroup" % matrix,
+                     prefix.replace("-", "_") + "_sgs" if prefix else None)
 
 
 def add_swapbench_options(p):

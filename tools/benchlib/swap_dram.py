@@ -6,10 +6,9 @@ the optimizer state (fp32 weights, m and v: 12 bytes a parameter).
 
 import os
 
-from .runner import (cell, die, fmt_size, log, med, mem_available,
-                     parse_count, plural, ratio)
-from .swap import (SWAPPERS, SWAP_DEFAULT_REPS, add_swapbench_options,
-                   set_swap_dir_flag, swap_runs)
+from .runner import cell, die, fmt_size, log, med, mem_available, plural, ratio
+from .swap import (SWAPPERS, SWAP_DEFAULT_REPS, add_model_options,
+                   add_swapbench_options, set_swap_dir_flag, swap_runs)
 
 
 MATRIX = "swap-dram"
@@ -35,12 +34,7 @@ def add_options(p):
                    metavar="LIST",
                    help="swap-dram: tensorfs dram= as fractions of the "
                         "optimizer state (default 0.25,0.5,1,1.5)")
-    p.add_argument("--sweep-params", type=parse_count, default="1e8",
-                   metavar="N",
-                   help="swap-dram: model parameters (default 1e8)")
-    p.add_argument("--sweep-sub-group-size", dest="sweep_sgs",
-                   type=parse_count, default="25e6", metavar="N",
-                   help="swap-dram: elements per subgroup (default 25e6)")
+    add_model_options(p, "swap-dram", "1e8", "25e6", "sweep")
 
     add_swapbench_options(p)
 

@@ -10,11 +10,11 @@ import os
 from .remote import (REMOTE_HELP, add_tier_bw, add_tier_dram, run_remote,
                      tier_caps)
 from .runner import (cell, dedup_hits, dev_bytes, drop_caches, fmt_devs,
-                     fmt_size, log, parse_count, plural)
+                     fmt_size, log, plural)
 from .s3 import (add_s3_server_options, s3_opts, s3_proxy_note, s3_requests,
                  s3_start)
-from .swap import (SWAPPERS, add_swapbench_options, set_swap_dir_flag,
-                   swap_table, swapbench)
+from .swap import (SWAPPERS, add_model_options, add_swapbench_options,
+                   set_swap_dir_flag, swap_table, swapbench)
 
 
 MATRIX = "swap-remote"
@@ -42,12 +42,7 @@ def add_options(p):
     add_tier_bw(p)
     add_tier_dram(p)
 
-    p.add_argument("--swap-remote-params", type=parse_count, default="3e8",
-                   metavar="N",
-                   help="swap-remote: model parameters (default 3e8)")
-    p.add_argument("--swap-remote-sub-group-size", dest="swap_remote_sgs",
-                   type=parse_count, default="5e7", metavar="N",
-                   help="swap-remote: elements per subgroup (default 5e7)")
+    add_model_options(p, "swap-remote", "3e8", "5e7", "swap-remote")
 
     add_s3_server_options(p)
     add_swapbench_options(p)

@@ -8,8 +8,8 @@ at X = --tier-bw, and tensorfs on nvme plus a pfs folder capped at X/2.
 from .fio import fio_job
 from .remote import (REMOTE_HELP, add_tier_bw, add_tier_dram, run_remote,
                      tier_caps)
-from .runner import (cell, dedup_hits, dev_bytes, dev_delta, drop_caches,
-                     fmt_devs, fmt_size, log, med, parse_size, plural, ratio)
+from .runner import (add_size_option, cell, dedup_hits, dev_bytes, dev_delta,
+                     drop_caches, fmt_devs, fmt_size, log, med, plural, ratio)
 
 
 MATRIX = "tiers"
@@ -36,10 +36,7 @@ DEFAULT_REPS = 3
 def add_options(p):
     add_tier_bw(p)
     add_tier_dram(p)
-    p.add_argument("--size", type=parse_size, default=parse_size("4G"),
-                   metavar="SIZE",
-                   help="tiers: the file fio writes and reads (default 4G)")
-
+    add_size_option(p, "--size", "4G", "tiers: the file fio writes and reads")
     p.add_argument("--tier-iodepth", type=int, default=8, metavar="N",
                    help="tiers: fio iodepth (default 8)")
 
