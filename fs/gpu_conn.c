@@ -1,8 +1,9 @@
 /*
  * gpu_conn.c - the GPU server's socket and protocol: the socket's 0700
  * folder, made where no other user can rename or replace it
- * (make_sock_dir), the accept thread (tfs-gpu) that serves only the mount
- * owner's uid and tells a refused client why before the hang-up, and one
+ * (make_sock_dir, which first removes the folders that killed daemons
+ * left: reap_sock_dirs), the accept thread (tfs-gpu) that serves only the
+ * mount owner's uid and tells a refused client why before the hang-up, and one
  * thread per connection (tfs-gpu-conn) that reads each request
  * (cuda/gpu_proto.h), has gpu_pin.c do it, answers, and releases every pin
  * of its client when the client closes or dies. Every fd a client sends is
@@ -18,6 +19,7 @@
 #include "../cuda/gpu_sock.h"
 
 #include <assert.h>
+#include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -33,6 +35,9 @@
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
+
+#define SOCK_DIR_PREFIX "tensorfs-gpu-"
+#define SOCK_DIR_STALE_S 60 /* a socket folder left this long, unanswered, is a dead daemon's */
 
 /* ---- messages ---- */
 
@@ -380,6 +385,67 @@ static int trusted_dir(const char *dir, uid_t uid, char *why, size_t whylen)
 	return ret;
 }
 
+/* Whether a daemon listens on NAME/sock in parent: no when refused or gone. */
+static bool sock_alive(const char *parent, const char *name)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	bool alive = true;
+	int fd;
+
+	if ((size_t)snprintf(sa.sun_path, sizeof(sa.sun_path), "%s/%s/%s", parent, name,
+			     GPU_SOCK_NAME) >= sizeof(sa.sun_path))
+		return true;
+	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0)
+		return true;
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 &&
+	    (errno == ECONNREFUSED || errno == ENOENT))
+		alive = false;
+	close(fd);
+	return alive;
+}
+
+/*
+ * The socket folders that daemons of this user left when killed (kill -9
+ * skips gpu_free): a tensorfs-gpu-* folder in parent that is ours, 0700,
+ * unchanged for SOCK_DIR_STALE_S, and whose socket nobody listens on (or
+ * that holds none). A live daemon answers the connect; one starting now
+ * made or changed its folder within that time. Parent is a folder only we
+ * or root can change (trusted_dir), so what is there stays what we saw.
+ */
+static void reap_sock_dirs(const char *parent)
+{
+	time_t now = time(NULL);
+	unsigned removed = 0;
+	struct dirent *de;
+	DIR *d = opendir(parent);
+
+	if (!d)
+		return;
+	while ((de = readdir(d))) {
+		struct stat st;
+		int fd;
+
+		if (strncmp(de->d_name, SOCK_DIR_PREFIX, strlen(SOCK_DIR_PREFIX)) != 0 ||
+		    fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
+		    !S_ISDIR(st.st_mode) || st.st_uid != geteuid() ||
+		    (st.st_mode & 07777) != 0700 || now - st.st_mtime < SOCK_DIR_STALE_S ||
+		    sock_alive(parent, de->d_name))
+			continue;
+		fd = openat(dirfd(d), de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		if (fd < 0)
+			continue;
+		unlinkat(fd, GPU_SOCK_NAME, 0);
+		close(fd);
+		if (unlinkat(dirfd(d), de->d_name, AT_REMOVEDIR) == 0)
+			removed++;
+	}
+	closedir(d);
+	if (removed)
+		log_info("cuda=on: removed %u GPU socket folder(s) that killed daemons left in %s",
+			 removed, parent);
+}
+
 /*
  * A private folder for the socket, made 0700 by the daemon's uid in the
  * first of $XDG_RUNTIME_DIR, /run/user/UID and /tmp that no other user can
@@ -422,7 +488,8 @@ int make_sock_dir(struct fs_gpu *g, char *err, size_t errlen)
 			 (unsigned)g->owner, why);
 		return ret;
 	}
-	if ((size_t)snprintf(g->dir, sizeof(g->dir), "%s/tensorfs-gpu-XXXXXX", real) >=
+	reap_sock_dirs(real);
+	if ((size_t)snprintf(g->dir, sizeof(g->dir), "%s/" SOCK_DIR_PREFIX "XXXXXX", real) >=
 	    sizeof(g->dir)) {
 		g->dir[0] = 0;
 		snprintf(err, errlen, "cuda=on: the GPU socket's path under %s is too long", real);

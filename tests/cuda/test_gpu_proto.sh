@@ -40,6 +40,11 @@
 #    mount's owner), whose calls fall back to pread/pwrite. (Regression:
 #    the socket was made in any XDG_RUNTIME_DIR, and the client handed
 #    whoever listened there the fds of root's files.)
+# 8. A daemon killed with -9 leaves its socket's folder behind; the next
+#    daemon with cuda=on removes it (one of ours, 0700, a minute old, its
+#    socket unanswered), and leaves a folder whose socket a process still
+#    listens on, a young one and one open to others. (Regression: each
+#    killed daemon left a tensorfs-gpu-* folder for good.)
 
 . "$(dirname "$0")/../mount/lib.sh"
 
@@ -200,4 +205,44 @@ if [ "$(id -u)" = 0 ]; then
 	"$GPUPROTO" hijack "$MNT" || fail "a socket planted by another uid"
 	tfs_umount || fail "unmount after the planted socket"
 fi
+
+# 8.
+X=$T/xdg8
+mkdir -m 700 "$X"
+rm -rf "$NVME" "$META"
+mkdir -p "$NVME"
+XDG_RUNTIME_DIR=$X TFS_DRAM=16M TFS_THREADS=4 tfs_mount "cuda=on,block=64K"
+dead=$(dirname "$(gpu_json socket)")
+[ "$(dirname "$dead")" = "$X" ] || fail "part 8: the socket is not in XDG_RUNTIME_DIR: $dead"
+tfs_kill9
+[ -d "$dead" ] || fail "part 8: a daemon killed with -9 removed its socket's folder"
+mkdir -m 700 "$X/tensorfs-gpu-live" "$X/tensorfs-gpu-young"
+mkdir -m 755 "$X/tensorfs-gpu-open"
+python3 - "$X/tensorfs-gpu-live/sock" "$T/listening" <<'PY' &
+import socket, sys, time
+s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+s.bind(sys.argv[1])
+s.listen(4)
+open(sys.argv[2], "w").close()
+time.sleep(120)
+PY
+GP_PID=$!
+for i in $(seq 1 100); do [ -e "$T/listening" ] && break; sleep 0.1; done
+[ -e "$T/listening" ] || fail "part 8: the listener did not start"
+touch -d '2 minutes ago' "$dead" "$X/tensorfs-gpu-live" "$X/tensorfs-gpu-open"
+: >"$LOG"
+XDG_RUNTIME_DIR=$X TFS_DRAM=16M TFS_THREADS=4 tfs_mount "cuda=on,block=64K"
+[ ! -e "$dead" ] || fail "part 8: the killed daemon's folder $dead is still there"
+for k in live young open; do
+	[ -d "$X/tensorfs-gpu-$k" ] || fail "part 8: the $k folder was removed"
+done
+[ -S "$X/tensorfs-gpu-live/sock" ] || fail "part 8: the listening socket was removed"
+grep -qF "removed 1 GPU socket folder(s) that killed daemons left in $X" "$LOG" ||
+	fail "part 8: the log does not say what was removed"
+"$GPUPROTO" roundtrip "$MNT" zerocopy 20 1 || fail "part 8: round trips after the clean-up"
+tfs_umount || fail "part 8: unmount"
+kill "$GP_PID" 2>/dev/null
+wait "$GP_PID" 2>/dev/null
+GP_PID=""
+echo "part 8: the killed daemon's socket folder was removed; a live, a young and an open one kept"
 echo "PASS"
