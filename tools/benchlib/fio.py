@@ -13,8 +13,8 @@ import signal
 import subprocess
 
 from .passthrough import build_passthrough
-from .runner import (DESCRIPTIONS, cell, die, drop_caches, fmt_size, log, med,
-                     mem_available, parse_size, pick_targets, plural,
+from .runner import (DESCRIPTIONS, cell, die, drop_caches, fmt_size, log,
+                     medians, mem_available, parse_size, pick_targets, plural,
                      ratio_rows, row_notes, run_group)
 
 
@@ -180,9 +180,7 @@ def fio_report(results, args, reps, descriptions, skipped):
     out.append("| target | write-new MB/s | x raw | overwrite MB/s | x raw "
                "| read MB/s | x raw |")
     out.append("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
-    meds = {}
-    for t, reps in results.items():
-        meds[t] = {p: med([r.get(p) for r in reps]) for p in FIO_PHASES}
+    meds = medians(results, FIO_PHASES)
     out += ratio_rows(meds, results, skipped, FIO_PHASES, meds.get("raw", {}))
     out.append("")
     out += row_notes(results, skipped, descriptions)

@@ -10,8 +10,9 @@ import time
 
 from .fio import fio_job, start_writer, stop_writer
 from .remote import REMOTE_HELP, add_tier_dram, run_remote
-from .runner import (add_size_option, cell, dev_delta, drop_caches, fmt_devs,
-                     fmt_size, log, med, plural, ratio)
+from .runner import (add_size_option, cell, dev_delta, drop_caches,
+                     each_rep_table, fmt_devs, fmt_size, log, medians, plural,
+                     ratio)
 
 
 MATRIX = "latency"
@@ -149,11 +150,9 @@ def latency_report(results, args, reps, skipped):
     out.append("| target | alone p50 ms | alone p99 ms | loaded p50 ms "
                "| loaded p99 ms | p99 loaded / alone | writer MB/s (loaded) |")
     out.append("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
-    meds = {}
-    for t, rs in results.items():
-        meds[t] = {(c, k): med([r[c][k] for r in rs if c in r])
-                   for c in LAT_CONDITIONS
-                   for k in ("p50", "p99", "mean", "writer")}
+    meds = medians(results, [(c, k) for c in LAT_CONDITIONS
+                             for k in ("p50", "p99", "mean", "writer")],
+                   lambda r, ck: r[ck[0]][ck[1]] if ck[0] in r else None)
     for t in results:
         m = meds[t]
         out.append("| %s | %s | %s | %s | %s | %s | %s |" % (
@@ -168,28 +167,24 @@ def latency_report(results, args, reps, skipped):
     out.append("Every repetition (p50 / p99 / mean ms, reads done; tensorfs: "
                "cache misses and MiB read from nvme0 during the reads):")
     out.append("")
-    out.append("| target | condition | each repetition |")
-    out.append("| --- | --- | --- |")
-    for t, rs in results.items():
-        for c in LAT_CONDITIONS:
-            cells = []
-            for r in rs:
-                x = r.get(c)
-                if not x:
-                    cells.append("failed")
-                    continue
-                s = "%s / %s / %.2f, %d reads" % (
-                    cell(x["p50"], "%.2f"), cell(x["p99"], "%.2f"),
-                    x["mean"], x["ios"])
-                if "misses" in x:
-                    s += ", %d misses, %s MiB" % (
-                        x["misses"], fmt_devs(x.get("dev_read")))
-                if x.get("writer") is not None:
-                    s += ", writer %.0f MB/s" % x["writer"]
-                cells.append(s)
-            out.append("| %s | %s | %s |" % (t, c, "; ".join(cells)))
+    out += each_rep_table(results, "condition", LAT_CONDITIONS, reads_cell)
     out.append("")
     return out
+
+
+def reads_cell(rep, cond):
+    """One repetition's reads under cond, in the "every repetition"
+    table."""
+    x = rep.get(cond)
+    if not x:
+        return "failed"
+    s = "%s / %s / %.2f, %d reads" % (
+        cell(x["p50"], "%.2f"), cell(x["p99"], "%.2f"), x["mean"], x["ios"])
+    if "misses" in x:
+        s += ", %d misses, %s MiB" % (x["misses"], fmt_devs(x.get("dev_read")))
+    if x.get("writer") is not None:
+        s += ", writer %.0f MB/s" % x["writer"]
+    return s
 
 
 def prepare(bench, args, targets, skipped):

@@ -7,10 +7,9 @@ prefetch (tfs-learner) against 2q with prefetch off (tfs-nolearner).
 import os
 
 from .cache import CACHE_HELP, cache_target, hit_pct, opt, run_cache
-from .runner import (add_size_option, cell, drop_caches, fmt_size, log, med,
-                     plural, ratio)
+from .runner import add_size_option, cell, fmt_size, med, plural, ratio
 from .swap import (SWAPPERS, add_model_options, add_swapbench_options,
-                   set_swap_dir_flag, swapbench)
+                   set_swap_dir_flag, swapbench, swapper_runs)
 
 
 MATRIX = "learner"
@@ -38,31 +37,20 @@ def add_options(p):
 
 def learner_turn(bench, target):
     a = bench.args
-    res = {}
-    for swapper in SWAPPERS:
-        directory, handle = cache_target(bench, target, a.learn_dram)
-        if directory is None:
-            return res
-        st = None
-        try:
-            drop_caches()
-            out = swapbench(bench, directory, swapper,
-                                 params=a.learn_params,
-                                 sub_group_size=a.learn_sgs)
-            st = bench.tfs_stats(directory)
-        finally:
-            took = bench.stop_target(handle)
-        if out is None or took is None:
-            continue
-        if st:
+
+    def run(directory, handle, swapper):
+        out = swapbench(bench, directory, swapper, params=a.learn_params,
+                        sub_group_size=a.learn_sgs)
+        st = bench.tfs_stats(directory)
+        if out is not None and st:
             out["hit"] = hit_pct(st["cache"]["hits"], st["cache"]["misses"])
             out["cycle"] = st["learner"]["cycle_files"]
             out["pf"] = (st["prefetch"]["issued"], st["prefetch"]["used"],
                          st["prefetch"]["late"])
-        res[swapper] = out
-        log("  %-15s %-11s %7.2f s/iter  read %.2f GB/s  write %.2f GB/s"
-            % (target, swapper, out["s"], out["read"], out["write"]))
-    return res
+        return out
+
+    return swapper_runs(bench, target,
+                        lambda: cache_target(bench, target, a.learn_dram), run)
 
 
 def learner_report(results, args, reps, skipped):

@@ -534,6 +534,13 @@ def ratio(v, base):
     return "%.2f" % (v / base)
 
 
+def medians(results, keys, value=dict.get):
+    """target -> {key: median over its repetitions of value(rep, key)};
+    a repetition without one gives None, which med leaves out."""
+    return {t: {k: med([value(r, k) for r in rs]) for k in keys}
+            for t, rs in results.items()}
+
+
 def ratio_rows(meds, results, skipped, keys, base):
     """Table rows: per target, each key's median and its ratio to the
     base row's; then one row per skipped target with its reason."""
@@ -547,6 +554,18 @@ def ratio_rows(meds, results, skipped, keys, base):
     for t, why in skipped.items():
         rows.append("| %s | %s |%s" % (t, why, " |" * (2 * len(keys) - 1)))
     return rows
+
+
+def each_rep_table(results, column, keys, rep_cell, sep="; "):
+    """The "each repetition" table: a row per target and key (a step,
+    swapper or condition, named by column), its repetitions'
+    rep_cell(rep, key) joined by sep."""
+    out = ["| target | %s | each repetition |" % column, "| --- | --- | --- |"]
+    for t, rs in results.items():
+        for k in keys:
+            out.append("| %s | %s | %s |"
+                       % (t, k, sep.join(rep_cell(r, k) for r in rs)))
+    return out
 
 
 def row_notes(results, skipped, descriptions):

@@ -16,7 +16,7 @@ import time
 from .fio import fio_job
 from .remote import REMOTE_HELP, add_tier_dram, run_remote
 from .runner import (REPO, add_size_option, cell, dedup_hits, dev_bytes,
-                     drop_caches, fmt_size, log, med, parse_size, plural,
+                     drop_caches, fmt_size, log, medians, parse_size, plural,
                      ratio, ratio_rows, run_group)
 
 
@@ -429,10 +429,8 @@ def s3_report(results, args, reps, skipped):
     out.append("| target | " + " | ".join("%s MB/s | x s3fs" % st
                                           for st in steps) + " |")
     out.append("| --- |" + " ---: | ---: |" * len(steps))
-    meds = {t: {k: med([r.get(k) for r in rs])
-                for k in [st + sfx for st in steps
-                          for sfx in ("", "_req_gb", "_cpu_gb")]}
-            for t, rs in results.items()}
+    meds = medians(results, [st + sfx for st in steps
+                             for sfx in ("", "_req_gb", "_cpu_gb")])
     base = meds.get("s3fs", {})
     out += ratio_rows(meds, results, skipped, steps, base)
     out.append("")

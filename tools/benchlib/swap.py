@@ -16,8 +16,9 @@ import tempfile
 
 from .passthrough import build_passthrough
 from .runner import (DESCRIPTIONS, REPO, add_count_option, add_size_option,
-                     cell, die, drop_caches, fmt_size, log, med, pick_targets,
-                     plural, ratio, row_notes, run_capture, run_group)
+                     cell, die, drop_caches, each_rep_table, fmt_size, log,
+                     med, pick_targets, plural, ratio, row_notes, run_capture,
+                     run_group)
 
 
 MATRIX = "swap"
@@ -217,16 +218,27 @@ def swap_turn(bench, target):
 
 def swap_runs(bench, target, dram, params=None, sub_group_size=None):
     """swapbench with each swapper on a fresh target; swapper -> result."""
+    return swapper_runs(
+        bench, target, lambda: bench.start_target(target, dram),
+        lambda directory, handle, swapper: swapbench(
+            bench, directory, swapper, params, sub_group_size,
+            mount=directory if target.startswith("tfs") else None))
+
+
+def swapper_runs(bench, target, start, run):
+    """Each swapper on a fresh target: start() mounts it, giving
+    (directory, handle) or (None, None); host caches are dropped; then
+    run(directory, handle, swapper) gives the result, or None, before
+    the unmount. swapper -> result, each logged; a failed unmount drops
+    that swapper's, a failed mount stops the turn."""
     res = {}
     for swapper in SWAPPERS:
-        directory, handle = bench.start_target(target, dram)
+        directory, handle = start()
         if directory is None:
             return res
         try:
             drop_caches()
-            out = swapbench(bench, 
-                directory, swapper, params, sub_group_size,
-                mount=directory if target.startswith("tfs") else None)
+            out = run(directory, handle, swapper)
         finally:
             took = bench.stop_target(handle)
         if out is None or took is None:
@@ -300,16 +312,10 @@ def swap_report(results, args, reps, descriptions, skipped):
                   " --ranks %d" % args.ranks if args.ranks > 1 else "",
                   fmt_size(args.swap_dram)))
     out.append("")
-    per_iter = [r[s]["bytes"] for reps_ in results.values() for r in reps_
-                for s in SWAPPERS if s in r and r[s].get("bytes")]
-    if per_iter and None not in per_iter[0]:
-        out.append("Per steady iteration: %.1f GB read, %.1f GB written "
-                   "(10^9 B); fp32 weights, m and v are about %.1f GB. Every "
-                   "byte read is checked (swapbench's default sparse "
-                   "verification)."
-                   % (per_iter[0][0] / 1e9, per_iter[0][1] / 1e9,
-                      float(args.params) * 12 / 1e9))
-        out.append("")
+    out += per_iter_note(results, "fp32 weights, m and v are about %.1f GB. "
+                         "Every byte read is checked (swapbench's default "
+                         "sparse verification)."
+                         % (float(args.params) * 12 / 1e9))
     out.append("Median over %s of swapbench's steady-state median "
                "iteration time (iterations 2..%d). x raw = raw seconds / "
                "target seconds (above 1 is faster than raw)."
@@ -321,80 +327,80 @@ def swap_report(results, args, reps, descriptions, skipped):
     out.append("Each swapbench run gets a fresh folder (and a fresh mount); "
                "host caches are dropped before it starts.")
     out.append("")
-    out.append("Every repetition (steady-state s/iter):")
-    out.append("")
-    out.append("| target | swapper | each repetition |")
-    out.append("| --- | --- | --- |")
-    for t, reps_ in results.items():
-        for s in SWAPPERS:
-            out.append("| %s | %s | %s |" % (t, s, ", ".join(
-                cell(r[s]["s"] if s in r else None, "%.2f")
-                for r in reps_)))
-    out.append("")
-    dev = [(t, s, [r[s].get("dev") for r in reps_ if s in r])
-           for t, reps_ in results.items() for s in SWAPPERS]
-    dev = [(t, s, [v for v in vs if v is not None]) for t, s, vs in dev]
-    if any(vs for _, _, vs in dev):
-        out.append("Device bytes (read + written, every tier but DRAM) per "
-                   "steady iteration (3..%d), over the raw folder's (the "
-                   "state read plus the state written): median, and each "
-                   "repetition." % args.iters)
-        out.append("")
-        out.append("| target | swapper | device bytes / raw | each repetition |")
-        out.append("| --- | --- | ---: | --- |")
-        for t, s, vs in dev:
-            if vs:
-                out.append("| %s | %s | %.2f | %s |" % (
-                    t, s, med(vs), ", ".join("%.2f" % v for v in vs)))
-        out.append("")
-    ranks = [(t, s, [r[s]["ranks"] for r in reps_
-                     if s in r and r[s].get("ranks")])
-             for t, reps_ in results.items() for s in SWAPPERS]
-    if any(vs for _, _, vs in ranks):
-        out.append("Each rank's own median steady iteration (iterations "
-                   "2..%d; an iteration ends when the slowest rank is "
-                   "done): the fastest and slowest rank, and the slowest "
-                   "over the fastest, each repetition." % args.iters)
-        out.append("")
-        out.append("| target | swapper | fastest s | slowest s | "
-                   "slowest / fastest, each repetition |")
-        out.append("| --- | --- | ---: | ---: | --- |")
-        for t, s, vs in ranks:
-            if vs:
-                out.append("| %s | %s | %.2f | %.2f | %s |" % (
-                    t, s, med([min(v) for v in vs]),
-                    med([max(v) for v in vs]),
+    out += steady_table(results)
+    out += swapper_table(
+        results, "dev", "Device bytes (read + written, every tier but DRAM) "
+        "per steady iteration (3..%d), over the raw folder's (the state read "
+        "plus the state written): median, and each repetition." % args.iters,
+        "device bytes / raw | each repetition", "---: | ---",
+        lambda vs: ["%.2f" % med(vs), ", ".join("%.2f" % v for v in vs)])
+    ranks = swapper_table(
+        results, "ranks", "Each rank's own median steady iteration "
+        "(iterations 2..%d; an iteration ends when the slowest rank is "
+        "done): the fastest and slowest rank, and the slowest over the "
+        "fastest, each repetition." % args.iters,
+        "fastest s | slowest s | slowest / fastest, each repetition",
+        "---: | ---: | ---",
+        lambda vs: ["%.2f" % med([min(v) for v in vs]),
+                    "%.2f" % med([max(v) for v in vs]),
                     ", ".join("%.2f" % (max(v) / min(v)) if min(v) > 0
-                              else "-" for v in vs)))
-        out.append("")
-    elif any(t.startswith("tfs") and any(s in r for r in reps_
-                                         for s in SWAPPERS)
-             for t, reps_ in results.items()):
+                              else "-" for v in vs)])
+    out += ranks
+    if not ranks and any(t.startswith("tfs") and any(s in r for r in rs
+                                                     for s in SWAPPERS)
+                         for t, rs in results.items()):
         out.append("Device bytes and late prefetches: not measured; %s."
                    % (STEADY_NOTE if args.iters < 3 else
                       "the mount's stats gave no snapshot (see the log)"))
         out.append("")
-    late = [(t, s, [r[s]["late"] for r in reps_
-                    if s in r and r[s].get("late")])
-            for t, reps_ in results.items() for s in SWAPPERS]
-    if any(vs for _, _, vs in late):
-        out.append("Prefetches late (a read came while the prefetch "
-                   "was in flight) over issued, in the steady iterations "
-                   "the snapshots cover (3..%d), and in the last two of "
-                   "them, where the window has settled: each repetition."
-                   % args.iters)
-        out.append("")
-        out.append("| target | swapper | late / issued, 3..%d | "
-                   "late / issued, last two |" % args.iters)
-        out.append("| --- | --- | --- | --- |")
-        for t, s, vs in late:
-            if vs:
-                out.append("| %s | %s | %s | %s |" % (
-                    t, s,
-                    ", ".join(late_share(v[1], v[0]) for v in vs),
-                    ", ".join(late_share(v[3], v[2]) for v in vs)))
-        out.append("")
+    out += swapper_table(
+        results, "late", "Prefetches late (a read came while the prefetch "
+        "was in flight) over issued, in the steady iterations the snapshots "
+        "cover (3..%d), and in the last two of them, where the window has "
+        "settled: each repetition." % args.iters,
+        "late / issued, 3..%d | late / issued, last two" % args.iters,
+        "--- | ---",
+        lambda vs: [", ".join(late_share(v[1], v[0]) for v in vs),
+                    ", ".join(late_share(v[3], v[2]) for v in vs)])
     return out
+
+
+def per_iter_note(results, more):
+    """"Per steady iteration: X GB read, Y GB written (10^9 B); " + more,
+    then a blank line, from the first run that counted its bytes; [] when
+    none did."""
+    per_iter = [r[s]["bytes"] for rs in results.values() for r in rs
+                for s in SWAPPERS if s in r and r[s].get("bytes")]
+    if not per_iter or None in per_iter[0]:
+        return []
+    return ["Per steady iteration: %.1f GB read, %.1f GB written (10^9 B); %s"
+            % (per_iter[0][0] / 1e9, per_iter[0][1] / 1e9, more), ""]
+
+
+def steady_table(results):
+    """"Every repetition (steady-state s/iter)": each run's time, per
+    target and swapper."""
+    return ["Every repetition (steady-state s/iter):", ""] + each_rep_table(
+        results, "swapper", SWAPPERS,
+        lambda r, s: cell(r[s]["s"] if s in r else None, "%.2f"),
+        ", ") + [""]
+
+
+def swapper_table(results, key, intro, columns, align, cells):
+    """A table of one figure of the swapbench runs, result[key], where any
+    run has it: the intro, then a row per target and swapper with the
+    cells(values of its repetitions) under columns (aligned as align);
+    [] when no run has it."""
+    rows = []
+    for t, rs in results.items():
+        for s in SWAPPERS:
+            vs = [r[s][key] for r in rs if r.get(s, {}).get(key) is not None]
+            if vs:
+                rows.append("| %s | %s | %s |" % (t, s, " | ".join(cells(vs))))
+    if not rows:
+        return []
+    return [intro, "", "| target | swapper | %s |" % columns,
+            "| --- | --- | %s |" % align] + rows + [""]
 
 
 def late_share(late, issued):

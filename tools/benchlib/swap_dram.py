@@ -8,7 +8,8 @@ import os
 
 from .runner import cell, die, fmt_size, log, med, mem_available, plural, ratio
 from .swap import (SWAPPERS, SWAP_DEFAULT_REPS, add_model_options,
-                   add_swapbench_options, set_swap_dir_flag, swap_runs)
+                   add_swapbench_options, set_swap_dir_flag, steady_table,
+                   swap_runs)
 
 
 MATRIX = "swap-dram"
@@ -94,11 +95,6 @@ def swap_dram_report(results, args, reps, state, drams):
             row.append(ratio(meds.get("raw", {}).get(s), meds[t][s])
                        if meds[t][s] else "-")
         out.append(" | ".join(row) + " |")
-    out += ["", "Every repetition (steady-state s/iter):", "",
-            "| target | swapper | each repetition |", "| --- | --- | --- |"]
-    for t, reps_ in results.items():
-        for s in SWAPPERS:
-            out.append("| %s | %s | %s |" % (t, s, ", ".join(
-                cell(r[s]["s"] if s in r else None, "%.2f") for r in reps_)))
     out.append("")
+    out += steady_table(results)
     return out

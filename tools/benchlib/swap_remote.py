@@ -9,12 +9,13 @@ import os
 
 from .remote import (REMOTE_HELP, add_tier_bw, add_tier_dram, run_remote,
                      tier_caps)
-from .runner import (cell, dedup_hits, dev_bytes, drop_caches, fmt_devs,
+from .runner import (cell, dedup_hits, dev_bytes, each_rep_table, fmt_devs,
                      fmt_size, log, plural)
 from .s3 import (add_s3_server_options, s3_opts, s3_proxy_note, s3_requests,
                  s3_start)
 from .swap import (SWAPPERS, add_model_options, add_swapbench_options,
-                   set_swap_dir_flag, swap_table, swapbench)
+                   per_iter_note, set_swap_dir_flag, swap_table, swapbench,
+                   swapper_runs)
 
 
 MATRIX = "swap-remote"
@@ -52,40 +53,33 @@ def swap_remote_turn(bench, target):
     a = bench.args
     pfs = target == "tfs-nvme+pfs"
     s3 = target == "tfs-nvme+s3"
-    res = {}
-    for swapper in SWAPPERS:
+
+    def start():
         extra = tier_caps(bench, pfs, s3)
         if s3:
             bench.s3_runs += 1
             extra += s3_opts(bench, "swap%d" % bench.s3_runs)
-        directory, handle = bench.start_tfs(
-            target, a.tier_dram, pfs=pfs, extra=extra)
-        if directory is None:
-            return res
-        st = None
+        return bench.start_tfs(target, a.tier_dram, pfs=pfs, extra=extra)
+
+    def run(directory, handle, swapper):
         req0, cpu0 = s3_requests(bench), bench.daemon_cpu(handle)
-        try:
-            drop_caches()
-            out = swapbench(bench, directory, swapper,
-                                 params=a.swap_remote_params,
-                                 sub_group_size=a.swap_remote_sgs)
-            st = bench.tfs_stats(directory)
-            req1, cpu1 = s3_requests(bench), bench.daemon_cpu(handle)
-            if out is not None and s3 and req0 is not None:
-                out["s3_requests"] = req1 - req0
-            if out is not None and cpu0 is not None and cpu1 is not None:
-                out["cpu"] = cpu1 - cpu0
-        finally:
-            took = bench.stop_target(handle)
-        if out is None or took is None:
-            continue
+        out = swapbench(bench, directory, swapper,
+                        params=a.swap_remote_params,
+                        sub_group_size=a.swap_remote_sgs)
+        if out is None:
+            return None
+        st = bench.tfs_stats(directory)
+        req1, cpu1 = s3_requests(bench), bench.daemon_cpu(handle)
+        if s3 and req0 is not None:
+            out["s3_requests"] = req1 - req0
+        if cpu0 is not None and cpu1 is not None:
+            out["cpu"] = cpu1 - cpu0
         out["dev_read"] = dev_bytes(st, "read_bytes")
         out["dev_write"] = dev_bytes(st, "write_bytes")
         out["dedup"] = dedup_hits(st)
-        res[swapper] = out
-        log("  %-15s %-11s %7.2f s/iter  read %.2f GB/s  write %.2f GB/s"
-            % (target, swapper, out["s"], out["read"], out["write"]))
-    return res
+        return out
+
+    return swapper_runs(bench, target, start, run)
 
 
 def swap_remote_report(results, args, reps, skipped):
@@ -112,40 +106,31 @@ def swap_remote_report(results, args, reps, skipped):
     out.append("")
     out += swap_table(results, skipped, "tfs-nvme")
     out.append("")
-    per_iter = [r[s]["bytes"] for rs in results.values() for r in rs
-                for s in SWAPPERS if s in r and r[s].get("bytes")]
-    if per_iter and None not in per_iter[0]:
-        out.append("Per steady iteration: %.1f GB read, %.1f GB written "
-                   "(10^9 B); swapbench checked what it read back."
-                   % (per_iter[0][0] / 1e9, per_iter[0][1] / 1e9))
-        out.append("")
+    out += per_iter_note(results, "swapbench checked what it read back.")
     out.append("Every run (steady s/iter; GB each device read and wrote over "
                "the whole run, from `.tensorfs/stats` before the unmount; the "
                "daemon's CPU seconds over the run, from /proc/PID/stat%s):"
                % ("" if args.s3_latency_ms is None else
                   "; for tfs-nvme+s3, the requests the proxy saw"))
     out.append("")
-    out.append("| target | swapper | each repetition |")
-    out.append("| --- | --- | --- |")
-    for t, rs in results.items():
-        for s in SWAPPERS:
-            cells = []
-            for r in rs:
-                if s not in r:
-                    cells.append("failed")
-                    continue
-                cells.append("%.2f s; read %s; written %s; dedup hits %s%s%s"
-                             % (r[s]["s"],
-                                fmt_devs(r[s].get("dev_read"), 1e9, "%.1f"),
-                                fmt_devs(r[s].get("dev_write"), 1e9, "%.1f"),
-                                cell(r[s].get("dedup"), "%d"),
-                                "" if r[s].get("cpu") is None else
-                                "; daemon CPU %.1f s" % r[s]["cpu"],
-                                "" if r[s].get("s3_requests") is None else
-                                "; %d s3 requests" % r[s]["s3_requests"]))
-            out.append("| %s | %s | %s |" % (t, s, "; ".join(cells)))
+    out += each_rep_table(results, "swapper", SWAPPERS, run_cell)
     out.append("")
     return out
+
+
+def run_cell(rep, swapper):
+    """One swapbench run in the "every run" table."""
+    x = rep.get(swapper)
+    if x is None:
+        return "failed"
+    return ("%.2f s; read %s; written %s; dedup hits %s%s%s"
+            % (x["s"], fmt_devs(x.get("dev_read"), 1e9, "%.1f"),
+               fmt_devs(x.get("dev_write"), 1e9, "%.1f"),
+               cell(x.get("dedup"), "%d"),
+               "" if x.get("cpu") is None else
+               "; daemon CPU %.1f s" % x["cpu"],
+               "" if x.get("s3_requests") is None else
+               "; %d s3 requests" % x["s3_requests"]))
 
 
 def prepare(bench, args, targets, skipped):

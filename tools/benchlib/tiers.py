@@ -9,7 +9,8 @@ from .fio import fio_job
 from .remote import (REMOTE_HELP, add_tier_bw, add_tier_dram, run_remote,
                      tier_caps)
 from .runner import (add_size_option, cell, dedup_hits, dev_bytes, dev_delta,
-                     drop_caches, fmt_devs, fmt_size, log, med, plural, ratio)
+                     drop_caches, each_rep_table, fmt_devs, fmt_size, log,
+                     medians, plural, ratio)
 
 
 MATRIX = "tiers"
@@ -129,8 +130,7 @@ def tiers_report(results, args, reps, skipped):
     out.append("| target | caps MB/s | write MB/s | x caps | x tfs-nvme "
                "| read MB/s | x caps | x tfs-nvme |")
     out.append("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-    meds = {t: {p: med([r.get(p) for r in rs]) for p in ("write", "read")}
-            for t, rs in results.items()}
+    meds = medians(results, ("write", "read"))
     base = meds.get("tfs-nvme", {})
     for t in results:
         cap = caps.get(t)
@@ -166,12 +166,8 @@ def tiers_report(results, args, reps, skipped):
     out.append("")
     out.append("Every repetition (MB/s):")
     out.append("")
-    out.append("| target | step | each repetition |")
-    out.append("| --- | --- | --- |")
-    for t, rs in results.items():
-        for p in ("write", "read"):
-            out.append("| %s | %s | %s |" % (t, p, ", ".join(
-                cell(r.get(p)) for r in rs)))
+    out += each_rep_table(results, "step", ("write", "read"),
+                          lambda r, p: cell(r.get(p)), ", ")
     out.append("")
     return out
 
