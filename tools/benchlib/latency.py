@@ -9,7 +9,7 @@ import signal
 import time
 
 from .fio import fio_job, start_writer, stop_writer
-from .remote import REMOTE_HELP, add_tier_dram, run_remote
+from .remote import REMOTE_HELP, add_tier_options, run_remote
 from .runner import (add_size_option, cell, dev_delta, drop_caches,
                      each_rep_table, fmt_devs, fmt_size, log, medians, plural,
                      ratio)
@@ -28,16 +28,15 @@ HELP = REMOTE_HELP + """\
 
 TOOLS = ["fio"]
 
-LAT_TARGETS = ["raw", "tfs"]
+TARGETS = ["raw", "tfs"]
 
 LAT_CONDITIONS = ["alone", "loaded"]
 
-TARGETS = LAT_TARGETS
 DEFAULT_REPS = 3
 
 
 def add_options(p):
-    add_tier_dram(p)
+    add_tier_options(p, caps=False)
     add_size_option(p, "--lat-size", "2G", "latency: the file read at random")
     add_size_option(p, "--lat-load-size", "4G", "latency: the file the "
                     "background writer writes over and over")
@@ -194,5 +193,5 @@ def prepare(bench, args, targets, skipped):
 
 def run(bench, args, have_tfs):
     """The latency matrix; the report's lines."""
-    return run_remote(bench, args, MATRIX, have_tfs, LAT_TARGETS, ["raw"],
+    return run_remote(bench, args, MATRIX, have_tfs, TARGETS, ["raw"],
                       DEFAULT_REPS, prepare, latency_report)

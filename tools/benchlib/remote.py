@@ -17,13 +17,13 @@ not the disk, must be the limit. tensorfs gets dram=--tier-dram (1G).
 """
 
 
-def add_tier_bw(p):
-    add_size_option(p, "--tier-bw", "300M",
-                    "tiers, swap-remote: X, the nvme_bw= cap per second; "
-                    "the pfs folder gets X/2")
-
-
-def add_tier_dram(p):
+def add_tier_options(p, caps):
+    """--tier-dram, and for the matrices that cap the tiers (caps) first
+    --tier-bw."""
+    if caps:
+        add_size_option(p, "--tier-bw", "300M",
+                        "tiers, swap-remote: X, the nvme_bw= cap per "
+                        "second; the pfs folder gets X/2")
     add_size_option(p, "--tier-dram", "1G",
                     "tiers, latency, swap-remote, s3: tensorfs dram=")
 

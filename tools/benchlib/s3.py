@@ -14,7 +14,7 @@ import subprocess
 import time
 
 from .fio import fio_job
-from .remote import REMOTE_HELP, add_tier_dram, run_remote
+from .remote import REMOTE_HELP, add_tier_options, run_remote
 from .runner import (REPO, add_size_option, cell, dedup_hits, dev_bytes,
                      drop_caches, fmt_size, log, medians, parse_size, plural,
                      ratio, ratio_rows, run_group)
@@ -42,9 +42,8 @@ HELP = REMOTE_HELP + """\
 
 TOOLS = ["fio"]
 
-S3_TARGETS = ["tfs-s3", "s3fs"]
+TARGETS = ["tfs-s3", "s3fs"]
 
-TARGETS = S3_TARGETS
 DEFAULT_REPS = 3
 
 S3RVER_DIR = os.path.join(REPO, "tests", "node_modules", "@20minutes",
@@ -93,7 +92,7 @@ PROXY_VARS = ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY",
 
 
 def add_options(p):
-    add_tier_dram(p)
+    add_tier_options(p, caps=False)
     add_size_option(p, "--s3-size", "1G", "s3: the file dd writes and reads")
     add_size_option(p, "--s3-rand-size", "4G", "s3: the file read at random, "
                     "1 MiB at a time", "0: no random reads")
@@ -504,5 +503,5 @@ def prepare(bench, args, targets, skipped):
 
 def run(bench, args, have_tfs):
     """The s3 matrix; the report's lines."""
-    return run_remote(bench, args, MATRIX, have_tfs, S3_TARGETS,
+    return run_remote(bench, args, MATRIX, have_tfs, TARGETS,
                       ["tfs-s3", "s3fs"], DEFAULT_REPS, prepare, s3_report)

@@ -7,8 +7,7 @@ the caps of the tiers matrix.
 
 import os
 
-from .remote import (REMOTE_HELP, add_tier_bw, add_tier_dram, run_remote,
-                     tier_caps)
+from .remote import REMOTE_HELP, add_tier_options, run_remote, tier_caps
 from .runner import (cell, dedup_hits, dev_bytes, each_rep_table, fmt_devs,
                      fmt_size, log, plural)
 from .s3 import (add_s3_server_options, s3_opts, s3_proxy_note, s3_requests,
@@ -33,15 +32,13 @@ HELP = REMOTE_HELP + """\
 
 TOOLS = []
 
-SWAPR_TARGETS = ["tfs-nvme", "tfs-nvme+pfs", "tfs-nvme+s3"]
+TARGETS = ["tfs-nvme", "tfs-nvme+pfs", "tfs-nvme+s3"]
 
-TARGETS = SWAPR_TARGETS
 DEFAULT_REPS = 1
 
 
 def add_options(p):
-    add_tier_bw(p)
-    add_tier_dram(p)
+    add_tier_options(p, caps=True)
 
     add_model_options(p, "swap-remote", "3e8", "5e7", "swap-remote")
 
@@ -151,6 +148,6 @@ def prepare(bench, args, targets, skipped):
 
 def run(bench, args, have_tfs):
     """The swap-remote matrix; the report's lines."""
-    return run_remote(bench, args, MATRIX, have_tfs, SWAPR_TARGETS,
+    return run_remote(bench, args, MATRIX, have_tfs, TARGETS,
                       ["tfs-nvme"], DEFAULT_REPS, prepare,
                       swap_remote_report)

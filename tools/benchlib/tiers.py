@@ -6,8 +6,7 @@ at X = --tier-bw, and tensorfs on nvme plus a pfs folder capped at X/2.
 """
 
 from .fio import fio_job
-from .remote import (REMOTE_HELP, add_tier_bw, add_tier_dram, run_remote,
-                     tier_caps)
+from .remote import REMOTE_HELP, add_tier_options, run_remote, tier_caps
 from .runner import (add_size_option, cell, dedup_hits, dev_bytes, dev_delta,
                      drop_caches, each_rep_table, fmt_devs, fmt_size, log,
                      medians, plural, ratio)
@@ -28,15 +27,13 @@ HELP = REMOTE_HELP + """\
 
 TOOLS = ["fio"]
 
-TIERS_TARGETS = ["raw", "tfs-nvme", "tfs-nvme+pfs"]
+TARGETS = ["raw", "tfs-nvme", "tfs-nvme+pfs"]
 
-TARGETS = TIERS_TARGETS
 DEFAULT_REPS = 3
 
 
 def add_options(p):
-    add_tier_bw(p)
-    add_tier_dram(p)
+    add_tier_options(p, caps=True)
     add_size_option(p, "--size", "4G", "tiers: the file fio writes and reads")
     p.add_argument("--tier-iodepth", type=int, default=8, metavar="N",
                    help="tiers: fio iodepth (default 8)")
@@ -44,7 +41,6 @@ def add_options(p):
 
 def tiers_turn(bench, target):
     a = bench.args
-    size = a.size
     if target == "raw":
         directory, handle = bench.start_raw()
     else:
@@ -54,17 +50,11 @@ def tiers_turn(bench, target):
     res = {}
     if directory is None:
         return res
-    depth = "--iodepth=%d" % a.tier_iodepth
     tfs = target != "raw"
     took = 0.0
     try:
-        job = fio_job(bench, directory, [
-            "--filename=tiers.dat", "--rw=write", depth,
-            "--size=%d" % size, "--end_fsync=1"], "write", size)
-        if job is None:
+        if not tiers_step(bench, directory, target, "write", res):
             return res
-        res["write"] = job["write"]["bw_bytes"] / 1e6
-        log("  %-15s %-10s %8.0f MB/s" % (target, "write", res["write"]))
         if tfs:
             st = bench.tfs_stats(directory)
             res["dev_write"] = dev_bytes(st, "write_bytes")
@@ -76,13 +66,8 @@ def tiers_turn(bench, target):
             res["remount_s"] = took
         drop_caches()
         before = bench.tfs_stats(directory) if tfs else None
-        job = fio_job(bench, directory, [
-            "--filename=tiers.dat", "--rw=read", depth,
-            "--size=%d" % size], "read", size)
-        if job is None:
+        if not tiers_step(bench, directory, target, "read", res):
             return res
-        res["read"] = job["read"]["bw_bytes"] / 1e6
-        log("  %-15s %-10s %8.0f MB/s" % (target, "read", res["read"]))
         if tfs:
             after = bench.tfs_stats(directory)
             res["dev_read"] = dev_delta(before, after, "read_bytes")
@@ -101,6 +86,22 @@ def tiers_turn(bench, target):
         else:
             res["umount_s"] = took
     return res
+
+
+def tiers_step(bench, directory, target, step, res):
+    """fio's write (with a final fsync) or read of the --size file
+    tiers.dat: its MB/s into res[step], logged; False if fio failed."""
+    a = bench.args
+    opts = ["--filename=tiers.dat", "--rw=" + step,
+            "--iodepth=%d" % a.tier_iodepth, "--size=%d" % a.size]
+    if step == "write":
+        opts.append("--end_fsync=1")
+    job = fio_job(bench, directory, opts, step, a.size)
+    if job is None:
+        return False
+    res[step] = job[step]["bw_bytes"] / 1e6
+    log("  %-15s %-10s %8.0f MB/s" % (target, step, res[step]))
+    return True
 
 
 def tiers_report(results, args, reps, skipped):
@@ -178,6 +179,6 @@ def prepare(bench, args, targets, skipped):
 
 def run(bench, args, have_tfs):
     """The tiers matrix; the report's lines."""
-    return run_remote(bench, args, MATRIX, have_tfs, TIERS_TARGETS,
+    return run_remote(bench, args, MATRIX, have_tfs, TARGETS,
                       ["raw", "tfs-nvme"], DEFAULT_REPS, prepare,
                       tiers_report)
