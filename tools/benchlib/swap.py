@@ -328,13 +328,14 @@ def swap_report(results, args, reps, descriptions, skipped):
                "host caches are dropped before it starts.")
     out.append("")
     out += steady_table(results)
-    out += swapper_table(
+    dev = swapper_table(
         results, "dev", "Device bytes (read + written, every tier but DRAM) "
         "per steady iteration (3..%d), over the raw folder's (the state read "
         "plus the state written): median, and each repetition." % args.iters,
         "device bytes / raw | each repetition", "---: | ---",
         lambda vs: ["%.2f" % med(vs), ", ".join("%.2f" % v for v in vs)])
-    ranks = swapper_table(
+    out += dev
+    out += swapper_table(
         results, "ranks", "Each rank's own median steady iteration "
         "(iterations 2..%d; an iteration ends when the slowest rank is "
         "done): the fastest and slowest rank, and the slowest over the "
@@ -345,15 +346,7 @@ def swap_report(results, args, reps, descriptions, skipped):
                     "%.2f" % med([max(v) for v in vs]),
                     ", ".join("%.2f" % (max(v) / min(v)) if min(v) > 0
                               else "-" for v in vs)])
-    out += ranks
-    if not ranks and any(t.startswith("tfs") and any(s in r for r in rs
-                                                     for s in SWAPPERS)
-                         for t, rs in results.items()):
-        out.append("Device bytes and late prefetches: not measured; %s."
-                   % (STEADY_NOTE if args.iters < 3 else
-                      "the mount's stats gave no snapshot (see the log)"))
-        out.append("")
-    out += swapper_table(
+    late = swapper_table(
         results, "late", "Prefetches late (a read came while the prefetch "
         "was in flight) over issued, in the steady iterations the snapshots "
         "cover (3..%d), and in the last two of them, where the window has "
@@ -362,6 +355,14 @@ def swap_report(results, args, reps, descriptions, skipped):
         "--- | ---",
         lambda vs: [", ".join(late_share(v[1], v[0]) for v in vs),
                     ", ".join(late_share(v[3], v[2]) for v in vs)])
+    if not dev and not late and any(
+            t.startswith("tfs") and any(s in r for r in rs for s in SWAPPERS)
+            for t, rs in results.items()):
+        out.append("Device bytes and late prefetches: not measured; %s."
+                   % (STEADY_NOTE if args.iters < 3 else
+                      "the mount's stats gave no snapshot (see the log)"))
+        out.append("")
+    out += late
     return out
 
 
