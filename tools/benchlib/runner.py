@@ -9,7 +9,10 @@ them instead of favouring one. preflight mounts a tensorfs target once
 before any turn, so that a configuration its daemon refuses stops the run
 at once, with the daemon's message. cleanup unmounts and removes it all;
 the command runs it on every exit path, Ctrl-C included. The reports'
-figures come from med, cell and ratio; machine_facts heads each report.
+figures come from med (medians: every target's at once), cell and ratio,
+their tables from ratio_rows and each_rep_table; machine_facts heads
+each report. add_size_option and add_count_option give the matrices
+their options, each default written once.
 """
 
 import argparse

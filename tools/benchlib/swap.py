@@ -4,8 +4,10 @@ swapbench (DeepSpeed ZeRO-Infinity's optimizer swapping) on the raw folder
 and on tensorfs, partitioned and pipelined swappers apart: the steady
 iterations' median time, and from the mount's stats, taken after each
 iteration, the devices' bytes and the late prefetches of the steady
-iterations. swapbench and swap_runs also serve swap-dram, swap-remote and
-learner. No fio here.
+iterations. swapbench, swapper_runs (one run per swapper, each on a
+fresh target) and the report's tables also serve swap-dram, swap-remote
+and learner, and add_model_options gives each its model size. No fio
+here.
 """
 
 import json
