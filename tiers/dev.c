@@ -458,8 +458,10 @@ bool dev_promote(struct tb_dev *d, struct tb_io *r)
 
 int dev_start(struct tb_dev *d)
 {
-	int ret = d->eng->start(d);
+	int ret = d->eng->start ? d->eng->start(d) : 0;
 
+	if (ret == 0 && d->eng->thread)
+		ret = -pthread_create(&d->thread, NULL, d->eng->thread, d);
 	if (ret == 0)
 		d->running = true;
 	return ret;
@@ -473,7 +475,10 @@ void dev_stop(struct tb_dev *d)
 	d->stopping = true;
 	pthread_mutex_unlock(&d->lock);
 	kick_efd(d);
-	d->eng->stop(d);
+	if (d->eng->thread)
+		pthread_join(d->thread, NULL);
+	if (d->eng->stop)
+		d->eng->stop(d);
 	d->running = false;
 }
 

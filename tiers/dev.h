@@ -58,9 +58,10 @@ struct tb_dev;
 
 struct dev_engine {
 	const char *name;
-	int (*start)(struct tb_dev *d);
+	int (*start)(struct tb_dev *d); /* optional: before the thread starts */
+	void *(*thread)(void *d);	/* optional: the engine's one thread, given d */
 	void (*kick)(struct tb_dev *d); /* new requests are queued */
-	void (*stop)(struct tb_dev *d); /* finish what is queued, join threads */
+	void (*stop)(struct tb_dev *d); /* optional: finish what is queued, join threads */
 	int (*sync)(struct tb_dev *d);	/* make completed writes durable */
 	void (*fini)(struct tb_dev *d);
 	/*
@@ -119,6 +120,7 @@ struct tb_dev {
 	uint64_t slab_end;
 	int wake_efd;	 /* kicked when requests are queued */
 	bool running;
+	pthread_t thread; /* the engine's thread, where it has one (eng->thread) */
 
 	pthread_mutex_t lock; /* guards everything below */
 	struct tb_io *head[IO_NCLASS], *tail[IO_NCLASS];

@@ -38,7 +38,6 @@ static int slab_sync(struct tb_dev *d)
 struct uring_priv {
 	struct io_uring ring;
 	bool fixed_bufs;
-	pthread_t thread;
 };
 
 static int register_buffers(struct tb_dev *d, struct uring_priv *u)
@@ -246,20 +245,6 @@ static void *uring_thread(void *arg)
 	return NULL;
 }
 
-static int uring_start(struct tb_dev *d)
-{
-	struct uring_priv *u = d->priv;
-
-	return -pthread_create(&u->thread, NULL, uring_thread, d);
-}
-
-static void uring_stop(struct tb_dev *d)
-{
-	struct uring_priv *u = d->priv;
-
-	pthread_join(u->thread, NULL);
-}
-
 static void uring_fini(struct tb_dev *d)
 {
 	struct uring_priv *u = d->priv;
@@ -268,13 +253,11 @@ static void uring_fini(struct tb_dev *d)
 		io_uring_queue_exit(&u->ring);
 		free(u);
 	}
-	d->priv = NULL;
 }
 
 static const struct dev_engine uring_engine = {
 	.name = "io_uring",
-	.start = uring_start,
-	.stop = uring_stop,
+	.thread = uring_thread,
 	.sync = slab_sync,
 	.fini = uring_fini,
 };
@@ -306,7 +289,6 @@ int dev_uring_setup(struct tb_dev *d)
 struct aio_priv {
 	io_context_t ctx;
 	int efd;
-	pthread_t thread;
 };
 
 static void aio_prep(struct tb_dev *d, struct aio_priv *a, struct tb_io *r)
@@ -399,20 +381,6 @@ static void *aio_thread(void *arg)
 	return NULL;
 }
 
-static int aio_start(struct tb_dev *d)
-{
-	struct aio_priv *a = d->priv;
-
-	return -pthread_create(&a->thread, NULL, aio_thread, d);
-}
-
-static void aio_stop(struct tb_dev *d)
-{
-	struct aio_priv *a = d->priv;
-
-	pthread_join(a->thread, NULL);
-}
-
 static void aio_fini(struct tb_dev *d)
 {
 	struct aio_priv *a = d->priv;
@@ -423,13 +391,11 @@ static void aio_fini(struct tb_dev *d)
 			close(a->efd);
 		free(a);
 	}
-	d->priv = NULL;
 }
 
 static const struct dev_engine aio_engine = {
 	.name = "libaio",
-	.start = aio_start,
-	.stop = aio_stop,
+	.thread = aio_thread,
 	.sync = slab_sync,
 	.fini = aio_fini,
 };
@@ -571,7 +537,6 @@ static void pool_fini(struct tb_dev *d)
 		pthread_cond_destroy(&p->cv);
 		free(p);
 	}
-	d->priv = NULL;
 }
 
 static const struct dev_engine pool_engine = {

@@ -195,14 +195,19 @@ static int s3_check_write(struct s3_priv *p, char *err, size_t errlen)
 			       errlen);
 }
 
+/* The device's counters after a change of slots (s3_counters); ret passes through. */
+static int s3_counted(struct s3_priv *p, int ret)
+{
+	s3_counters(p);
+	return ret;
+}
+
 /* Slot management of a packed tier (dev.h); d->lock held. */
 static int s3_alloc(struct tb_dev *d, uint64_t *slot)
 {
 	struct s3_priv *p = d->priv;
-	int ret = s3obj_alloc(&p->objs, slot);
 
-	s3_counters(p);
-	return ret;
+	return s3_counted(p, s3obj_alloc(&p->objs, slot));
 }
 
 static void s3_free(struct tb_dev *d, uint64_t slot)
@@ -216,10 +221,8 @@ static void s3_free(struct tb_dev *d, uint64_t slot)
 static int s3_mark(struct tb_dev *d, uint64_t slot)
 {
 	struct s3_priv *p = d->priv;
-	int ret = s3obj_mark(&p->objs, slot);
 
-	s3_counters(p);
-	return ret;
+	return s3_counted(p, s3obj_mark(&p->objs, slot));
 }
 
 /*
@@ -418,29 +421,21 @@ static int s3_sweep(struct s3_priv *p)
 			d->name, (unsigned long long)missing);
 	return 0;
 }
-static int s3_start(struct tb_dev *d)
+
+/* A packed tier, before the engine's thread starts (s3_thread): the sweep, compaction's buffer. */
+static int s3_packed_start(struct tb_dev *d)
 {
 	struct s3_priv *p = d->priv;
+	int ret = s3_sweep(p);
 
-	if (p->pack) {
-		int ret = s3_sweep(p);
-
-		if (ret)
-			return ret;
-		/* Compaction's buffer, made now: memory does not grow in a long run. */
-		p->compact_buf = malloc(p->pack * d->block_size);
-		if (!p->compact_buf)
-			return -ENOMEM;
-		memset(p->compact_buf, 0, p->pack * d->block_size);
-	}
-	return -pthread_create(&p->thread, NULL, s3_thread, p);
-}
-
-static void s3_stop(struct tb_dev *d)
-{
-	struct s3_priv *p = d->priv;
-
-	pthread_join(p->thread, NULL);
+	if (ret)
+		return ret;
+	/* Compaction's buffer, made now: memory does not grow in a long run. */
+	p->compact_buf = malloc(p->pack * d->block_size);
+	if (!p->compact_buf)
+		return -ENOMEM;
+	memset(p->compact_buf, 0, p->pack * d->block_size);
+	return 0;
 }
 
 static void s3_fini(struct tb_dev *d)
@@ -474,13 +469,11 @@ static void s3_fini(struct tb_dev *d)
 	free(p->compact_buf);
 	free(p->xfers);
 	free(p);
-	d->priv = NULL;
 }
 
 static const struct dev_engine s3_engine = {
     .name = "libcurl",
-    .start = s3_start,
-    .stop = s3_stop,
+    .thread = s3_thread,
     .fini = s3_fini,
     .bind = s3_bind,
 };
@@ -488,8 +481,8 @@ static const struct dev_engine s3_engine = {
 /* A tier that packs slots into objects manages its slots by object. */
 static const struct dev_engine s3_packed_engine = {
     .name = "libcurl",
-    .start = s3_start,
-    .stop = s3_stop,
+    .start = s3_packed_start,
+    .thread = s3_thread,
     .fini = s3_fini,
     .alloc = s3_alloc,
     .free = s3_free,

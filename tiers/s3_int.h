@@ -131,7 +131,6 @@ struct s3_priv {
 	char *compact_buf; /* an object's bytes, while compacting it */
 	uint64_t rng;
 	long err_log_sec[2]; /* reads and writes, rate-limited apart */
-	pthread_t thread;
 };
 
 /* s3http.c: names, URLs and one transfer. */
@@ -155,7 +154,7 @@ void s3_sha256_hex(const void *buf, size_t len, char out[SHA256_HEX_LEN + 1]);
 void s3_counters(struct s3_priv *p);
 void s3_del_queue(struct s3_priv *p, const struct s3obj_version *v);
 void s3_todo(struct s3_priv *p, uint64_t objno, enum s3obj_todo todo);
-void *s3_thread(void *arg);
+void *s3_thread(void *arg); /* arg: the device */
 
 /* Percent-encoding for a URL path (keep_slash) or a query value (s3http.c). */
 int s3_uri_encode(char *out, size_t outlen, const char *in, bool keep_slash);

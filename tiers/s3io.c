@@ -916,8 +916,8 @@ static bool s3_finished(struct s3_priv *p)
 
 void *s3_thread(void *arg)
 {
-	struct s3_priv *p = arg;
-	struct tb_dev *d = p->d;
+	struct tb_dev *d = arg;
+	struct s3_priv *p = d->priv;
 
 	dev_name_thread(d);
 	while (!s3_finished(p)) {
