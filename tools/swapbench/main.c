@@ -274,8 +274,57 @@ static int bad_arg(const char *opt, const char *arg, const char *want)
 	return -EINVAL;
 }
 
+/* A number option: 0 when opt is none of them, 1 when parsed, -EINVAL when bad. */
+static int parse_number(struct sb_config *c, int opt, const char *arg, const char *name)
+{
+	/* Counts and sizes: K, M, G, T suffixes (unit), at least 1. */
+	const struct {
+		int opt;
+		uint64_t unit;
+		uint64_t *dst;
+		const char *want;
+	} scaled[] = {
+	    {OPT_PARAMS, SB_COUNT_UNIT, &c->params, "a count"},
+	    {OPT_HIDDEN, SB_COUNT_UNIT, &c->hidden, "a count"},
+	    {OPT_SUB_GROUP, SB_COUNT_UNIT, &c->sub_group_size, "a count"},
+	    {OPT_ACT_SIZE, SB_KIB, &c->act_size, "a size"},
+	};
+	/* Whole numbers from 1 to max. */
+	const struct {
+		int opt;
+		int max;
+		int *dst;
+		const char *want;
+	} ints[] = {
+	    {OPT_RANKS, SB_MAX_RANKS, &c->ranks, "1 to 1024"},
+	    {OPT_THREADS, SB_MAX_THREADS, &c->threads, "1 to 1024"},
+	    {OPT_QUEUE_DEPTH, SB_MAX_QUEUE_DEPTH, &c->queue_depth, "1 to 65536"},
+	    {OPT_BUFFER_COUNT, SB_MAX_BUFFERS, &c->optimizer_buffers, "1 to 1024"},
+	    {OPT_PARAM_BUFFER_COUNT, SB_MAX_BUFFERS, &c->param_buffers, "1 to 1024"},
+	    {OPT_ITERS, SB_MAX_ITERS, &c->iters, "at least 1"},
+	    {OPT_LAYERS, SB_MAX_ITERS, &c->layers, "at least 1"},
+	    {OPT_MICRO_BATCHES, SB_MAX_ITERS, &c->micro_batches, "at least 1"},
+	};
+
+	for (size_t i = 0; i < sizeof(scaled) / sizeof(scaled[0]); i++)
+		if (scaled[i].opt == opt)
+			return parse_scaled(arg, scaled[i].unit, scaled[i].dst)
+				   ? bad_arg(name, arg, scaled[i].want)
+				   : 1;
+	for (size_t i = 0; i < sizeof(ints) / sizeof(ints[0]); i++)
+		if (ints[i].opt == opt)
+			return parse_int(arg, 1, ints[i].max, ints[i].dst)
+				   ? bad_arg(name, arg, ints[i].want)
+				   : 1;
+	return 0;
+}
+
 static int parse_option(struct sb_config *c, int opt, const char *arg, const char *name)
 {
+	int ret = parse_number(c, opt, arg, name);
+
+	if (ret)
+		return ret < 0 ? ret : 0;
 	switch (opt) {
 	case 'd':
 		c->dir = arg;
@@ -309,52 +358,10 @@ static int parse_option(struct sb_config *c, int opt, const char *arg, const cha
 			return bad_arg(name, arg, "fp16, float16 or bfloat16");
 		c->param_dtype = arg;
 		return 0;
-	case OPT_PARAMS:
-		return parse_scaled(arg, SB_COUNT_UNIT, &c->params) ? bad_arg(name, arg, "a count")
-								    : 0;
-	case OPT_HIDDEN:
-		return parse_scaled(arg, SB_COUNT_UNIT, &c->hidden) ? bad_arg(name, arg, "a count")
-								    : 0;
-	case OPT_SUB_GROUP:
-		return parse_scaled(arg, SB_COUNT_UNIT, &c->sub_group_size)
-			   ? bad_arg(name, arg, "a count")
-			   : 0;
 	case OPT_BLOCK_SIZE:
 		if (parse_scaled(arg, SB_KIB, &c->block_size) || c->block_size % SB_BUF_ALIGN)
 			return bad_arg(name, arg, "a size, a multiple of 4 KiB");
 		return 0;
-	case OPT_ACT_SIZE:
-		return parse_scaled(arg, SB_KIB, &c->act_size) ? bad_arg(name, arg, "a size") : 0;
-	case OPT_RANKS:
-		return parse_int(arg, 1, SB_MAX_RANKS, &c->ranks) ? bad_arg(name, arg, "1 to 1024")
-								  : 0;
-	case OPT_THREADS:
-		return parse_int(arg, 1, SB_MAX_THREADS, &c->threads)
-			   ? bad_arg(name, arg, "1 to 1024")
-			   : 0;
-	case OPT_QUEUE_DEPTH:
-		return parse_int(arg, 1, SB_MAX_QUEUE_DEPTH, &c->queue_depth)
-			   ? bad_arg(name, arg, "1 to 65536")
-			   : 0;
-	case OPT_BUFFER_COUNT:
-		return parse_int(arg, 1, SB_MAX_BUFFERS, &c->optimizer_buffers)
-			   ? bad_arg(name, arg, "1 to 1024")
-			   : 0;
-	case OPT_PARAM_BUFFER_COUNT:
-		return parse_int(arg, 1, SB_MAX_BUFFERS, &c->param_buffers)
-			   ? bad_arg(name, arg, "1 to 1024")
-			   : 0;
-	case OPT_ITERS:
-		return parse_int(arg, 1, SB_MAX_ITERS, &c->iters) ? bad_arg(name, arg, "at least 1")
-								  : 0;
-	case OPT_LAYERS:
-		return parse_int(arg, 1, SB_MAX_ITERS, &c->layers)
-			   ? bad_arg(name, arg, "at least 1")
-			   : 0;
-	case OPT_MICRO_BATCHES:
-		return parse_int(arg, 1, SB_MAX_ITERS, &c->micro_batches)
-			   ? bad_arg(name, arg, "at least 1")
-			   : 0;
 	case OPT_COMPUTE_MS:
 		return parse_double(arg, &c->compute_ms) ? bad_arg(name, arg, "milliseconds") : 0;
 	case OPT_COMPUTE_GBPS:
