@@ -23,6 +23,7 @@
  */
 #include "ctlcmd.h"
 #include "ctl_int.h"
+#include "json_count.h"
 #include "log.h"
 #include "worker.h"
 
@@ -263,45 +264,43 @@ static json_t *stats_json(struct fs *fs)
 		json_object_set_new(tiers, d->name, t);
 	}
 	json_object_set_new(root, "tiers", tiers);
-	json_object_set_new(
-		root, "cache",
-		json_pack("{sIsIsIsIsIsIsIsIsI}", "hits", (json_int_t)st->hits, "misses",
-			  (json_int_t)st->misses, "evictions", (json_int_t)st->evictions,
-			  "dirty_bytes", (json_int_t)st->dirty_bytes, "writeback_bytes",
-			  (json_int_t)st->writeback_bytes, "holes_written",
-			  (json_int_t)st->holes_written, "writeback_errors",
-			  (json_int_t)st->wb_errors, "syncs", (json_int_t)st->syncs,
-			  "backpressure_waits", (json_int_t)st->backpressure_waits));
-	json_object_set_new(json_object_get(root, "cache"), "recent_writeback_errors",
-			    json_integer((json_int_t)st->recent_wb_errors));
-	json_object_set_new(json_object_get(root, "cache"), "writeback_stall_ms",
-			    json_integer((json_int_t)st->stall_ms));
+	const struct fs_count cache[] = {
+	    {"hits", st->hits},
+	    {"misses", st->misses},
+	    {"evictions", st->evictions},
+	    {"dirty_bytes", st->dirty_bytes},
+	    {"writeback_bytes", st->writeback_bytes},
+	    {"holes_written", st->holes_written},
+	    {"writeback_errors", st->wb_errors},
+	    {"syncs", st->syncs},
+	    {"backpressure_waits", st->backpressure_waits},
+	    {"recent_writeback_errors", st->recent_wb_errors},
+	    {"writeback_stall_ms", st->stall_ms},
+	    {"partial_blocks", st->partial_created},
+	    {"partial_merged", st->partial_merged},
+	    {"pinned_bytes", st->pinned_bytes},
+	    {"pin_limit_bytes", st->pin_limit_bytes},
+	    {"hot_bytes", st->hot_bytes},
+	    {"ghost_hits", st->ghost_hits},
+	    {"unsynced_blocks", st->unsynced_blocks},
+	    {"expired_bytes", st->expired_bytes},
+	    {"rewritten_bytes", st->rewritten_bytes},
+	    {"dirty_limit_bytes", st->dirty_limit_bytes},
+	    {"dirty_background_bytes", st->dirty_background_bytes},
+	    {"kept_bytes", st->kept_bytes},
+	    {"kept_evicted_bytes", st->kept_evicted_bytes},
+	};
+	json_t *cj = json_object();
+	uint64_t lookups = st->hits + st->misses;
+	fs_json_counts(cj, cache, sizeof(cache) / sizeof(cache[0]));
+	json_object_set_new(cj, "hit_rate",
+			    json_real(lookups ? (double)st->hits / (double)lookups : 0.0));
+	json_object_set_new(cj, "policy", json_string(policy_names[fs->cfg->policy]));
+	json_object_set_new(root, "cache", cj);
 	char health[1024];
 	health_text(st, health, sizeof(health));
 	json_object_set_new(root, "health", json_string(health));
 	json_object_set_new(root, "health_window_s", json_integer(st->health_window_s));
-	json_object_set_new(json_object_get(root, "cache"), "partial_blocks",
-			    json_integer((json_int_t)st->partial_created));
-	json_object_set_new(json_object_get(root, "cache"), "partial_merged",
-			    json_integer((json_int_t)st->partial_merged));
-	json_t *cj = json_object_get(root, "cache");
-	uint64_t lookups = st->hits + st->misses;
-	json_object_set_new(cj, "hit_rate",
-			    json_real(lookups ? (double)st->hits / (double)lookups : 0.0));
-	json_object_set_new(cj, "pinned_bytes", json_integer((json_int_t)st->pinned_bytes));
-	json_object_set_new(cj, "pin_limit_bytes", json_integer((json_int_t)st->pin_limit_bytes));
-	json_object_set_new(cj, "policy", json_string(policy_names[fs->cfg->policy]));
-	json_object_set_new(cj, "hot_bytes", json_integer((json_int_t)st->hot_bytes));
-	json_object_set_new(cj, "ghost_hits", json_integer((json_int_t)st->ghost_hits));
-	json_object_set_new(cj, "unsynced_blocks", json_integer((json_int_t)st->unsynced_blocks));
-	json_object_set_new(cj, "expired_bytes", json_integer((json_int_t)st->expired_bytes));
-	json_object_set_new(cj, "rewritten_bytes", json_integer((json_int_t)st->rewritten_bytes));
-	json_object_set_new(cj, "dirty_limit_bytes", json_integer((json_int_t)st->dirty_limit_bytes));
-	json_object_set_new(cj, "dirty_background_bytes",
-			    json_integer((json_int_t)st->dirty_background_bytes));
-	json_object_set_new(cj, "kept_bytes", json_integer((json_int_t)st->kept_bytes));
-	json_object_set_new(cj, "kept_evicted_bytes",
-			    json_integer((json_int_t)st->kept_evicted_bytes));
 	json_object_set_new(
 		root, "prefetch",
 		json_pack("{sIsIsIsIsIsIsIsf}", "issued", (json_int_t)st->prefetch_issued, "used",
@@ -323,28 +322,24 @@ static json_t *stats_json(struct fs *fs)
 				      (json_int_t)ls.records, "streams", (json_int_t)ls.streams,
 				      "files", (json_int_t)ls.files));
 	json_t *f = json_object();
-	struct {
-		const char *name;
-		uint64_t v;
-	} ops[] = {{"lookup", c.lookups},
-		   {"getattr", c.getattrs},
-		   {"setattr", c.setattrs},
-		   {"open", c.opens},
-		   {"create", c.creates},
-		   {"read", c.reads},
-		   {"write", c.writes},
-		   {"read_bytes", c.read_bytes},
-		   {"write_bytes", c.write_bytes},
-		   {"fsync", c.fsyncs},
-		   {"unlink", c.unlinks},
-		   {"rename", c.renames},
-		   {"copy_file_range", c.copies},
-		   {"copy_shared_bytes", c.copy_shared_bytes},
-		   {"fallocate", c.fallocates},
-		   {"errors", c.errors},
-		   {"write_parked", c.writes_parked}};
-	for (size_t i = 0; i < sizeof(ops) / sizeof(ops[0]); i++)
-		json_object_set_new(f, ops[i].name, json_integer((json_int_t)ops[i].v));
+	const struct fs_count ops[] = {{"lookup", c.lookups},
+				    {"getattr", c.getattrs},
+				    {"setattr", c.setattrs},
+				    {"open", c.opens},
+				    {"create", c.creates},
+				    {"read", c.reads},
+				    {"write", c.writes},
+				    {"read_bytes", c.read_bytes},
+				    {"write_bytes", c.write_bytes},
+				    {"fsync", c.fsyncs},
+				    {"unlink", c.unlinks},
+				    {"rename", c.renames},
+				    {"copy_file_range", c.copies},
+				    {"copy_shared_bytes", c.copy_shared_bytes},
+				    {"fallocate", c.fallocates},
+				    {"errors", c.errors},
+				    {"write_parked", c.writes_parked}};
+	fs_json_counts(f, ops, sizeof(ops) / sizeof(ops[0]));
 	json_object_set_new(root, "fuse", f);
 	struct meta_space sp;
 	meta_space(fs->meta, &sp);

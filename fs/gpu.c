@@ -35,6 +35,7 @@
  * never to the FUSE ops or the control files' contents.
  */
 #include "gpu_int.h"
+#include "json_count.h"
 #include "log.h"
 #include "../cuda/gpu_proto.h"
 #include "../cuda/gpu_sock.h"
@@ -267,18 +268,21 @@ struct json_t *fs_gpu_json(struct fs *fs)
 	json_object_set_new(j, "huge_pages", json_boolean(g->arena.huge));
 	json_object_set_new(j, "cuda_registered", json_boolean(g->cu.registered));
 	json_object_set_new(j, "cuda", json_string(g->cu.why));
-	json_object_set_new(j, "max_pins", json_integer((json_int_t)g->max_pins));
-	json_object_set_new(j, "max_write_pins", json_integer((json_int_t)g->max_wpins));
-	json_object_set_new(j, "clients", json_integer(g->nlive));
-	json_object_set_new(j, "pinned_blocks", json_integer((json_int_t)g->pinned));
-	json_object_set_new(j, "write_pinned_blocks", json_integer((json_int_t)g->wpinned));
-	json_object_set_new(j, "pins", json_integer((json_int_t)g->pins_total));
-	json_object_set_new(j, "read_bytes", json_integer((json_int_t)g->read_bytes));
-	json_object_set_new(j, "write_bytes", json_integer((json_int_t)g->write_bytes));
-	json_object_set_new(j, "failed_writes", json_integer((json_int_t)g->failed_writes));
-	json_object_set_new(j, "refused", json_integer((json_int_t)g->refused));
-	json_object_set_new(j, "prefetches", json_integer((json_int_t)g->prefetches));
-	json_object_set_new(j, "prefetch_bytes", json_integer((json_int_t)g->prefetch_bytes));
+	const struct fs_count counts[] = {
+	    {"max_pins", g->max_pins},
+	    {"max_write_pins", g->max_wpins},
+	    {"clients", g->nlive},
+	    {"pinned_blocks", g->pinned},
+	    {"write_pinned_blocks", g->wpinned},
+	    {"pins", g->pins_total},
+	    {"read_bytes", g->read_bytes},
+	    {"write_bytes", g->write_bytes},
+	    {"failed_writes", g->failed_writes},
+	    {"refused", g->refused},
+	    {"prefetches", g->prefetches},
+	    {"prefetch_bytes", g->prefetch_bytes},
+	};
+	fs_json_counts(j, counts, sizeof(counts) / sizeof(counts[0]));
 	pthread_mutex_unlock(&g->lock);
 	return j;
 }
