@@ -92,6 +92,17 @@ static int run_pass(void *arg)
 	return ret;
 }
 
+/* Say what a pass found ("fsck: clean", or its problems and then what); its exit status. */
+static int pass_result(FILE *out, uint64_t problems, const char *what)
+{
+	if (problems)
+		fprintf(out, "fsck: %" PRIu64 " problem%s%s\n", problems, problems == 1 ? "" : "s",
+			what);
+	else
+		fprintf(out, "fsck: clean\n");
+	return problems ? FSCK_PROBLEMS : FSCK_CLEAN;
+}
+
 int fs_fsck(const char *dir, bool repair, FILE *out, const char *prog)
 {
 	struct fsck f = {.out = out, .repair = repair};
@@ -123,12 +134,7 @@ int fs_fsck(const char *dir, bool repair, FILE *out, const char *prog)
 		fprintf(out, "  repair: %" PRIu64 " blocks of purged inodes freed\n",
 			f.freed_blocks);
 	if (!repair || f.problems == 0 || f.no_root) {
-		if (f.problems)
-			fprintf(out, "fsck: %" PRIu64 " problem%s\n", f.problems,
-				f.problems == 1 ? "" : "s");
-		else
-			fprintf(out, "fsck: clean\n");
-		status = f.problems ? FSCK_PROBLEMS : FSCK_CLEAN;
+		status = pass_result(out, f.problems, "");
 		goto out;
 	}
 	fprintf(out, "fsck: %" PRIu64 " problem%s, repaired; checking again\n", f.problems,
@@ -143,12 +149,7 @@ int fs_fsck(const char *dir, bool repair, FILE *out, const char *prog)
 	fsck_free_vecs(&again);
 	if (ret)
 		goto error;
-	if (again.problems)
-		fprintf(out, "fsck: %" PRIu64 " problem%s left after repair\n", again.problems,
-			again.problems == 1 ? "" : "s");
-	else
-		fprintf(out, "fsck: clean\n");
-	status = again.problems ? FSCK_PROBLEMS : FSCK_CLEAN;
+	status = pass_result(out, again.problems, " left after repair");
 	goto out;
 error:
 	if (err[0])
