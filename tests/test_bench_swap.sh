@@ -11,7 +11,10 @@
 #      few iterations give no figure rather than a wrong one.
 #      The swap matrices need no fio; the fio matrix does.
 #      `tools/bench swap --help` is short and names swap's options only;
-#      `tools/bench --help` lists the matrices in a few lines.
+#      `tools/bench --help` lists the matrices in a few lines. An option
+#      of another matrix (`swap --size`, `fio --params`) is refused,
+#      naming the matrices that take it. (Regression: it was accepted and
+#      ignored, so a run measured something else than asked.)
 #   2. As root, with /dev/fuse: a small matrix (192 MB of state read and
 #      written per iteration over dram=96M, about twice) on a real mount,
 #      with fio nowhere on PATH, prints both tables: the devices moved
@@ -95,6 +98,16 @@ done
 n=$(wc -l <"$W/help")
 [ "$n" -le 50 ] || fail "tools/bench --help is $n lines"
 echo "   tools/bench swap --help: swap's options only; tools/bench --help: $n lines"
+for c in "swap --size 1G:--size is not an option of swap (only of fio, tiers)" \
+	"fio --params=2e8:--params is not an option of fio (only of swap)" \
+	"swap --cache-dram 1G:--cache-dram is not an option of swap (only of cycle, scan, dedup)"; do
+	read -ra words <<<"${c%%:*}"
+	rc=0
+	"$PY" "$SRC/tools/bench" "${words[@]}" --dir /nonexistent >"$W/foreign" 2>&1 || rc=$?
+	[ $rc -eq 2 ] || fail "tools/bench ${c%%:*}: exit $rc, want 2 (a refused option): $(cat "$W/foreign")"
+	grep -qF -- "${c#*:}" "$W/foreign" || fail "tools/bench ${c%%:*}: $(cat "$W/foreign")"
+done
+echo "   an option of another matrix is refused, naming the matrices that take it"
 
 echo "2. a small matrix on a real mount"
 if [ "$(id -u)" -ne 0 ] || [ ! -c /dev/fuse ]; then

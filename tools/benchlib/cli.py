@@ -4,8 +4,8 @@ Each matrix is a module with MATRIX (its name), SUMMARY (one line),
 HELP, TOOLS (programs it runs that must be on PATH), TARGETS,
 DEFAULT_REPS, add_options(p) and run(bench, args, have_tfs), which returns
 the report's lines. `tools/bench MATRIX --help` shows that matrix's
-options; every option is accepted with every matrix, as before, and a
-matrix ignores the ones it has no use for. "all" is fio, then swap.
+options, and an option of another matrix is refused, naming the
+matrices that take it. "all" is fio, then swap.
 """
 
 import argparse
@@ -162,9 +162,27 @@ def usage():
     return "\n".join(out)
 
 
+def option_owners(flag):
+    """The matrices that take the option flag."""
+    return [name for name in MATRICES
+            if flag in matrix_parser(name)._option_string_actions]
+
+
+def refuse_foreign(p, matrix, argv):
+    """An error for the first option in argv that matrix does not take:
+    given to another matrix's option, a run would ignore it silently."""
+    own = matrix_parser(matrix)._option_string_actions
+    for arg in argv:
+        flag = arg.split("=", 1)[0]
+        if flag.startswith("--") and flag in p._option_string_actions \
+                and flag not in own:
+            p.error("%s is not an option of %s (only of %s)"
+                    % (flag, matrix, ", ".join(option_owners(flag))))
+
+
 def parse_args(argv):
-    """Every matrix's options, as one parser takes them (a matrix ignores
-    the options of others); the checks of their values."""
+    """Every matrix's options, as one parser takes them, then a refusal of
+    those the chosen matrix does not take; the checks of their values."""
     p = Parser(prog="tools/bench", usage="tools/bench [MATRIX] [OPTIONS]",
                add_help=False)
     p.add_argument("matrix", nargs="?", default=DEFAULT,
@@ -176,6 +194,7 @@ def parse_args(argv):
         m.add_options(p)
 
     args = p.parse_args(argv)
+    refuse_foreign(p, args.matrix, argv)
     if args.reps is not None and args.reps < 1:
         p.error("--reps must be at least 1")
     if args.iters < 2:
