@@ -242,10 +242,24 @@ static void s3_compact_put_done(struct s3_priv *p, struct s3_xfer *x, long res)
 	s3_idle(p, x);
 }
 
+/* A packed object's GET (one reader fewer) or PUT (stored, or not) ended with res. */
+static void s3_object_done(struct s3_priv *p, enum s3_job job, const struct s3obj_version *v,
+			   long res)
+{
+	pthread_mutex_lock(&p->d->lock);
+	if (job == S3_JOB_READ)
+		s3obj_get(&p->objs, v->objno)->gets--;
+	else if (res >= 0)
+		s3obj_stored(&p->objs, v->objno, v->gen, v->layout);
+	else
+		s3obj_put_failed(&p->objs, v->objno);
+	s3_counters(p);
+	pthread_mutex_unlock(&p->d->lock);
+}
+
 /* The job on x ended with res (bytes moved, or -errno). */
 static void s3_complete(struct s3_priv *p, struct s3_xfer *x, long res)
 {
-	struct tb_dev *d = p->d;
 	struct tb_io *rs[S3OBJ_PACK_MAX];
 	struct s3obj_version v = x->v;
 	enum s3_job job = x->job;
@@ -256,25 +270,11 @@ static void s3_complete(struct s3_priv *p, struct s3_xfer *x, long res)
 	memcpy(rs, x->rs, nr * sizeof(*rs));
 	switch (job) {
 	case S3_JOB_READ:
-		if (p->pack) {
-			pthread_mutex_lock(&d->lock);
-			s3obj_get(&p->objs, v.objno)->gets--;
-			pthread_mutex_unlock(&d->lock);
-		}
-		s3_idle(p, x);
-		s3_finish_reqs(p, rs, nr, res);
-		break;
 	case S3_JOB_WRITE:
-		p->nputs--;
-		if (p->pack) {
-			pthread_mutex_lock(&d->lock);
-			if (res >= 0)
-				s3obj_stored(&p->objs, v.objno, v.gen, v.layout);
-			else
-				s3obj_put_failed(&p->objs, v.objno);
-			s3_counters(p);
-			pthread_mutex_unlock(&d->lock);
-		}
+		if (job == S3_JOB_WRITE)
+			p->nputs--;
+		if (p->pack)
+			s3_object_done(p, job, &v, res);
 		s3_idle(p, x);
 		s3_finish_reqs(p, rs, nr, res);
 		break;
