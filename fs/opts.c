@@ -561,6 +561,22 @@ static int opt_size(const char *s, const char *name, uint64_t *out, char *err, s
 	return 0;
 }
 
+/* An on/off option: *out from s, or dflt where s is not given. */
+static int opt_switch(const char *s, const char *name, bool dflt, bool *out, char *err,
+		      size_t errlen)
+{
+	*out = dflt;
+	if (!s)
+		return 0;
+	if (strcmp(s, "on") == 0)
+		*out = true;
+	else if (strcmp(s, "off") == 0)
+		*out = false;
+	else
+		return bad(err, errlen, name, s, "must be on or off");
+	return 0;
+}
+
 static char *env_or(char *have, const char *var)
 {
 	const char *v = getenv(var);
@@ -962,27 +978,10 @@ int fs_config_resolve(struct fs_config *c, char *err, size_t errlen)
 			return bad(err, errlen, "cache_policy", c->policy_s,
 				   "must be auto, 2q, clock or lru");
 	}
-	c->cuda = false;
-	if (c->cuda_s) {
-		if (strcmp(c->cuda_s, "on") == 0)
-			c->cuda = true;
-		else if (strcmp(c->cuda_s, "off") != 0)
-			return bad(err, errlen, "cuda", c->cuda_s, "must be on or off");
-	}
-	c->checksum = true;
-	if (c->checksum_s) {
-		if (strcmp(c->checksum_s, "off") == 0)
-			c->checksum = false;
-		else if (strcmp(c->checksum_s, "on") != 0)
-			return bad(err, errlen, "checksum", c->checksum_s, "must be on or off");
-	}
-	c->prefetch = true;
-	if (c->prefetch_s) {
-		if (strcmp(c->prefetch_s, "off") == 0)
-			c->prefetch = false;
-		else if (strcmp(c->prefetch_s, "on") != 0)
-			return bad(err, errlen, "prefetch", c->prefetch_s, "must be on or off");
-	}
+	if ((ret = opt_switch(c->cuda_s, "cuda", false, &c->cuda, err, errlen)) ||
+	    (ret = opt_switch(c->checksum_s, "checksum", true, &c->checksum, err, errlen)) ||
+	    (ret = opt_switch(c->prefetch_s, "prefetch", true, &c->prefetch, err, errlen)))
+		return ret;
 	c->readahead = DEF_READAHEAD;
 	if (c->readahead_s && strcmp(c->readahead_s, "0") != 0 &&
 	    fs_parse_size(c->readahead_s, &c->readahead) < 0)
