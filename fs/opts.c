@@ -577,6 +577,50 @@ static int opt_switch(const char *s, const char *name, bool dflt, bool *out, cha
 	return 0;
 }
 
+/* A whole-number option as fs_config_resolve reads it (parse_uint). */
+struct uint_opt {
+	const char *name, *s;
+	unsigned *out;
+	unsigned dflt, min, max;
+	const char *why; /* what a value out of range must be */
+};
+
+/* A word an option may take, and the value it stands for. */
+struct choice {
+	const char *word;
+	int value;
+};
+
+/* The words of dedup=, cache_policy= and nvme_engine=; the first is the default. */
+static const struct choice dedup_words[] = {
+    {"verify", TB_DEDUP_VERIFY}, {"trust", TB_DEDUP_TRUST}, {"off", TB_DEDUP_OFF}};
+static const struct choice policy_words[] = {{"auto", TB_POLICY_AUTO},
+					     {"clock", TB_POLICY_CLOCK},
+					     {"lru", TB_POLICY_LRU},
+					     {"2q", TB_POLICY_2Q}};
+static const struct choice engine_words[] = {
+    {"auto", TB_ENGINE_AUTO}, {"io_uring", TB_ENGINE_URING}, {"libaio", TB_ENGINE_AIO}};
+
+#define N_WORDS(w) (sizeof(w) / sizeof((w)[0]))
+
+/*
+ * An option that takes one of the words of words[0..n): *out its value, or
+ * words[0]'s where s is not given; any other word is bad, must be as why says.
+ */
+static int opt_choice(const char *s, const char *name, const struct choice *words, size_t n,
+		      const char *why, int *out, char *err, size_t errlen)
+{
+	*out = words[0].value;
+	if (!s)
+		return 0;
+	for (size_t i = 0; i < n; i++)
+		if (strcmp(s, words[i].word) == 0) {
+			*out = words[i].value;
+			return 0;
+		}
+	return bad(err, errlen, name, s, why);
+}
+
 static char *env_or(char *have, const char *var)
 {
 	const char *v = getenv(var);
@@ -892,7 +936,7 @@ static int resolve_in_place(const char *what, char **path, bool file, char *err,
 
 int fs_config_resolve(struct fs_config *c, char *err, size_t errlen)
 {
-	int ret;
+	int ret, dedup, policy, engine;
 
 	c->block = DEF_BLOCK;
 	if (c->block_s) {
@@ -915,35 +959,32 @@ int fs_config_resolve(struct fs_config *c, char *err, size_t errlen)
 	c->dirty = 0;
 	if (c->dirty_s && (fs_parse_size(c->dirty_s, &c->dirty) < 0 || c->dirty == 0))
 		return bad(err, errlen, "dirty", c->dirty_s, "not a size");
-	c->threads = DEF_THREADS;
-	if (c->threads_s && parse_uint(c->threads_s, 1, MAX_THREADS, &c->threads) < 0)
-		return bad(err, errlen, "threads", c->threads_s, "must be 1 to 1024");
-	c->queue_depth = DEF_QUEUE_DEPTH;
-	if (c->qd_s && parse_uint(c->qd_s, 1, 4096, &c->queue_depth) < 0)
-		return bad(err, errlen, "queue_depth", c->qd_s, "must be 1 to 4096");
-	c->flush_delay_ms = DEF_FLUSH_DELAY_MS;
-	if (c->flush_delay_s && parse_uint(c->flush_delay_s, 0, 60000, &c->flush_delay_ms) < 0)
-		return bad(err, errlen, "flush_delay_ms", c->flush_delay_s, "must be 0 to 60000");
-	c->dirty_expire_ms = DEF_DIRTY_EXPIRE_MS;
-	if (c->dirty_expire_s && parse_uint(c->dirty_expire_s, 0, 86400000, &c->dirty_expire_ms) < 0)
-		return bad(err, errlen, "dirty_expire_ms", c->dirty_expire_s,
-			   "must be 0 (no age limit) to 86400000");
-	c->stall_wait_ms = DEF_STALL_WAIT_MS;
-	if (c->stall_wait_s &&
-	    parse_uint(c->stall_wait_s, 0, MAX_STALL_WAIT_MS, &c->stall_wait_ms) < 0)
-		return bad(err, errlen, "stall_wait_ms", c->stall_wait_s, "must be 0 to 600000");
-	c->sync_interval_ms = DEF_SYNC_INTERVAL_MS;
-	if (c->sync_interval_s &&
-	    parse_uint(c->sync_interval_s, 10, 600000, &c->sync_interval_ms) < 0)
-		return bad(err, errlen, "sync_interval_ms", c->sync_interval_s,
-			   "must be 10 to 600000");
-	c->sync_commits = DEF_SYNC_COMMITS;
-	if (c->sync_commits_s && parse_uint(c->sync_commits_s, 1, 100000000, &c->sync_commits) < 0)
-		return bad(err, errlen, "sync_commits", c->sync_commits_s, "must be 1 to 100000000");
-	c->punch_after_ms = DEF_PUNCH_AFTER_MS;
-	if (c->punch_after_s && parse_uint(c->punch_after_s, 0, 86400000, &c->punch_after_ms) < 0)
-		return bad(err, errlen, "punch_after_ms", c->punch_after_s,
-			   "must be 0 (never) to 86400000");
+	/* The whole-number options, each with its default, its range and what it must be. */
+	const struct uint_opt uints[] = {
+	    {"threads", c->threads_s, &c->threads, DEF_THREADS, 1, MAX_THREADS,
+	     "must be 1 to 1024"},
+	    {"queue_depth", c->qd_s, &c->queue_depth, DEF_QUEUE_DEPTH, 1, 4096,
+	     "must be 1 to 4096"},
+	    {"flush_delay_ms", c->flush_delay_s, &c->flush_delay_ms, DEF_FLUSH_DELAY_MS, 0, 60000,
+	     "must be 0 to 60000"},
+	    {"dirty_expire_ms", c->dirty_expire_s, &c->dirty_expire_ms, DEF_DIRTY_EXPIRE_MS, 0,
+	     86400000, "must be 0 (no age limit) to 86400000"},
+	    {"stall_wait_ms", c->stall_wait_s, &c->stall_wait_ms, DEF_STALL_WAIT_MS, 0,
+	     MAX_STALL_WAIT_MS, "must be 0 to 600000"},
+	    {"sync_interval_ms", c->sync_interval_s, &c->sync_interval_ms, DEF_SYNC_INTERVAL_MS, 10,
+	     600000, "must be 10 to 600000"},
+	    {"sync_commits", c->sync_commits_s, &c->sync_commits, DEF_SYNC_COMMITS, 1, 100000000,
+	     "must be 1 to 100000000"},
+	    {"punch_after_ms", c->punch_after_s, &c->punch_after_ms, DEF_PUNCH_AFTER_MS, 0,
+	     86400000, "must be 0 (never) to 86400000"},
+	};
+	for (size_t i = 0; i < sizeof(uints) / sizeof(uints[0]); i++) {
+		const struct uint_opt *u = &uints[i];
+
+		*u->out = u->dflt;
+		if (u->s && parse_uint(u->s, u->min, u->max, u->out) < 0)
+			return bad(err, errlen, u->name, u->s, u->why);
+	}
 	c->log_level = DEF_LOG_LEVEL;
 	if (c->log_level_s) {
 		static const char *const levels[] = {"error", "warning", "info", "debug"};
@@ -957,27 +998,13 @@ int fs_config_resolve(struct fs_config *c, char *err, size_t errlen)
 				   "must be error, warning, info or debug");
 		c->log_level = found;
 	}
-	c->dedup = TB_DEDUP_VERIFY;
-	if (c->dedup_s) {
-		if (strcmp(c->dedup_s, "trust") == 0)
-			c->dedup = TB_DEDUP_TRUST;
-		else if (strcmp(c->dedup_s, "off") == 0)
-			c->dedup = TB_DEDUP_OFF;
-		else if (strcmp(c->dedup_s, "verify") != 0)
-			return bad(err, errlen, "dedup", c->dedup_s, "must be verify, trust or off");
-	}
-	c->policy = TB_POLICY_AUTO;
-	if (c->policy_s) {
-		if (strcmp(c->policy_s, "clock") == 0)
-			c->policy = TB_POLICY_CLOCK;
-		else if (strcmp(c->policy_s, "lru") == 0)
-			c->policy = TB_POLICY_LRU;
-		else if (strcmp(c->policy_s, "2q") == 0)
-			c->policy = TB_POLICY_2Q;
-		else if (strcmp(c->policy_s, "auto") != 0)
-			return bad(err, errlen, "cache_policy", c->policy_s,
-				   "must be auto, 2q, clock or lru");
-	}
+	if ((ret = opt_choice(c->dedup_s, "dedup", dedup_words, N_WORDS(dedup_words),
+			      "must be verify, trust or off", &dedup, err, errlen)) ||
+	    (ret = opt_choice(c->policy_s, "cache_policy", policy_words, N_WORDS(policy_words),
+			      "must be auto, 2q, clock or lru", &policy, err, errlen)))
+		return ret;
+	c->dedup = (enum tb_dedup)dedup;
+	c->policy = (enum tb_policy)policy;
 	if ((ret = opt_switch(c->cuda_s, "cuda", false, &c->cuda, err, errlen)) ||
 	    (ret = opt_switch(c->checksum_s, "checksum", true, &c->checksum, err, errlen)) ||
 	    (ret = opt_switch(c->prefetch_s, "prefetch", true, &c->prefetch, err, errlen)))
@@ -1006,16 +1033,11 @@ int fs_config_resolve(struct fs_config *c, char *err, size_t errlen)
 	ret = parse_lock_wait(c, err, errlen);
 	if (ret)
 		return ret;
-	c->engine = TB_ENGINE_AUTO;
-	if (c->engine_s) {
-		if (strcmp(c->engine_s, "io_uring") == 0)
-			c->engine = TB_ENGINE_URING;
-		else if (strcmp(c->engine_s, "libaio") == 0)
-			c->engine = TB_ENGINE_AIO;
-		else if (strcmp(c->engine_s, "auto") != 0)
-			return bad(err, errlen, "nvme_engine", c->engine_s,
-				   "must be auto, io_uring or libaio");
-	}
+	ret = opt_choice(c->engine_s, "nvme_engine", engine_words, N_WORDS(engine_words),
+			 "must be auto, io_uring or libaio", &engine, err, errlen);
+	if (ret)
+		return ret;
+	c->engine = (enum tb_engine)engine;
 
 	if (!c->nvme_s) {
 		c->nvme_s = default_nvme_dir();
