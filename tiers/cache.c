@@ -133,7 +133,7 @@ static void make_dirty(struct tb_store *s, struct tb_entry *e, bool blind, uint3
 	bool uncached = e->state == ES_LOADING && e->stored; /* a whole rewrite, placeholder */
 
 	e->stream = ((e->state == ES_CLEAN && !e->written_back) || uncached) &&
-		    evict_cycle_period(s) && !(s->keep_den && evict_kept(s, e));
+		    marks_cycle_period(s) && !(s->keep_den && evict_kept(s, e));
 	e->blind = uncached && blind;
 	cache_pf_clear(s, e);
 	if (e->written_back)

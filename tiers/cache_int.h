@@ -399,8 +399,8 @@ size_t evict_take_lru(struct tb_store *s, struct tb_entry **out, size_t max, uin
 		      uint64_t *next_ms);
 
 /* ghost.c: 2q's sets, kept as entries come and go */
-void evict_admit(struct tb_store *s, struct tb_entry *e);
-void evict_leave(struct tb_store *s, struct tb_entry *e, bool evicted);
+void ghost_admit(struct tb_store *s, struct tb_entry *e);
+void ghost_leave(struct tb_store *s, struct tb_entry *e, bool evicted);
 
 /* fair.c: the dirty budget's share among users */
 unsigned fair_slot(const struct tb_store *s, uint32_t uid);
@@ -416,7 +416,7 @@ int64_t flush_starved(const struct tb_store *s);
 uint64_t flush_dirty_below(struct tb_store *s);
 void flush_kick(struct tb_store *s);
 void flush_kick_cleaner(struct tb_store *s, bool evicted);
-uint64_t evict_cycle_period(struct tb_store *s);
+uint64_t marks_cycle_period(struct tb_store *s);
 
 /* flusher.c: the flusher thread */
 void *flush_main(void *arg);

@@ -145,7 +145,7 @@ int cache_entry_insert(struct tb_store *s, struct tb_entry *e, uint64_t obj, uin
 	e->in_hash = true;
 	if (unstored(e))
 		o->nunstored++;
-	evict_admit(s, e);
+	ghost_admit(s, e);
 	if (o->pinned)
 		s->n_pinned_res++;
 	e->oprev = NULL;
@@ -282,7 +282,7 @@ void cache_pf_clear(struct tb_store *s, struct tb_entry *e)
 void cache_entry_free(struct tb_store *s, struct tb_entry *e)
 {
 	cache_pf_clear(s, e);
-	evict_leave(s, e, false);
+	ghost_leave(s, e, false);
 	cache_set_state(s, e, ES_FREE);
 	e->dead = false;
 	e->stored = false;
@@ -299,7 +299,7 @@ struct tb_entry *cache_entry_take(struct tb_store *s, struct tb_entry *e)
 	if (!evicted) {
 		elist_remove(&s->free_list, e);
 	} else {
-		evict_leave(s, e, true);
+		ghost_leave(s, e, true);
 		cache_entry_unhash(s, e);
 		s->evictions++;
 		if (e->prefetched)

@@ -14,7 +14,7 @@
  * Policy: it decides; flush.c carries out the write-backs it chooses
  * (flush_start_wb). May call flush.c, marks.c and entry.c. 2q's sets are
  * kept by ghost.c as entries come and go; whether a cycle rules is
- * marks.c's evict_cycle_period, which every layer asks.
+ * marks.c's marks_cycle_period, which every layer asks.
  */
 #include "cache_int.h"
 #include "fault.h"
@@ -411,7 +411,7 @@ struct tb_entry *evict_pick(struct tb_store *s, struct tb_use *vu, enum wait_str
 	case TB_POLICY_2Q:
 		return victim_2q(s);
 	default:
-		return evict_cycle_period(s) ? victim_cycle(s, vu, wait_stream) : victim_2q(s);
+		return marks_cycle_period(s) ? victim_cycle(s, vu, wait_stream) : victim_2q(s);
 	}
 }
 

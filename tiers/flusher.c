@@ -171,7 +171,7 @@ static size_t take_dirty(struct tb_store *s, struct tb_entry **out, size_t max, 
 	if (n == max || s->wb_inflight >= s->wb_max)
 		return n;
 	s->evict_since_clean = 0;
-	if (evict_cycle_period(s)) {
+	if (marks_cycle_period(s)) {
 		n += take_stream(s, out + n, max - n, now, next_ms);
 		if (n == max || s->wb_inflight >= s->wb_max)
 			return n;

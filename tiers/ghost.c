@@ -63,7 +63,7 @@ static bool ghost_take(struct tb_store *s, uint64_t key)
  * when it was evicted from A1in recently (a second, uncorrelated use),
  * else to A1in, which a one-time scan passes through without touching Am.
  */
-void evict_admit(struct tb_store *s, struct tb_entry *e)
+void ghost_admit(struct tb_store *s, struct tb_entry *e)
 {
 	e->admit = ++s->ticks;
 	e->hot = ghost_take(s, ghost_key(e->obj, e->idx));
@@ -74,7 +74,7 @@ void evict_admit(struct tb_store *s, struct tb_entry *e)
 }
 
 /* A block leaves the cache; evicted says whether 2q should remember it. */
-void evict_leave(struct tb_store *s, struct tb_entry *e, bool evicted)
+void ghost_leave(struct tb_store *s, struct tb_entry *e, bool evicted)
 {
 	if (e->hot) {
 		e->hot = false;

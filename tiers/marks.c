@@ -1,7 +1,7 @@
 /*
  * marks.c - the dirty marks and the reserve of clean slots: how much the
  * flusher must clean, and waking it; and whether a learned cycle rules the
- * cache (evict_cycle_period), which the marks and every layer above ask.
+ * cache (marks_cycle_period), which the marks and every layer above ask.
  *
  * Shared state at the bottom of the cache: the requests (cache.c), the
  * policies (evict.c, flusher.c, prefetch.c), write-back (flush.c) and
@@ -58,7 +58,7 @@ uint64_t flush_dirty_below(struct tb_store *s)
 {
 	struct tb_entry *oldest = s->dirty_list.head;
 
-	return oldest && oldest->blind && !evict_cycle_period(s) ? s->dirty_bg : s->clean_low;
+	return oldest && oldest->blind && !marks_cycle_period(s) ? s->dirty_bg : s->clean_low;
 }
 
 /*
@@ -95,7 +95,7 @@ void flush_kick_cleaner(struct tb_store *s, bool evicted)
 
 /* ---- the policy's mode ---- */
 
-uint64_t evict_cycle_period(struct tb_store *s)
+uint64_t marks_cycle_period(struct tb_store *s)
 {
 	if (s->cfg.policy != TB_POLICY_AUTO || !s->owner.next_use || !s->owner.cycle_period)
 		return 0;

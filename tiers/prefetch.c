@@ -46,7 +46,7 @@ static bool prefetch_worth(struct tb_store *s, const struct tb_entry *v, const s
 	struct tb_use u;
 	struct tb_obj *o;
 
-	if (!evict_cycle_period(s))
+	if (!marks_cycle_period(s))
 		return !v->hot;
 	if (vu->dist == UINT64_MAX || vu->write)
 		return true; /* unknown, or rewritten before it is read: no read lost */

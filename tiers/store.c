@@ -46,7 +46,7 @@ void tb_get_stats(struct tb_store *s, struct tb_stats *st)
 	st->dirty_bytes = s->ndirty * s->bs;
 	st->dirty_limit_bytes = s->dirty_max * s->bs;
 	st->dirty_background_bytes = (s->dirty_max - s->dirty_bg) * s->bs;
-	st->kept_bytes = evict_cycle_period(s) && s->keep_den ? s->keep_num * s->bs : 0;
+	st->kept_bytes = marks_cycle_period(s) && s->keep_den ? s->keep_num * s->bs : 0;
 	st->kept_evicted_bytes = s->kept_evicted * s->bs;
 	st->writeback_bytes = s->wb_bytes;
 	st->holes_written = s->holes;
