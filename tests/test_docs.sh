@@ -91,6 +91,17 @@ for i, line in enumerate(lines):
         kind[o], default[o] = "number", str(v // 1000)  # seconds
     else:
         kind[o], default[o] = "number", str(v)
+# The whole-number options' table: {"name", c->name_s, &c->name, DEF_..., min, max, why}.
+for o, macro in re.findall(r'\{"([a-z0-9_]+)",\s*c->\w+_s,\s*&c->\w+,\s*(DEF_\w+),', opts_c):
+    if o in opt_field:
+        kind[o], default[o] = "number", str(value(macro))
+# The word options: opt_choice(c->name_s, "name", words, ...), words[0] the default.
+for o, arr in re.findall(r'opt_choice\(c->\w+_s,\s*"([a-z0-9_]+)",\s*(\w+),', opts_c):
+    words = re.findall(r'\{"([\w-]+)",', re.search(r"%s\[\] = \{(.*?)\};" % arr, opts_c, re.S).group(1))
+    choices[o], kind[o], default[o] = set(words), "word", words[0]
+# The on/off options: opt_switch(c->name_s, "name", default, ...).
+for o, d in re.findall(r'opt_switch\(c->\w+_s,\s*"([a-z0-9_]+)",\s*(true|false),', opts_c):
+    choices[o], kind[o], default[o] = {"on", "off"}, "word", "on" if d == "true" else "off"
 for o, f in opt_field.items():
     words = re.findall(r'strcasecmp\(c->%s, levels' % f, opts_c) and \
         re.search(r"levels\[\] = \{([^}]*)\}", opts_c)
