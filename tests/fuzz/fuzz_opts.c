@@ -5,9 +5,10 @@
  * line "tensorfs -o LINE ... MOUNTPOINT", parsed by fuse_opt with the
  * daemon's own option table, then checked and resolved by
  * fs_config_resolve and precheck, and freed. The table and its callback
- * are static in fs/main.c, so this file includes it (with its main()
- * renamed) rather than fuzz a copy that could drift from it. Nothing is
- * mounted: the mount point does not exist and is never looked at.
+ * are static in fs/cmdline.c, and precheck in fs/main.c, so this file
+ * includes both (main() renamed) rather than fuzz a copy that could drift
+ * from them. Nothing is mounted: the mount point does not exist and is
+ * never looked at.
  *
  * Besides crashes and leaks, it checks what a resolved configuration
  * promises the rest of the daemon (fuzz_cfg.c, shared with fuzz_config).
@@ -15,6 +16,7 @@
 #define main tensorfs_main
 #include "main.c"
 #undef main
+#include "cmdline.c"
 
 #include "fuzz_cfg.h"
 
