@@ -100,7 +100,8 @@ n=$(wc -l <"$W/help")
 echo "   tools/bench swap --help: swap's options only; tools/bench --help: $n lines"
 for c in "swap --size 1G:--size is not an option of swap (only of fio, tiers)" \
 	"fio --params=2e8:--params is not an option of fio (only of swap)" \
-	"swap --cache-dram 1G:--cache-dram is not an option of swap (only of cycle, scan, dedup)"; do
+	"swap --cache-dram 1G:--cache-dram is not an option of swap (only of cycle, scan, dedup)" \
+	"swap --cache-dr 1G:--cache-dram is not an option of swap (only of cycle, scan, dedup)"; do
 	read -ra words <<<"${c%%:*}"
 	rc=0
 	"$PY" "$SRC/tools/bench" "${words[@]}" --dir /nonexistent >"$W/foreign" 2>&1 || rc=$?

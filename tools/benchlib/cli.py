@@ -170,14 +170,18 @@ def option_owners(flag):
 
 def refuse_foreign(p, matrix, argv):
     """An error for the first option in argv that matrix does not take:
-    given to another matrix's option, a run would ignore it silently."""
+    given to another matrix's option, a run would ignore it silently. An
+    abbreviation stands for the one option it begins (argparse's rule)."""
     own = matrix_parser(matrix)._option_string_actions
+    known = p._option_string_actions
     for arg in argv:
         flag = arg.split("=", 1)[0]
-        if flag.startswith("--") and flag in p._option_string_actions \
-                and flag not in own:
+        if not flag.startswith("--"):
+            continue
+        full = [flag] if flag in known else [o for o in known if o.startswith(flag)]
+        if len(full) == 1 and full[0] not in own:
             p.error("%s is not an option of %s (only of %s)"
-                    % (flag, matrix, ", ".join(option_owners(flag))))
+                    % (full[0], matrix, ", ".join(option_owners(full[0]))))
 
 
 def parse_args(argv):
