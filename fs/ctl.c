@@ -72,8 +72,8 @@ static void update_rates(struct fs *fs, const struct tb_stats *st)
 	uint64_t now = mono_ms(), rb[TB_MAX_DEVS + 1], wb[TB_MAX_DEVS + 1];
 	unsigned n = st->n_devs + 1;
 
-	rb[0] = st->dram_read_bytes;
-	wb[0] = st->dram_write_bytes;
+	rb[0] = st->n.dram_read_bytes;
+	wb[0] = st->n.dram_write_bytes;
 	for (unsigned i = 0; i < st->n_devs; i++) {
 		rb[i + 1] = st->dev[i].read_bytes;
 		wb[i + 1] = st->dev[i].write_bytes;
@@ -208,13 +208,13 @@ static json_t *stats_json(struct fs *fs)
 	tiers = json_object();
 	json_object_set_new(root, "version", json_string(TFS_VERSION));
 	json_object_set_new(root, "block_size", json_integer((json_int_t)st->block_size));
-	t = tier_json(st->dram_capacity, st->dram_used, st->dram_read_bytes, st->dram_write_bytes,
-		      st->dram_read_ops, st->dram_write_ops, 0);
+	t = tier_json(st->dram_capacity, st->dram_used, st->n.dram_read_bytes,
+		      st->n.dram_write_bytes, st->n.dram_read_ops, st->n.dram_write_ops, 0);
 	json_object_set_new(t, "huge_pages", json_boolean(st->huge_pages));
 	json_object_set_new(t, "thp_bytes", json_integer((json_int_t)st->thp_bytes));
 	json_object_set_new(t, "locked", json_boolean(st->locked));
 	json_object_set_new(t, "zero_copy_write_bytes",
-			    json_integer((json_int_t)st->swapped_write_bytes));
+			    json_integer((json_int_t)st->n.swapped_write_bytes));
 	set_rates(fs, t, 0);
 	json_object_set_new(tiers, "dram", t);
 	for (unsigned i = 0; i < st->n_devs; i++) {
@@ -265,23 +265,23 @@ static json_t *stats_json(struct fs *fs)
 	}
 	json_object_set_new(root, "tiers", tiers);
 	const struct fs_count cache[] = {
-	    {"hits", st->hits},
-	    {"misses", st->misses},
-	    {"evictions", st->evictions},
+	    {"hits", st->n.hits},
+	    {"misses", st->n.misses},
+	    {"evictions", st->n.evictions},
 	    {"dirty_bytes", st->dirty_bytes},
-	    {"writeback_bytes", st->writeback_bytes},
-	    {"holes_written", st->holes_written},
-	    {"writeback_errors", st->wb_errors},
-	    {"syncs", st->syncs},
-	    {"backpressure_waits", st->backpressure_waits},
+	    {"writeback_bytes", st->n.writeback_bytes},
+	    {"holes_written", st->n.holes_written},
+	    {"writeback_errors", st->n.wb_errors},
+	    {"syncs", st->n.syncs},
+	    {"backpressure_waits", st->n.backpressure_waits},
 	    {"recent_writeback_errors", st->recent_wb_errors},
 	    {"writeback_stall_ms", st->stall_ms},
-	    {"partial_blocks", st->partial_created},
-	    {"partial_merged", st->partial_merged},
+	    {"partial_blocks", st->n.partial_created},
+	    {"partial_merged", st->n.partial_merged},
 	    {"pinned_bytes", st->pinned_bytes},
 	    {"pin_limit_bytes", st->pin_limit_bytes},
 	    {"hot_bytes", st->hot_bytes},
-	    {"ghost_hits", st->ghost_hits},
+	    {"ghost_hits", st->n.ghost_hits},
 	    {"unsynced_blocks", st->unsynced_blocks},
 	    {"expired_bytes", st->expired_bytes},
 	    {"rewritten_bytes", st->rewritten_bytes},
@@ -291,10 +291,10 @@ static json_t *stats_json(struct fs *fs)
 	    {"kept_evicted_bytes", st->kept_evicted_bytes},
 	};
 	json_t *cj = json_object();
-	uint64_t lookups = st->hits + st->misses;
+	uint64_t lookups = st->n.hits + st->n.misses;
 	fs_json_counts(cj, cache, sizeof(cache) / sizeof(cache[0]));
 	json_object_set_new(cj, "hit_rate",
-			    json_real(lookups ? (double)st->hits / (double)lookups : 0.0));
+			    json_real(lookups ? (double)st->n.hits / (double)lookups : 0.0));
 	json_object_set_new(cj, "policy", json_string(policy_names[fs->cfg->policy]));
 	json_object_set_new(root, "cache", cj);
 	char health[1024];
@@ -302,16 +302,15 @@ static json_t *stats_json(struct fs *fs)
 	json_object_set_new(root, "health", json_string(health));
 	json_object_set_new(root, "health_window_s", json_integer(st->health_window_s));
 	json_object_set_new(
-		root, "prefetch",
-		json_pack("{sIsIsIsIsIsIsIsf}", "issued", (json_int_t)st->prefetch_issued, "used",
-			  (json_int_t)st->prefetch_used, "wasted", (json_int_t)st->prefetch_wasted,
-			  "late", (json_int_t)st->prefetch_late, "promoted",
-			  (json_int_t)st->prefetch_promoted, "refused",
-			  (json_int_t)st->prefetch_refused, "depth_blocks",
-			  (json_int_t)st->prefetch_depth, "accuracy",
-			  st->prefetch_issued
-				  ? (double)st->prefetch_used / (double)st->prefetch_issued
-				  : 0.0));
+	    root, "prefetch",
+	    json_pack(
+		"{sIsIsIsIsIsIsIsf}", "issued", (json_int_t)st->n.prefetch_issued, "used",
+		(json_int_t)st->n.prefetch_used, "wasted", (json_int_t)st->n.prefetch_wasted,
+		"late", (json_int_t)st->n.prefetch_late, "promoted",
+		(json_int_t)st->n.prefetch_promoted, "refused", (json_int_t)st->n.prefetch_refused,
+		"depth_blocks", (json_int_t)st->prefetch_depth, "accuracy",
+		st->n.prefetch_issued ? (double)st->n.prefetch_used / (double)st->n.prefetch_issued
+				      : 0.0));
 	struct fs_learn_stats ls;
 	fs_learn_stats(&fs->learn, &ls);
 	json_object_set_new(root, "learner",
@@ -352,14 +351,14 @@ static json_t *stats_json(struct fs *fs)
 				      (json_int_t)sp.free_bytes, "unsynced_commits",
 				      (json_int_t)st->unsynced_commits));
 	/* Committed blocks: mapped by files (logical) against stored (physical). */
-	json_object_set_new(
-		root, "dedup",
-		json_pack("{sIsIsfsIsIsI}", "logical_bytes", (json_int_t)(mapped * st->block_size),
-			  "physical_bytes", (json_int_t)(blocks * st->block_size), "ratio",
-			  blocks ? (double)mapped / (double)blocks : 1.0, "hits",
-			  (json_int_t)st->dedup_hits, "verify_mismatches",
-			  (json_int_t)st->dedup_verify_mismatch, "verify_from_dram",
-			  (json_int_t)st->dedup_verify_cached));
+	json_object_set_new(root, "dedup",
+			    json_pack("{sIsIsfsIsIsI}", "logical_bytes",
+				      (json_int_t)(mapped * st->block_size), "physical_bytes",
+				      (json_int_t)(blocks * st->block_size), "ratio",
+				      blocks ? (double)mapped / (double)blocks : 1.0, "hits",
+				      (json_int_t)st->n.dedup_hits, "verify_mismatches",
+				      (json_int_t)st->n.dedup_verify_mismatch, "verify_from_dram",
+				      (json_int_t)st->n.dedup_verify_cached));
 	/* Blocks read from the devices, checked against the hash their records keep. */
 	json_object_set_new(root, "checksum",
 			    json_pack("{sIsIsI}", "verified", (json_int_t)st->checksum_verified,

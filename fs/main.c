@@ -620,17 +620,6 @@ static void report(int fd, char status)
 	}
 }
 
-/* What a file that is not a regular one is, for messages. */
-static const char *file_kind(mode_t mode)
-{
-	return S_ISLNK(mode)			? "a symbolic link"
-	       : S_ISFIFO(mode)			? "a FIFO"
-	       : S_ISSOCK(mode)			? "a socket"
-	       : S_ISDIR(mode)			? "a folder"
-	       : S_ISCHR(mode) || S_ISBLK(mode) ? "a device"
-						: "not a regular file";
-}
-
 /*
  * Open logfile= (resolved in fs_config_resolve, so no other user's link
  * leads to it) before the mount is reported, so that a failed open
@@ -647,44 +636,20 @@ static int open_logfile(const char *path, char *err, size_t errlen)
 	int fd =
 	    open(path, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0600);
 	struct stat st;
-	int ret = -EPERM;
+	int ret;
 
 	if (fd < 0) {
 		ret = -errno;
 		if (lstat(path, &st) == 0 && !S_ISREG(st.st_mode))
-			snprintf(err, errlen, "logfile %s is %s: remove it, or log elsewhere", path,
-				 file_kind(st.st_mode));
+			snprintf(err, errlen,
+				 "logfile %s is not a regular file (it is %s): remove it, or log "
+				 "elsewhere",
+				 path, fs_file_kind(st.st_mode));
 		else
 			snprintf(err, errlen, "logfile %s: %s", path, strerror(-ret));
 		return ret;
 	}
-	if (fstat(fd, &st) < 0) {
-		ret = -errno;
-		snprintf(err, errlen, "logfile %s: %s", path, strerror(-ret));
-	} else if (!S_ISREG(st.st_mode)) {
-		snprintf(err, errlen, "logfile %s is %s: remove it, or log elsewhere", path,
-			 file_kind(st.st_mode));
-	} else if (st.st_uid != geteuid()) {
-		snprintf(err, errlen,
-			 "logfile %s is owned by uid %u, not by uid %u (the user tensorfs runs "
-			 "as): remove it if it is not yours, or log elsewhere",
-			 path, (unsigned)st.st_uid, (unsigned)geteuid());
-	} else if (st.st_nlink != 1) {
-		snprintf(err, errlen,
-			 "logfile %s has %lu links: it may be another file under a second name",
-			 path, (unsigned long)st.st_nlink);
-	} else if (st.st_mode & (S_IWGRP | S_IWOTH)) {
-		snprintf(err, errlen,
-			 "logfile %s is writable by group or others (mode %04o): chmod go-w it",
-			 path, (unsigned)(st.st_mode & 07777));
-	} else if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) < 0) {
-		ret = -errno;
-		snprintf(err, errlen, "logfile %s: %s", path, strerror(-ret));
-	} else {
-		return fd;
-	}
-	close(fd);
-	return ret;
+	return fs_check_opened(fd, "logfile", path, FS_OPENED_ONE_LINK, &st, err, errlen);
 }
 
 /* Detach from the terminal once the mount is live; logfd (or -1) becomes stderr. */

@@ -348,6 +348,54 @@ static int resolve_file(const char *what, const char *path, char *out, char *err
 	return 0;
 }
 
+const char *fs_file_kind(mode_t mode)
+{
+	return S_ISLNK(mode)	? "a symbolic link"
+	       : S_ISDIR(mode)	? "a folder"
+	       : S_ISFIFO(mode) ? "a FIFO"
+	       : S_ISCHR(mode)	? "a character device"
+	       : S_ISBLK(mode)	? "a block device"
+	       : S_ISSOCK(mode) ? "a socket"
+				: "a regular file";
+}
+
+int fs_check_opened(int fd, const char *what, const char *path, unsigned rules, struct stat *st,
+		    char *err, size_t errlen)
+{
+	uid_t me = geteuid();
+	int ret = -EPERM;
+
+	if (fstat(fd, st) < 0) {
+		ret = -errno;
+		snprintf(err, errlen, "%s %s: %s", what, path, strerror(-ret));
+	} else if (!S_ISREG(st->st_mode)) {
+		ret = S_ISDIR(st->st_mode) ? -EISDIR : -EINVAL;
+		snprintf(err, errlen, "%s %s is not a regular file (it is %s)", what, path,
+			 fs_file_kind(st->st_mode));
+	} else if (st->st_uid != me && !(st->st_uid == 0 && (rules & FS_OPENED_ROOT_MAY_OWN))) {
+		snprintf(err, errlen,
+			 "%s %s is owned by uid %u, not by uid %u (the user tensorfs runs as)%s: "
+			 "remove it if it is not yours",
+			 what, path, (unsigned)st->st_uid, (unsigned)me,
+			 (rules & FS_OPENED_ROOT_MAY_OWN) && me != 0 ? " or root" : "");
+	} else if ((rules & FS_OPENED_ONE_LINK) && st->st_nlink != 1) {
+		snprintf(err, errlen,
+			 "%s %s has %lu links: it may be another file under a second name", what,
+			 path, (unsigned long)st->st_nlink);
+	} else if (st->st_mode & (S_IWGRP | S_IWOTH)) {
+		snprintf(err, errlen,
+			 "%s %s is writable by group or others (mode %03o); chmod go-w it", what,
+			 path, (unsigned)(st->st_mode & 0777));
+	} else if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) < 0) {
+		ret = -errno;
+		snprintf(err, errlen, "%s %s: %s", what, path, strerror(-ret));
+	} else {
+		return fd;
+	}
+	close(fd);
+	return ret;
+}
+
 /*
  * Open the config file for reading, or refuse it: it chooses the folders a
  * root daemon writes into and may hold credentials, so it must be a regular
@@ -362,7 +410,6 @@ static int open_config(const char *path, struct stat *st, char *err, size_t errl
 
 	if (ret)
 		return ret;
-	ret = -EPERM;
 	fd = open(real, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
 	if (fd < 0) {
 		ret = -errno;
@@ -375,38 +422,7 @@ static int open_config(const char *path, struct stat *st, char *err, size_t errl
 			snprintf(err, errlen, "config file %s: %s", path, strerror(-ret));
 		return ret;
 	}
-	if (fstat(fd, st) < 0) {
-		ret = -errno;
-		snprintf(err, errlen, "config file %s: %s", path, strerror(-ret));
-	} else if (!S_ISREG(st->st_mode)) {
-		ret = S_ISDIR(st->st_mode) ? -EISDIR : -EINVAL;
-		snprintf(err, errlen, "config file %s is not a regular file (it is %s)", path,
-			 S_ISDIR(st->st_mode)	 ? "a folder"
-			 : S_ISFIFO(st->st_mode) ? "a FIFO"
-			 : S_ISCHR(st->st_mode)	 ? "a character device"
-			 : S_ISBLK(st->st_mode)	 ? "a block device"
-						 : "a socket");
-	} else if (st->st_uid != geteuid() && st->st_uid != 0) {
-		char who[64] = "root";
-
-		if (geteuid() != 0)
-			snprintf(who, sizeof(who), "uid %u (the user tensorfs runs as) or root",
-				 (unsigned)geteuid());
-		snprintf(err, errlen, "config file %s is owned by uid %u, not by %s", path,
-			 (unsigned)st->st_uid, who);
-	} else if (st->st_mode & (S_IWGRP | S_IWOTH)) {
-		snprintf(err, errlen,
-			 "config file %s is writable by group or others (mode %03o); chmod go-w "
-			 "it",
-			 path, (unsigned)(st->st_mode & 0777));
-	} else if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) < 0) {
-		ret = -errno;
-		snprintf(err, errlen, "config file %s: %s", path, strerror(-ret));
-	} else {
-		return fd;
-	}
-	close(fd);
-	return ret;
+	return fs_check_opened(fd, "config file", path, FS_OPENED_ROOT_MAY_OWN, st, err, errlen);
 }
 
 int fs_config_load_file(struct fs_config *c, const char *path, char *err, size_t errlen)

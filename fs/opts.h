@@ -11,6 +11,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <sys/stat.h>
 
 #include "tb.h"
 
@@ -80,5 +81,22 @@ int fs_config_load_file(struct fs_config *c, const char *path, char *err, size_t
 /* Check every value and fill the rest from the defaults. */
 int fs_config_resolve(struct fs_config *c, char *err, size_t errlen);
 void fs_config_free(struct fs_config *c);
+
+/*
+ * The checks on a file just opened with O_NOFOLLOW | O_NONBLOCK from a path
+ * another user may have had a hand in (the config file, the log file): it
+ * must be a regular file (a FIFO or a device would hang the start), owned
+ * by the user tensorfs runs as (or root with FS_OPENED_ROOT_MAY_OWN), of
+ * one link with FS_OPENED_ONE_LINK (else it may be another user's file
+ * under a second name), and writable by nobody else. Clears O_NONBLOCK
+ * and returns fd with *st filled in; else closes fd and returns -errno
+ * with err naming what and path.
+ */
+enum { FS_OPENED_ROOT_MAY_OWN = 1, FS_OPENED_ONE_LINK = 2 };
+int fs_check_opened(int fd, const char *what, const char *path, unsigned rules, struct stat *st,
+		    char *err, size_t errlen);
+
+/* "a folder", "a FIFO", ... for a message */
+const char *fs_file_kind(mode_t mode);
 
 #endif

@@ -167,7 +167,7 @@ static void promote(struct tb_store *s, struct tb_entry *e)
 			continue;
 		if (dev_promote(s->dev[i], &e->req)) {
 			e->pf_promoted = true;
-			s->pf_promoted++;
+			s->n.prefetch_promoted++;
 		}
 	}
 }
@@ -204,9 +204,9 @@ int tb_get(struct tb_store *s, uint64_t obj, uint64_t idx, struct tb_ref *ref,
 			e->ref_bit = true;
 			e->last_use = ++s->ticks;
 			e->o->last_idx = idx;
-			s->hits++;
+			s->n.hits++;
 			if (e->prefetched)
-				s->pf_used++;
+				s->n.prefetch_used++;
 			cache_pf_clear(s, e);
 			pthread_mutex_unlock(&s->lock);
 			ref->e = e;
@@ -234,7 +234,7 @@ int tb_get(struct tb_store *s, uint64_t obj, uint64_t idx, struct tb_ref *ref,
 		}
 		if (!e)
 			continue; /* someone else inserted it meanwhile */
-		s->misses++;
+		s->n.misses++;
 		ret = cache_start_load(s, e, obj, idx, w, IO_DEMAND, false);
 		if (ret != 1 || w) {
 			pthread_mutex_unlock(&s->lock);
@@ -247,8 +247,8 @@ int tb_get(struct tb_store *s, uint64_t obj, uint64_t idx, struct tb_ref *ref,
 void tb_put(struct tb_store *s, struct tb_ref *ref, size_t bytes_read)
 {
 	pthread_mutex_lock(&s->lock);
-	s->dram_read_bytes += bytes_read;
-	s->dram_read_ops++;
+	s->n.dram_read_bytes += bytes_read;
+	s->n.dram_read_ops++;
 	cache_unpin_locked(s, ref->e);
 	pthread_mutex_unlock(&s->lock);
 	ref->e = NULL;
@@ -293,7 +293,7 @@ static int wait_dirty_budget(struct tb_store *s, const struct tb_writer *who)
 		if (ret)
 			break;
 		if (!counted)
-			s->bp_waits++;
+			s->n.backpressure_waits++;
 		counted = true;
 		flush_kick(s);
 		ret = cache_wait(s, &s->space_cv);
@@ -354,7 +354,7 @@ static int start_write(struct tb_store *s, struct tb_entry *e, uint64_t obj, uin
 		memcpy(e->base_hash, at.hash, TB_HASH_LEN);
 		e->nwritten = 0;
 		memset(e->written, 0, s->sector_words * sizeof(uint64_t));
-		s->partial_created++;
+		s->n.partial_created++;
 	}
 	e->stored = ret == 0; /* not dirty yet: make_dirty counts it */
 	make_dirty(s, e, blind, uid);
@@ -372,7 +372,7 @@ static int load_or_zero(struct tb_store *s, struct tb_entry **e, uint64_t obj, u
 {
 	int ret;
 
-	s->misses++;
+	s->n.misses++;
 	ret = cache_start_load(s, *e, obj, idx, NULL, IO_DEMAND, false);
 	if (ret != -ENOENT)
 		return ret;
@@ -513,8 +513,8 @@ void tb_put_dirty(struct tb_store *s, struct tb_ref *ref, size_t off, size_t len
 		}
 	}
 	e->fill += len;
-	s->dram_write_bytes += len;
-	s->dram_write_ops++;
+	s->n.dram_write_bytes += len;
+	s->n.dram_write_ops++;
 	e->wpins--;
 	if (e->stream && !e->wpins && e->fill >= s->bs) {
 		if (!e->stream_ready && e->state == ES_DIRTY) {
@@ -574,7 +574,7 @@ bool tb_swap_slot(struct tb_store *s, struct tb_ref *ref, uint32_t *slot)
 		e->slot = *slot;
 		*slot = old;
 		ref->data = cache_slot_data(s, e);
-		s->swapped_write_bytes += s->bs;
+		s->n.swapped_write_bytes += s->bs;
 	}
 	pthread_mutex_unlock(&s->lock);
 	return ok;
@@ -691,8 +691,8 @@ int tb_evict_obj(struct tb_store *s, uint64_t obj)
 		if (e->state != ES_CLEAN || e->pins)
 			continue;
 		if (e->prefetched)
-			s->pf_wasted++;
-		s->evictions++;
+			s->n.prefetch_wasted++;
+		s->n.evictions++;
 		cache_entry_unhash(s, e);
 		cache_entry_free(s, e);
 	}

@@ -213,7 +213,7 @@ struct tb_store {
 	pthread_mutex_t sync_lock; /* one sync at a time */
 
 	/* statistics, under lock */
-	uint64_t hits, misses, evictions, holes, wb_errors, syncs, bp_waits;
+	struct tb_counts n; /* tb_stats' n */
 	uint64_t prefetch_inflight, prefetch_max;
 	uint64_t n_pf; /* blocks loaded ahead and not yet read */
 	struct tb_pf_window pf_win; /* their bound, pf_win.depth, tuned by tb_cycle_pass */
@@ -224,8 +224,6 @@ struct tb_store {
 	uint64_t *sector_bits; /* one bitmap per slot */
 	size_t sector_words;
 	uint32_t nsectors;
-	uint64_t partial_created, partial_merged;
-	uint64_t dedup_hits, dedup_mismatch, dedup_verify_cached;
 	uint64_t sum_verified, sum_unverified, sum_errors; /* reads checked (tb_stats' checksum_) */
 	uint64_t sum_dev_errors[TB_MAX_DEVS];
 	struct {
@@ -244,13 +242,8 @@ struct tb_store {
 	uint32_t *ghost_head, *ghost_next; /* chains of ring positions + 1 */
 	uint32_t nghost, ghost_pos, ghost_mask;
 	uint32_t n_hot;
-	uint64_t ghost_hits;
 	uint64_t n_pinned_res, pin_limit; /* resident blocks of pinned objects */
-	uint64_t pf_issued, pf_used, pf_wasted, pf_late, pf_refused, pf_promoted;
-	uint64_t dram_read_bytes, dram_write_bytes, dram_read_ops, dram_write_ops;
-	uint64_t swapped_write_bytes;
-	uint32_t *spares, nspares; /* spare slots not taken (tb_spare_take) */
-	uint64_t wb_bytes;
+	uint32_t *spares, nspares;	  /* spare slots not taken (tb_spare_take) */
 	uint64_t expired; /* write-backs started by the age limit */
 	uint64_t wb_rewritten; /* written back, then written again while still cached */
 	/*

@@ -301,9 +301,9 @@ struct tb_entry *cache_entry_take(struct tb_store *s, struct tb_entry *e)
 	} else {
 		ghost_leave(s, e, true);
 		cache_entry_unhash(s, e);
-		s->evictions++;
+		s->n.evictions++;
 		if (e->prefetched)
-			s->pf_wasted++;
+			s->n.prefetch_wasted++;
 	}
 	cache_pf_clear(s, e);
 	cache_set_state(s, e, ES_FREE);
@@ -420,9 +420,9 @@ void cache_load_done(struct tb_entry *e, int err)
 		e->pf_promoted = false;
 		s->prefetch_inflight--;
 		if (w) {
-			s->pf_late++; /* a demand read came before the prefetch finished */
+			s->n.prefetch_late++; /* a demand read came before the prefetch finished */
 			cache_pf_clear(s, e);
-			s->pf_used++;
+			s->n.prefetch_used++;
 		}
 	}
 	if (err) {

@@ -118,7 +118,7 @@ void flush_wb_failed(struct tb_store *s, struct tb_entry *e, int err, bool no_ro
 
 	e->retries++;
 	e->err = err;
-	s->wb_errors++;
+	s->n.wb_errors++;
 	err_recent_add(&s->wb_recent, now * 1000000);
 	if (!s->stall_err)
 		s->stall_ms = now;
@@ -238,7 +238,7 @@ static bool dedup_match(struct tb_store *s, struct tb_entry *e)
 		c = cache_find_loc(s, loc, e);
 		if (c) {
 			cache_pin(s, c);
-			s->dedup_verify_cached++;
+			s->n.dedup_verify_cached++;
 		}
 		pthread_mutex_unlock(&s->lock);
 		if (c) {
@@ -249,7 +249,7 @@ static bool dedup_match(struct tb_store *s, struct tb_entry *e)
 		}
 		if (!same) {
 			pthread_mutex_lock(&s->lock);
-			s->dedup_mismatch++;
+			s->n.dedup_verify_mismatch++;
 			pthread_mutex_unlock(&s->lock);
 			/*
 			 * Not the same bytes: store it. Outside the index, unless
@@ -305,7 +305,7 @@ void flush_start_writes(struct tb_store *s, struct tb_entry **batch, size_t n,
 				continue;
 			}
 			e->partial = false;
-			s->partial_merged += (uint64_t)ret;
+			s->n.partial_merged += (uint64_t)ret;
 			pthread_cond_broadcast(&s->state_cv);
 			pthread_mutex_unlock(&s->lock);
 		}
@@ -414,12 +414,12 @@ void flush_commit_batch(struct tb_store *s, struct tb_entry **v, size_t n)
 			continue;
 		}
 		if (e->share_id)
-			s->dedup_hits++;
+			s->n.dedup_hits++;
 		cache_set_stored(e, e->new_loc != TB_LOC_NONE); /* a shared block's too */
 		if (e->new_loc == TB_LOC_NONE)
-			s->holes++;
+			s->n.holes_written++;
 		else if (!e->share_id)
-			s->wb_bytes += cache_io_len(e->new_len);
+			s->n.writeback_bytes += cache_io_len(e->new_len);
 		e->share_id = 0;
 		e->no_share = false;
 		e->loc = e->new_loc;
@@ -529,7 +529,7 @@ int flush_do_sync(struct tb_store *s)
 		}
 		free(frees);
 	}
-	s->syncs++;
+	s->n.syncs++;
 	s->sync_gen++;
 	s->syncing = false;
 	pthread_cond_broadcast(&s->space_cv);

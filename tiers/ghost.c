@@ -69,7 +69,7 @@ void ghost_admit(struct tb_store *s, struct tb_entry *e)
 	e->hot = ghost_take(s, ghost_key(e->obj, e->idx));
 	if (e->hot) {
 		s->n_hot++;
-		s->ghost_hits++;
+		s->n.ghost_hits++;
 	}
 }
 

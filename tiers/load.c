@@ -274,7 +274,7 @@ int cache_merge_partial(struct tb_store *s, struct tb_entry *e)
 	e->merging = false;
 	if (ret >= 0) {
 		e->partial = false;
-		s->partial_merged += ret;
+		s->n.partial_merged += ret;
 		ret = 0;
 	}
 	wake_waiters(s, e, ret);

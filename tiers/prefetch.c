@@ -100,14 +100,14 @@ static int prefetch(struct tb_store *s, uint64_t obj, uint64_t idx, bool hint, u
 			return -EAGAIN;
 		}
 		if (!hint && !prefetch_worth(s, e, &vu, obj, idx)) {
-			s->pf_refused++;
+			s->n.prefetch_refused++;
 			pthread_mutex_unlock(&s->lock);
 			return -EBUSY;
 		}
 	}
 	e = cache_entry_take(s, e);
 	e->deep = depth > 0;
-	s->pf_issued++;
+	s->n.prefetch_issued++;
 	ret = cache_start_load(s, e, obj, idx, NULL, IO_PREFETCH, !hint);
 	pthread_mutex_unlock(&s->lock);
 	return ret == 1 || ret == -ENOENT ? 0 : ret;
@@ -213,8 +213,8 @@ void tb_cycle_pass(struct tb_store *s)
 	pthread_mutex_lock(&s->lock);
 	if (s->pass_ns && now > s->pass_ns) {
 		took = now - s->pass_ns;
-		issued = s->pf_issued - s->pass_issued;
-		late = s->pf_late - s->pass_late;
+		issued = s->n.prefetch_issued - s->pass_issued;
+		late = s->n.prefetch_late - s->pass_late;
 		for (unsigned i = 0; i < n; i++) {
 			uint64_t a = active[i] - s->pass_active_ns[i];
 
@@ -228,8 +228,8 @@ void tb_cycle_pass(struct tb_store *s)
 	}
 	s->pass_ns = now;
 	memcpy(s->pass_active_ns, active, n * sizeof(active[0]));
-	s->pass_issued = s->pf_issued;
-	s->pass_late = s->pf_late;
+	s->pass_issued = s->n.prefetch_issued;
+	s->pass_late = s->n.prefetch_late;
 	pthread_mutex_unlock(&s->lock);
 	if (took)
 		log_debug("prefetch pass: %.3f s, %" PRIu64 " issued, %" PRIu64

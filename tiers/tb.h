@@ -228,17 +228,29 @@ struct tb_dev_stats {
 	bool full; /* no room left, or a write said ENOSPC and none has succeeded since */
 };
 
-struct tb_stats {
-	size_t block_size;
-	uint64_t dram_capacity, dram_used, dram_read_bytes, dram_write_bytes;
-	uint64_t dram_read_ops, dram_write_ops;
+/* What the store counts as it goes, since it was opened (tb_stats' n). */
+struct tb_counts {
+	uint64_t dram_read_bytes, dram_write_bytes, dram_read_ops, dram_write_ops;
 	uint64_t swapped_write_bytes; /* of dram_write_bytes, taken in by tb_swap_slot: no copy */
-	uint64_t hits, misses, evictions, dirty_bytes, writeback_bytes;
+	uint64_t hits, misses, evictions, writeback_bytes;
+	uint64_t holes_written, wb_errors, syncs, backpressure_waits;
+	uint64_t prefetch_issued, prefetch_used, prefetch_wasted, prefetch_late;
+	uint64_t prefetch_refused;  /* not issued: every slot held a block needed sooner */
+	uint64_t prefetch_promoted; /* late ones still queued, moved to the demand class */
+	uint64_t partial_created, partial_merged; /* reads saved, and paid later */
+	uint64_t dedup_hits, dedup_verify_mismatch;
+	uint64_t dedup_verify_cached; /* verify compared with a copy in DRAM, not the device */
+	uint64_t ghost_hits;	      /* 2q: promotions from A1out */
+};
+
+struct tb_stats {
+	struct tb_counts n;
+	size_t block_size;
+	uint64_t dram_capacity, dram_used, dirty_bytes;
 	uint64_t dirty_limit_bytes;	 /* writers wait here (dirty=) */
 	uint64_t dirty_background_bytes; /* without a cycle, write-back starts here */
 	uint64_t kept_bytes; /* a cycle larger than DRAM: what stays, spread over it; else 0 */
 	uint64_t kept_evicted_bytes; /* of those, evicted: no other clean block could be had */
-	uint64_t holes_written, wb_errors, syncs, backpressure_waits;
 	uint64_t recent_wb_errors; /* write-back failures of the last health window */
 	unsigned health_window_s;  /* its length */
 	int stall_err;	   /* write-back fails with this and nothing succeeds since; 0: not */
@@ -248,13 +260,7 @@ struct tb_stats {
 	uint64_t unsynced_commits; /* owner's transactions since the last sync point */
 	uint64_t expired_bytes;	  /* written back for the age limit, not for room */
 	uint64_t rewritten_bytes; /* written back, then written again while in DRAM */
-	uint64_t prefetch_issued, prefetch_used, prefetch_wasted, prefetch_late;
-	uint64_t prefetch_refused; /* not issued: every slot held a block needed sooner */
-	uint64_t prefetch_promoted; /* late ones still queued, moved to the demand class */
-	uint64_t prefetch_depth;   /* blocks the cycle's prefetch loads ahead (tb_cycle_pass) */
-	uint64_t partial_created, partial_merged; /* reads saved, and paid later */
-	uint64_t dedup_hits, dedup_verify_mismatch;
-	uint64_t dedup_verify_cached; /* verify compared with a copy in DRAM, not the device */
+	uint64_t prefetch_depth;  /* blocks the cycle's prefetch loads ahead (tb_cycle_pass) */
 	/*
 	 * Blocks read from a device: checked against their hash, read with no
 	 * hash to check (stored before blocks kept one, or checksum=off), and
@@ -262,7 +268,7 @@ struct tb_stats {
 	 */
 	uint64_t checksum_verified, checksum_unverified, checksum_errors;
 	uint64_t pinned_bytes, pin_limit_bytes; /* resident blocks of pinned objects */
-	uint64_t hot_bytes, ghost_hits;		/* 2q: Am's size, promotions from A1out */
+	uint64_t hot_bytes;			/* 2q: Am's size */
 	bool huge_pages, locked;
 	uint64_t thp_bytes; /* of the arena, in transparent huge pages at start */
 	unsigned n_devs;

@@ -234,6 +234,7 @@ expect 2 'unknown command' frobnicate
 expect 2 'no command' -m "$MNT"
 expect 2 'needs a PATH' -m "$MNT" pin
 expect 2 'takes no' -m "$MNT" flush "$MNT"
+expect 2 'takes no' -m "$MNT" scrub extra
 expect 2 'takes no' -m "$MNT" stats extra
 expect 2 'unknown' -m "$MNT" stats --bogus
 expect 2 'no --json' -m "$MNT" top --json
@@ -250,13 +251,18 @@ setpriv --reuid=65534 --regid=65534 --clear-groups "$TFSCTL" -m "$MNT" flush \
 grep -q "permission denied" "$TFSCTL_ERR" || fail "another user's flush: $(cat "$TFSCTL_ERR")"
 kill -0 "$TFS_PID" || fail "the daemon died"
 
-# Every command has --help; tfsctl --help lists them all.
+# Every command has --help, with its text from help.txt after the usage
+# line; tfsctl --help lists them all.
 tc_ok --help
-for c in stats top where prefetch pin unpin evict flush config metrics fsck; do
+for c in stats top where prefetch pin unpin evict pins flush scrub config metrics unmount fsck; do
 	grep -qE "^  $c( |$)" "$TFSCTL_OUT" || fail "tfsctl --help does not list $c"
 	"$TFSCTL" "$c" --help >"$T/help.out" 2>&1 || fail "tfsctl $c --help exited $?"
 	grep -q "^usage: tfsctl .*$c" "$T/help.out" || fail "tfsctl $c --help: $(head -1 "$T/help.out")"
+	sed -n 3p "$T/help.out" | grep -qE '^[A-Z][a-z]+ ' ||
+		fail "tfsctl $c --help has no text after its usage line: $(sed -n 3p "$T/help.out")"
 done
+[ "$(sed -n '/^commands:/,/^$/p' "$TFSCTL_OUT" | grep -cE '^  [a-z]')" -eq 14 ] ||
+	fail "tfsctl --help lists $(sed -n '/^commands:/,/^$/p' "$TFSCTL_OUT" | grep -cE '^  [a-z]') commands, the loop above checks 14"
 tfs_umount || fail "unmount"
 
 # --- 4. config with an s3 tier shows no credential (when s3rver is here) ----

@@ -319,44 +319,93 @@ static int parse_number(struct sb_config *c, int opt, const char *arg, const cha
 	return 0;
 }
 
+/*
+ * A word option: the index of the word given, -ENOENT when opt is none of
+ * them, or -EINVAL (said) when arg is none of its words.
+ */
+static int parse_word(int opt, const char *arg, const char *name)
+{
+	static const struct {
+		int opt;
+		const char *words[4];
+	} choices[] = {
+	    {OPT_WORKLOAD, {"zero", "activations"}},	 /* enum sb_workload */
+	    {OPT_SWAPPER, {"partitioned", "pipelined"}}, /* enum sb_swapper */
+	    {OPT_ACT_REUSE, {"delete", "overwrite"}},	 /* enum sb_act_reuse */
+	    {OPT_PARAM_DTYPE, {"fp16", "float16", "bfloat16"}},
+	};
+
+	for (size_t i = 0; i < sizeof(choices) / sizeof(choices[0]); i++) {
+		const char *const *w = choices[i].words;
+		char want[128] = "";
+
+		if (choices[i].opt != opt)
+			continue;
+		for (int k = 0; w[k]; k++) {
+			if (!strcmp(arg, w[k]))
+				return k;
+			snprintf(want + strlen(want), sizeof(want) - strlen(want), "%s%s",
+				 !k	    ? ""
+				 : w[k + 1] ? ", "
+					    : " or ",
+				 w[k]);
+		}
+		return bad_arg(name, arg, want);
+	}
+	return -ENOENT;
+}
+
 static int parse_option(struct sb_config *c, int opt, const char *arg, const char *name)
 {
+	/* Switches: the value each gives its field. */
+	const struct {
+		int opt;
+		bool *dst, val;
+	} switches[] = {
+	    {OPT_NO_OVERLAP, &c->overlap_events, false},
+	    {OPT_SINGLE_SUBMIT, &c->single_submit, true},
+	    {OPT_OFFLOAD_PARAMS, &c->offload_params, true},
+	    {OPT_NO_VERIFY, &c->verify, false},
+	    {OPT_VERIFY_FULL, &c->verify_full, true},
+	    {OPT_JSON, &c->json, true},
+	};
+	/* Strings kept as given (--param-dtype once parse_word has checked it). */
+	const struct {
+		int opt;
+		const char **dst;
+	} strings[] = {
+	    {'d', &c->dir},
+	    {OPT_BETWEEN, &c->between},
+	    {OPT_TRACE, &c->trace},
+	    {OPT_PARAM_DTYPE, &c->param_dtype},
+	};
 	int ret = parse_number(c, opt, arg, name);
+	int word;
 
 	if (ret)
 		return ret < 0 ? ret : 0;
+	word = parse_word(opt, arg, name);
+	if (word == -EINVAL)
+		return word;
+	for (size_t i = 0; i < sizeof(switches) / sizeof(switches[0]); i++)
+		if (switches[i].opt == opt) {
+			*switches[i].dst = switches[i].val;
+			return 0;
+		}
+	for (size_t i = 0; i < sizeof(strings) / sizeof(strings[0]); i++)
+		if (strings[i].opt == opt) {
+			*strings[i].dst = arg;
+			return 0;
+		}
 	switch (opt) {
-	case 'd':
-		c->dir = arg;
-		return 0;
 	case OPT_WORKLOAD:
-		if (!strcmp(arg, "zero"))
-			c->workload = SB_WORKLOAD_ZERO;
-		else if (!strcmp(arg, "activations"))
-			c->workload = SB_WORKLOAD_ACTIVATIONS;
-		else
-			return bad_arg(name, arg, "zero or activations");
+		c->workload = (enum sb_workload)word;
 		return 0;
 	case OPT_SWAPPER:
-		if (!strcmp(arg, "partitioned"))
-			c->swapper = SB_SWAPPER_PARTITIONED;
-		else if (!strcmp(arg, "pipelined"))
-			c->swapper = SB_SWAPPER_PIPELINED;
-		else
-			return bad_arg(name, arg, "partitioned or pipelined");
+		c->swapper = (enum sb_swapper)word;
 		return 0;
 	case OPT_ACT_REUSE:
-		if (!strcmp(arg, "delete"))
-			c->act_reuse = SB_ACT_DELETE;
-		else if (!strcmp(arg, "overwrite"))
-			c->act_reuse = SB_ACT_OVERWRITE;
-		else
-			return bad_arg(name, arg, "delete or overwrite");
-		return 0;
-	case OPT_PARAM_DTYPE:
-		if (strcmp(arg, "fp16") && strcmp(arg, "float16") && strcmp(arg, "bfloat16"))
-			return bad_arg(name, arg, "fp16, float16 or bfloat16");
-		c->param_dtype = arg;
+		c->act_reuse = (enum sb_act_reuse)word;
 		return 0;
 	case OPT_BLOCK_SIZE:
 		if (parse_scaled(arg, SB_KIB, &c->block_size) || c->block_size % SB_BUF_ALIGN)
@@ -366,30 +415,6 @@ static int parse_option(struct sb_config *c, int opt, const char *arg, const cha
 		return parse_double(arg, &c->compute_ms) ? bad_arg(name, arg, "milliseconds") : 0;
 	case OPT_COMPUTE_GBPS:
 		return parse_double(arg, &c->compute_gbps) ? bad_arg(name, arg, "GB/s") : 0;
-	case OPT_NO_OVERLAP:
-		c->overlap_events = false;
-		return 0;
-	case OPT_SINGLE_SUBMIT:
-		c->single_submit = true;
-		return 0;
-	case OPT_OFFLOAD_PARAMS:
-		c->offload_params = true;
-		return 0;
-	case OPT_NO_VERIFY:
-		c->verify = false;
-		return 0;
-	case OPT_VERIFY_FULL:
-		c->verify_full = true;
-		return 0;
-	case OPT_BETWEEN:
-		c->between = arg;
-		return 0;
-	case OPT_TRACE:
-		c->trace = arg;
-		return 0;
-	case OPT_JSON:
-		c->json = true;
-		return 0;
 	default:
 		return -EINVAL;
 	}

@@ -14,6 +14,7 @@
 #include "tfsctl.h"
 #include "escape.h"
 #include "fsck.h"
+#include "help.h" /* help_texts[], made from help.txt */
 
 #include <errno.h>
 #include <getopt.h>
@@ -35,96 +36,22 @@ static const struct command {
 	const char *name;
 	int (*fn)(int argc, char **argv, const struct tfs_args *a);
 	const char *args;
-	const char *summary;
-	const char *help;
+	const char *summary; /* its --help text: help.txt */
 } commands[] = {
-    {"stats", cmd_stats, "[--json]", "tiers, cache, prefetch, dedup and FUSE counters",
-     "Print a snapshot of the mount's counters: per tier its state, capacity, use,\n"
-     "current read and write rate (GB/s over about the last second) and total bytes;\n"
-     "queue depths per scheduling class; cache hit rate, dirty bytes, evictions and\n"
-     "pinned bytes; prefetch accuracy; dedup ratio; FUSE operation counts; health.\n"
-     "\n"
-     "  --json   print the daemon's JSON snapshot (.tensorfs/stats) instead\n"},
-    {"top", cmd_top, "[-n N | --once]", "live view, refreshed every second",
-     "Show the mount's activity, refreshed every second, in 80 columns. Press q or\n"
-     "Ctrl-C to quit; the terminal is restored on exit.\n"
-     "\n"
-     "  -n, --iterations N   stop after N refreshes (for scripts)\n"
-     "      --once           one refresh, the same as -n 1\n"},
-    {"where", cmd_where, "[--json] PATH", "bytes of a file or folder per tier",
-     "Print how many bytes of PATH each tier holds: dram is what is resident in the\n"
-     "cache, a device tier what is stored there. For a folder, the sum over every\n"
-     "file under it. allocated is the bytes of the whole blocks PATH holds, stored\n"
-     "or dirty in DRAM, holes not counted: what stat's st_blocks and du count. The\n"
-     "numbers come from the user.tensorfs.tiers xattr.\n"
-     "\n"
-     "  --json   print {\"path\", \"files\", \"size\", \"allocated\",\n"
-     "            \"tiers\": {TIER: BYTES}}\n"},
-    {"prefetch", cmd_ctl, "PATH...", "load files into DRAM ahead of use",
-     "Load the file, or every file under the folder, into DRAM ahead of use.\n"
-     "Returns at once; the loads run below demand reads.\n"},
-    {"pin", cmd_ctl, "PATH...", "load files into DRAM and keep them there",
-     "Load the file, or every file under the folder, into DRAM and keep it\n"
-     "resident: pinned blocks are never evicted. Returns once it is resident;\n"
-     "fails, pinning nothing of PATH, when it does not fit next to what is pinned.\n"
-     "The pin is stored with the file's metadata: every later mount pins the file\n"
-     "again and loads it in the background, until unpin, evict or rm.\n"},
-    {"unpin", cmd_ctl, "PATH...", "let pinned files be evicted again",
-     "Undo pin for the file, or every file under the folder, at this mount and\n"
-     "the next ones.\n"},
-    {"evict", cmd_ctl, "PATH...", "write back files and drop them from DRAM",
-     "Write back the dirty blocks of the file, or of every file under the folder,\n"
-     "then drop its blocks from DRAM. Unpins it, at this mount and the next ones.\n"},
-    {"pins", cmd_pins, "[--json]", "list the pinned files",
-     "List the files pinned in DRAM (by tfsctl pin, at this mount or an earlier\n"
-     "one): path, size, bytes stored and bytes resident in DRAM. A file whose pin\n"
-     "did not fit at this mount is marked so. Only the mount's owner or root may\n"
-     "list them.\n"
-     "\n"
-     "  --json   print the daemon's JSON (.tensorfs/pins) instead\n"},
-    {"flush", cmd_flush, "", "write back everything dirty and make it durable",
-     "Write back every dirty block and make it durable; returns when it is.\n"},
-    {"scrub", cmd_scrub, "[--json]", "check every stored block against its hash",
-     "Read every block the mount stores, from its device, and check it against the\n"
-     "hash kept with it since it was written (blocks stored before tensorfs kept\n"
-     "one are read, not checked). Runs in the daemon, below the readers' requests,\n"
-     "and returns when done; Ctrl-C stops it. One line per damaged block: the file\n"
-     "(its path, or ino:N when it has none), the block index, what is wrong and\n"
-     "where the block is stored; then a summary. A damaged block reads as EIO, and\n"
-     "the daemon's log names it too. Exit status 0 all good, 1 damaged blocks\n"
-     "found or the scrub failed, 2 usage.\n"
-     "\n"
-     "  --json   print the daemon's report (.tensorfs/scrub) instead\n"},
-    {"config", cmd_config, "[--json]", "the effective configuration",
-     "Print the mount's effective configuration, one \"key = value\" a line (nested\n"
-     "keys joined with dots). Secrets are never shown.\n"
-     "\n"
-     "  --json   print the daemon's JSON (.tensorfs/config) instead\n"},
-    {"metrics", cmd_metrics, "", "the Prometheus metrics",
-     "Print .tensorfs/metrics: the counters in Prometheus text format.\n"},
-    {"unmount", cmd_unmount, "MOUNTPOINT", "unmount, and wait until all is written back",
-     "Unmount the tensorfs mount at MOUNTPOINT and return once its daemon has\n"
-     "written back everything dirty, made it durable and exited. fusermount3 -u\n"
-     "and umount return before that: the daemon holds its store until it is done,\n"
-     "and a new mount of the store waits for it (lock_wait=). Exit status 0 when\n"
-     "the daemon stopped cleanly; 1 when the mount is busy or not a tensorfs mount\n"
-     "point, or the daemon could not write back everything (a device error) or was\n"
-     "killed first: its log says what was lost. A mount whose daemon is already\n"
-     "gone (\"Transport endpoint is not connected\") is detached, with exit\n"
-     "status 1. Root unmounts with umount(2), other users with fusermount3.\n"},
-    {"fsck", cmd_fsck, "[--repair] META_DIR", "check (and repair) a stopped store",
-     "Check the metadata store in META_DIR (the meta= folder of a mount that is not\n"
-     "running): every mapped block exists, reference counts match the mappings, no\n"
-     "two blocks share a location, no space leaks, every name leads to an inode\n"
-     "and every inode has a name. One line per problem, then \"fsck: clean\" or\n"
-     "\"fsck: N problems\". Exit status 0 clean, 1 problems (left), 2 usage, 8 could\n"
-     "not check. A daemon that still writes back after its unmount is waited for\n"
-     "(600 s at most), as a new mount waits for it; a live mount is refused. The\n"
-     "blocks' bytes are checked on the running mount: tfsctl scrub.\n"
-     "\n"
-     "  -r, --repair   fix every problem in one transaction, list each repair, and\n"
-     "                 check again; mappings to missing blocks are removed, so\n"
-     "                 those ranges read as zeros; orphan inodes are purged\n"},
+    {"stats", cmd_stats, "[--json]", "tiers, cache, prefetch, dedup and FUSE counters"},
+    {"top", cmd_top, "[-n N | --once]", "live view, refreshed every second"},
+    {"where", cmd_where, "[--json] PATH", "bytes of a file or folder per tier"},
+    {"prefetch", cmd_ctl, "PATH...", "load files into DRAM ahead of use"},
+    {"pin", cmd_ctl, "PATH...", "load files into DRAM and keep them there"},
+    {"unpin", cmd_ctl, "PATH...", "let pinned files be evicted again"},
+    {"evict", cmd_ctl, "PATH...", "write back files and drop them from DRAM"},
+    {"pins", cmd_pins, "[--json]", "list the pinned files"},
+    {"flush", cmd_flush, "", "write back everything dirty and make it durable"},
+    {"scrub", cmd_scrub, "[--json]", "check every stored block against its hash"},
+    {"config", cmd_config, "[--json]", "the effective configuration"},
+    {"metrics", cmd_metrics, "", "the Prometheus metrics"},
+    {"unmount", cmd_unmount, "MOUNTPOINT", "unmount, and wait until all is written back"},
+    {"fsck", cmd_fsck, "[--repair] META_DIR", "check (and repair) a stopped store"},
 };
 
 #define N_COMMANDS (sizeof(commands) / sizeof(commands[0]))
@@ -163,7 +90,12 @@ static void usage(FILE *f)
 
 static void command_help(const struct command *c)
 {
-	printf("usage: tfsctl [-m MOUNTPOINT] %s %s\n\n%s", c->name, c->args, c->help);
+	const char *text = "";
+
+	for (size_t i = 0; i < sizeof(help_texts) / sizeof(help_texts[0]); i++)
+		if (strcmp(help_texts[i].name, c->name) == 0)
+			text = help_texts[i].text;
+	printf("usage: tfsctl [-m MOUNTPOINT] %s %s\n\n%s", c->name, c->args, text);
 	if (c->fn != cmd_fsck)
 		printf("\n  -m, --mount MOUNTPOINT   the mount to work on\n");
 	printf("  -h, --help               this help\n");
@@ -358,23 +290,37 @@ static int cmd_ctl(int argc, char **argv, const struct tfs_args *a)
 	return status;
 }
 
-static int cmd_flush(int argc, char **argv, const struct tfs_args *a)
+/*
+ * Write the control command NAME, which takes no argument, to the mount:
+ * 0, or an exit status once said (wrong usage, no mount, or the write
+ * failed; busy is the message for -EBUSY, NULL for the usual one).
+ */
+static int ctl_plain(const char *name, const char *busy, int argc, const struct tfs_args *a,
+		     struct tfs_mount *m)
 {
-	struct tfs_mount m;
+	char line[32];
 	bool opened;
 	int ret;
 
-	(void)argv;
 	if (argc > 0)
-		return bad_usage(find_command("flush"), "flush takes no PATH");
-	if (tfs_find_mount(a->mopt, NULL, &m) < 0)
+		return bad_usage(find_command(name), "%s takes no argument", name);
+	if (tfs_find_mount(a->mopt, NULL, m) < 0)
 		return EXIT_RUNTIME;
-	ret = tfs_ctl_write(&m, "flush\n", &opened);
-	if (ret) {
-		ctl_error(&m, "flush", "", ret, opened);
-		return EXIT_RUNTIME;
-	}
-	return 0;
+	snprintf(line, sizeof(line), "%s\n", name);
+	ret = tfs_ctl_write(m, line, &opened);
+	if (ret == -EBUSY && busy)
+		errmsg("%s: %s", m->root, busy);
+	else if (ret)
+		ctl_error(m, name, "", ret, opened);
+	return ret ? EXIT_RUNTIME : 0;
+}
+
+static int cmd_flush(int argc, char **argv, const struct tfs_args *a)
+{
+	struct tfs_mount m;
+
+	(void)argv;
+	return ctl_plain("flush", NULL, argc, a, &m);
 }
 
 /* ---- config, metrics ---- */
@@ -560,24 +506,13 @@ static int cmd_scrub(int argc, char **argv, const struct tfs_args *a)
 {
 	struct tfs_mount m;
 	json_t *j, *b;
-	bool opened;
 	size_t i;
 	int ret;
 
 	(void)argv;
-	if (argc > 0)
-		return bad_usage(find_command("scrub"), "scrub takes no argument");
-	if (tfs_find_mount(a->mopt, NULL, &m) < 0)
-		return EXIT_RUNTIME;
-	ret = tfs_ctl_write(&m, "scrub\n", &opened);
-	if (ret == -EBUSY) {
-		errmsg("%s: a scrub is running already", m.root);
-		return EXIT_RUNTIME;
-	}
-	if (ret) {
-		ctl_error(&m, "scrub", "", ret, opened);
-		return EXIT_RUNTIME;
-	}
+	ret = ctl_plain("scrub", "a scrub is running already", argc, a, &m);
+	if (ret)
+		return ret;
 	j = tfs_read_json(&m, "scrub");
 	if (!j)
 		return EXIT_RUNTIME;
