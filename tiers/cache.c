@@ -65,7 +65,7 @@ static int stalled(struct tb_store *s)
 /* A free entry: a free slot, else a victim among clean unpinned ones. */
 static struct tb_entry *entry_alloc(struct tb_store *s, enum wait_stream wait_stream)
 {
-	struct tb_entry *e = s->free_list.head;
+	struct tb_entry *e = TAILQ_FIRST(&s->free_list.q);
 	struct tb_use vu;
 
 	if (!e)
@@ -592,7 +592,7 @@ void tb_drop(struct tb_store *s, uint64_t obj, uint64_t from, uint64_t to)
 	do {
 		busy = false;
 		o = cache_obj_find(s, obj);
-		for (e = o ? o->head : NULL; e; e = e->onext) {
+		for (e = o ? LIST_FIRST(&o->entries) : NULL; e; e = LIST_NEXT(e, olink)) {
 			if (e->idx < from || e->idx >= to)
 				continue;
 			if (e->state == ES_LOADING || e->state == ES_WB || e->wpins || e->merging) {
@@ -605,8 +605,8 @@ void tb_drop(struct tb_store *s, uint64_t obj, uint64_t from, uint64_t to)
 	} while (busy);
 
 	o = cache_obj_find(s, obj);
-	for (e = o ? o->head : NULL; e; e = next) {
-		next = e->onext;
+	for (e = o ? LIST_FIRST(&o->entries) : NULL; e; e = next) {
+		next = LIST_NEXT(e, olink);
 		if (e->idx < from || e->idx >= to)
 			continue;
 		if (e->state == ES_DIRTY) {
@@ -685,8 +685,8 @@ int tb_evict_obj(struct tb_store *s, uint64_t obj)
 		return ret;
 	pthread_mutex_lock(&s->lock);
 	o = cache_obj_find(s, obj);
-	for (e = o ? o->head : NULL; e; e = next) {
-		next = e->onext;
+	for (e = o ? LIST_FIRST(&o->entries) : NULL; e; e = next) {
+		next = LIST_NEXT(e, olink);
 		/* Blocks in use or dirtied again since the flush stay. */
 		if (e->state != ES_CLEAN || e->pins)
 			continue;
@@ -707,7 +707,7 @@ uint64_t tb_resident(struct tb_store *s, uint64_t obj, bool *pinned)
 
 	pthread_mutex_lock(&s->lock);
 	o = cache_obj_find(s, obj);
-	for (struct tb_entry *e = o ? o->head : NULL; e; e = e->onext)
+	for (struct tb_entry *e = o ? LIST_FIRST(&o->entries) : NULL; e; e = LIST_NEXT(e, olink))
 		if (e->state == ES_CLEAN || e->state == ES_DIRTY || e->state == ES_WB)
 			n++;
 	if (pinned)
@@ -734,7 +734,7 @@ void tb_resident_each(struct tb_store *s, uint64_t obj, tb_block_fn fn, void *ar
 
 	pthread_mutex_lock(&s->lock);
 	o = cache_obj_find(s, obj);
-	for (struct tb_entry *e = o ? o->head : NULL; e; e = e->onext)
+	for (struct tb_entry *e = o ? LIST_FIRST(&o->entries) : NULL; e; e = LIST_NEXT(e, olink))
 		if (e->state == ES_CLEAN || e->state == ES_DIRTY || e->state == ES_WB)
 			fn(arg, e->idx);
 	pthread_mutex_unlock(&s->lock);

@@ -30,6 +30,7 @@
 #include "dram.h"
 
 #include <pthread.h>
+#include <sys/queue.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <time.h>
@@ -101,8 +102,9 @@ struct tb_entry {
 	struct tb_entry *hnext;
 	struct tb_entry *lhnext; /* chain of the location hash, while CLEAN */
 	bool in_lochash;
-	struct tb_entry *oprev, *onext; /* the object's list */
-	struct tb_entry *lprev, *lnext; /* free or dirty list */
+	LIST_ENTRY(tb_entry) olink; /* the object's list */
+	TAILQ_ENTRY(tb_entry) link; /* free or dirty list */
+	struct tb_entry *done_next; /* written back, for the flusher (s->done) */
 	struct tb_obj *o;
 	struct tb_store *s;
 	struct tb_io req;
@@ -110,13 +112,13 @@ struct tb_entry {
 
 struct tb_obj {
 	uint64_t obj;
-	struct tb_entry *head;
+	LIST_HEAD(, tb_entry) entries; /* its cached blocks */
 	unsigned n;
 	unsigned nclean;   /* CLEAN entries in its list */
 	uint64_t nunstored; /* DIRTY or WB entries in its list that are not stored */
 	uint64_t last_idx; /* block of its latest pin: a reader's position */
 	uint64_t tail;	   /* its last block + 1 if the object fills it in part (the cycle says), or 0 */
-	struct tb_obj *lprev, *lnext; /* the store's list of objects */
+	LIST_ENTRY(tb_obj) link; /* the store's list of objects */
 	int wb_err; /* reported once by the next tb_flush_obj */
 	bool pinned; /* its blocks stay resident (tb_pin_obj) */
 	struct tb_obj *hnext;
@@ -129,8 +131,9 @@ struct tb_user {
 	uint64_t dirty;	  /* DIRTY and WB blocks it made dirty */
 };
 
+/* A list of entries that knows its length: the free and dirty lists. */
 struct elist {
-	struct tb_entry *head, *tail;
+	TAILQ_HEAD(elist_q, tb_entry) q;
 	uint64_t n;
 };
 
@@ -155,7 +158,7 @@ struct tb_store {
 	struct tb_entry **lochash; /* CLEAN entries by persisted location, for dedup's verify */
 	struct tb_obj **ohash;
 	uint64_t ohash_mask;
-	struct tb_obj *objs;   /* every object, for the cycle's eviction order */
+	LIST_HEAD(, tb_obj) objs; /* every object, for the cycle's eviction order */
 	uint64_t nobjs;
 	struct rank *rank;     /* the cycle's eviction order (rank_objects) */
 	size_t rank_n, rank_cap;
@@ -289,39 +292,19 @@ static inline uint64_t mix(uint64_t a, uint64_t b)
 
 static inline void elist_append(struct elist *l, struct tb_entry *e)
 {
-	e->lnext = NULL;
-	e->lprev = l->tail;
-	if (l->tail)
-		l->tail->lnext = e;
-	else
-		l->head = e;
-	l->tail = e;
+	TAILQ_INSERT_TAIL(&l->q, e, link);
 	l->n++;
 }
 
 static inline void elist_prepend(struct elist *l, struct tb_entry *e)
 {
-	e->lprev = NULL;
-	e->lnext = l->head;
-	if (l->head)
-		l->head->lprev = e;
-	else
-		l->tail = e;
-	l->head = e;
+	TAILQ_INSERT_HEAD(&l->q, e, link);
 	l->n++;
 }
 
 static inline void elist_remove(struct elist *l, struct tb_entry *e)
 {
-	if (e->lprev)
-		e->lprev->lnext = e->lnext;
-	else
-		l->head = e->lnext;
-	if (e->lnext)
-		e->lnext->lprev = e->lprev;
-	else
-		l->tail = e->lprev;
-	e->lprev = e->lnext = NULL;
+	TAILQ_REMOVE(&l->q, e, link);
 	l->n--;
 }
 

@@ -84,10 +84,7 @@ struct tb_obj *cache_obj_get(struct tb_store *s, uint64_t obj)
 	b = &s->ohash[mix(obj, 0) & s->ohash_mask];
 	o->hnext = *b;
 	*b = o;
-	o->lnext = s->objs;
-	if (s->objs)
-		s->objs->lprev = o;
-	s->objs = o;
+	LIST_INSERT_HEAD(&s->objs, o, link);
 	s->nobjs++;
 	return o;
 }
@@ -101,12 +98,7 @@ void cache_obj_maybe_free(struct tb_store *s, struct tb_obj *o)
 	for (p = &s->ohash[mix(o->obj, 0) & s->ohash_mask]; *p != o; p = &(*p)->hnext)
 		;
 	*p = o->hnext;
-	if (o->lprev)
-		o->lprev->lnext = o->lnext;
-	else
-		s->objs = o->lnext;
-	if (o->lnext)
-		o->lnext->lprev = o->lprev;
+	LIST_REMOVE(o, link);
 	s->nobjs--;
 	free(o);
 }
@@ -148,11 +140,7 @@ int cache_entry_insert(struct tb_store *s, struct tb_entry *e, uint64_t obj, uin
 	ghost_admit(s, e);
 	if (o->pinned)
 		s->n_pinned_res++;
-	e->oprev = NULL;
-	e->onext = o->head;
-	if (o->head)
-		o->head->oprev = e;
-	o->head = e;
+	LIST_INSERT_HEAD(&o->entries, e, olink);
 	o->n++;
 	return 0;
 }
@@ -172,12 +160,7 @@ void cache_entry_unhash(struct tb_store *s, struct tb_entry *e)
 		o->nclean--;
 	if (unstored(e))
 		o->nunstored--;
-	if (e->oprev)
-		e->oprev->onext = e->onext;
-	else
-		o->head = e->onext;
-	if (e->onext)
-		e->onext->oprev = e->oprev;
+	LIST_REMOVE(e, olink);
 	o->n--;
 	if (o->pinned)
 		s->n_pinned_res--;

@@ -171,7 +171,8 @@ static size_t rank_objects(struct tb_store *s, bool force, bool *fresh)
 			s->rank_cap = cap;
 		}
 	}
-	for (struct tb_obj *o = s->objs; o && n < s->rank_cap; o = o->lnext) {
+	for (struct tb_obj *o = LIST_FIRST(&s->objs); o && n < s->rank_cap;
+	     o = LIST_NEXT(o, link)) {
 		if (!o->n)
 			continue;
 		s->rank[n].obj = o->obj;
@@ -290,7 +291,7 @@ static struct tb_entry *obj_victim(struct tb_store *s, const struct rank *r, int
 
 	if (mode == 0 && r->u.dist == 0)
 		return NULL;
-	for (struct tb_entry *e = r->o->head; e; e = e->onext) {
+	for (struct tb_entry *e = LIST_FIRST(&r->o->entries); e; e = LIST_NEXT(e, olink)) {
 		if (!evictable(s, e))
 			continue;
 		if (mode < 2 && (e->prefetched || e->hinted || ahead_of_reader(e, &r->u)))
@@ -441,11 +442,11 @@ static size_t take_ranked(struct tb_store *s, struct tb_entry **out, size_t max,
 
 		if (!o)
 			continue;
-		for (struct tb_entry *e = o->head; e; e = e->onext)
+		for (struct tb_entry *e = LIST_FIRST(&o->entries); e; e = LIST_NEXT(e, olink))
 			if (!ahead_of_reader(e, &s->rank[i].u))
 				s->scratch[k++] = e;
 		behind = k;
-		for (struct tb_entry *e = o->head; e; e = e->onext)
+		for (struct tb_entry *e = LIST_FIRST(&o->entries); e; e = LIST_NEXT(e, olink))
 			if (ahead_of_reader(e, &s->rank[i].u))
 				s->scratch[k++] = e;
 		qsort(s->scratch, behind, sizeof(*s->scratch), evict_order_cmp);
@@ -526,8 +527,8 @@ size_t evict_take_cycle(struct tb_store *s, struct tb_entry **out, size_t max, u
 			if (s->rank[i].u.dist == UINT64_MAX || s->rank[i].u.dist == 0 ||
 			    !rank_at(s, i, true))
 				continue; /* not in the cycle, or due now, or gone */
-			for (struct tb_entry *e = s->rank[i].o->head;
-			     e && n < max && s->wb_inflight < s->wb_max; e = e->onext)
+			for (struct tb_entry *e = LIST_FIRST(&s->rank[i].o->entries);
+			     e && n < max && s->wb_inflight < s->wb_max; e = LIST_NEXT(e, olink))
 				if (!evict_kept(s, e) && !e->partial &&
 				    flush_may_clean(s, e, now, next_ms) &&
 				    !(s->rank[i].u.now && e->idx >= e->o->last_idx)) {
@@ -581,12 +582,12 @@ size_t evict_take_lru(struct tb_store *s, struct tb_entry **out, size_t max, uin
 	want = wb_batch(s, want, starved);
 
 	for (int hot = 0; hot < 2 && want > 0; hot++) {
-		struct tb_entry *e = s->dirty_list.head;
+		struct tb_entry *e = TAILQ_FIRST(&s->dirty_list.q);
 		size_t scanned = 0;
 
 		while (e && want > 0 && n < max && s->wb_inflight < s->wb_max &&
 		       scanned++ < FLUSH_SCAN_MAX) {
-			struct tb_entry *next = e->lnext;
+			struct tb_entry *next = TAILQ_NEXT(e, link);
 
 			if (e->hot == hot && !evict_protected(s, e->o) &&
 			    flush_may_clean(s, e, now, next_ms)) {

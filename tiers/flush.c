@@ -54,7 +54,7 @@ static void write_done(struct tb_io *r, int err)
 
 	pthread_mutex_lock(&s->lock);
 	e->err = err;
-	e->lnext = s->done;
+	e->done_next = s->done;
 	s->done = e;
 	flush_kick(s);
 	pthread_mutex_unlock(&s->lock);
@@ -162,7 +162,8 @@ void flush_stall_probe(struct tb_store *s)
 	s->stall_probe_ms = now;
 	/* Failed blocks go to the head of the dirty list (flush_wb_failed), as urgent ones do. */
 	size_t seen = 0;
-	for (struct tb_entry *e = s->dirty_list.head; e && seen++ < FLUSH_SCAN_MAX; e = e->lnext) {
+	for (struct tb_entry *e = TAILQ_FIRST(&s->dirty_list.q); e && seen++ < FLUSH_SCAN_MAX;
+	     e = TAILQ_NEXT(e, link)) {
 		if (!e->retries || e->wpins || e->merging)
 			continue;
 		e->dirty_ms = now;
@@ -578,7 +579,7 @@ void tb_meta_committed(struct tb_store *s, bool urgent)
 
 static bool obj_has_dirty(struct tb_obj *o, uint64_t seq, int *err)
 {
-	for (struct tb_entry *e = o->head; e; e = e->onext) {
+	for (struct tb_entry *e = LIST_FIRST(&o->entries); e; e = LIST_NEXT(e, olink)) {
 		if (e->state != ES_DIRTY && e->state != ES_WB)
 			continue;
 		if (e->dirty_seq > seq)
@@ -610,7 +611,7 @@ static bool mark_urgent(struct tb_store *s, struct tb_obj *o, uint64_t seq)
 {
 	bool marked = false;
 
-	for (struct tb_entry *e = o->head; e; e = e->onext)
+	for (struct tb_entry *e = LIST_FIRST(&o->entries); e; e = LIST_NEXT(e, olink))
 		if (e->state == ES_DIRTY && e->dirty_seq <= seq && !e->urgent) {
 			make_urgent(s, e);
 			marked = true;
@@ -649,7 +650,7 @@ int tb_flush_obj(struct tb_store *s, uint64_t obj)
 	seq = s->dirty_seq;
 	o = cache_obj_find(s, obj);
 	if (o)
-		for (struct tb_entry *e = o->head; e; e = e->onext) {
+		for (struct tb_entry *e = LIST_FIRST(&o->entries); e; e = LIST_NEXT(e, olink)) {
 			retry_now(e);
 			if (e->state == ES_DIRTY && !e->urgent)
 				make_urgent(s, e);
@@ -687,7 +688,7 @@ static int flush_all(struct tb_store *s)
 
 	pthread_mutex_lock(&s->lock);
 	seq = s->dirty_seq;
-	for (struct tb_entry *e = s->dirty_list.head; e; e = e->lnext) {
+	for (struct tb_entry *e = TAILQ_FIRST(&s->dirty_list.q); e; e = TAILQ_NEXT(e, link)) {
 		retry_now(e);
 		e->urgent = true;
 	}

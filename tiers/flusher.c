@@ -92,12 +92,12 @@ static bool due(struct tb_store *s, struct tb_entry *e, uint64_t now, uint64_t *
 static size_t take_due(struct tb_store *s, struct tb_entry **out, size_t max, uint64_t now,
 		       uint64_t *next_ms)
 {
-	struct tb_entry *e = s->dirty_list.head;
+	struct tb_entry *e = TAILQ_FIRST(&s->dirty_list.q);
 	bool full = s->due_scan || s->stopping, again = false;
 	size_t n = 0, scanned = 0;
 
 	while (e && n < max && s->wb_inflight < s->wb_max && scanned++ < FLUSH_SCAN_MAX) {
-		struct tb_entry *next = e->lnext;
+		struct tb_entry *next = TAILQ_NEXT(e, link);
 		uint64_t at = UINT64_MAX;
 
 		if (due(s, e, now, &at)) {
@@ -144,9 +144,9 @@ static size_t take_stream(struct tb_store *s, struct tb_entry **out, size_t max,
 {
 	size_t n = 0, seen = 0;
 
-	for (struct tb_entry *e = s->dirty_list.tail, *prev; e && n < max && seen < STREAM_SCAN;
-	     e = prev, seen++) {
-		prev = e->lprev;
+	for (struct tb_entry *e = TAILQ_LAST(&s->dirty_list.q, elist_q), *prev;
+	     e && n < max && seen < STREAM_SCAN; e = prev, seen++) {
+		prev = TAILQ_PREV(e, elist_q, link);
 		if (s->wb_inflight >= s->wb_max)
 			break;
 		if (e->stream && e->fill >= s->bs && !e->partial && !evict_protected(s, e->o) &&
@@ -239,7 +239,7 @@ void *flush_main(void *arg)
 		while (done) {
 			struct tb_entry *e = done;
 
-			done = e->lnext;
+			done = e->done_next;
 			if (e->err) {
 				pthread_mutex_lock(&s->lock);
 				dev_free(s->dev[tb_loc_dev(e->new_loc)], tb_loc_slot(e->new_loc));

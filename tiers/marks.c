@@ -56,7 +56,7 @@ int64_t flush_starved(const struct tb_store *s)
  */
 uint64_t flush_dirty_below(struct tb_store *s)
 {
-	struct tb_entry *oldest = s->dirty_list.head;
+	struct tb_entry *oldest = TAILQ_FIRST(&s->dirty_list.q);
 
 	return oldest && oldest->blind && !marks_cycle_period(s) ? s->dirty_bg : s->clean_low;
 }

@@ -91,7 +91,7 @@ static int prefetch(struct tb_store *s, uint64_t obj, uint64_t idx, bool hint, u
 		pthread_mutex_unlock(&s->lock);
 		return -ENOBUFS; /* try again once some have been read */
 	}
-	e = s->free_list.head;
+	e = TAILQ_FIRST(&s->free_list.q);
 	if (!e) {
 		e = evict_pick(s, &vu, WAIT_WB);
 		if (!e) {

@@ -224,6 +224,8 @@ int tb_open(const struct tb_config *cfg, const struct tb_owner *owner, struct tb
 		ret = -ENOMEM;
 		goto fail;
 	}
+	TAILQ_INIT(&s->free_list.q);
+	TAILQ_INIT(&s->dirty_list.q);
 	for (uint32_t i = 0; i < s->nslots; i++) {
 		struct tb_entry *e = &s->entries[i];
 
@@ -422,7 +424,7 @@ int tb_close(struct tb_store *s)
 		pthread_mutex_lock(&s->lock);
 		s->stopping = true;
 		s->stop_ms = now_ms();
-		for (struct tb_entry *e = s->dirty_list.head; e; e = e->lnext)
+		for (struct tb_entry *e = TAILQ_FIRST(&s->dirty_list.q); e; e = TAILQ_NEXT(e, link))
 			if (e->retries && e->dirty_ms > s->stop_ms + STOP_RETRY_GAP_MS)
 				e->dirty_ms = s->stop_ms + STOP_RETRY_GAP_MS;
 		s->flush_kicks++;
