@@ -106,10 +106,11 @@ prio=$(for t in /proc/"$pid"/task/*; do
 	echo "$(cat "$t/comm") $(awk '{print $19}' "$t/stat")"
 done | sort -u | tr '\n' ';')
 if [ "$(id -u)" -eq 0 ]; then
-	for want in "tfs-nvme0 -10" "tfs-flusher -10" "tfs-fuse 0"; do
+	# the I/O threads at -10, the FUSE workers at the niceness the daemon was started with
+	for want in "tfs-nvme0 -10" "tfs-flusher -10" "tfs-fuse $(nice)"; do
 		[[ ";$prio" == *";$want;"* ]] || fail "thread priorities: want '$want' in: $prio"
 	done
-	echo "   I/O threads at nice -10, FUSE threads at 0"
+	echo "   I/O threads at nice -10, FUSE threads at $(nice)"
 fi
 fusermount3 -u "$MNT" || fail "daemon mode: fusermount3 -u failed"
 wait_gone "$pid" || fail "daemon $pid still running 30 s after fusermount3 -u"
