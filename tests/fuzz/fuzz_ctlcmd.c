@@ -4,8 +4,9 @@
  * Any bytes go to fs_ctlcmd_parse. Besides crashes, it checks the grammar's
  * promises (fs/ctlcmd.h): a command is accepted or refused with a reason;
  * an accepted one has a known verb, and a path that is absolute, NUL-free,
- * without empty, "." or ".." components, or else an inode number; and
- * parsing the same bytes twice gives the same result.
+ * without empty, "." or ".." components, or else an inode number (flush
+ * and scrub take neither); and parsing the same bytes twice gives the
+ * same result.
  */
 #include "ctlcmd.h"
 
@@ -53,8 +54,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		abort();
 	if (strcmp(fs_ctlverb_name(a.verb), "?") == 0)
 		abort();
-	if (a.verb != CTL_FLUSH && !a.ino)
+	if (a.verb == CTL_FLUSH || a.verb == CTL_SCRUB) {
+		if (a.ino || a.path[0]) /* they take no PATH */
+			abort();
+	} else if (!a.ino) {
 		check_path(a.path);
+	}
 	free(buf);
 	return 0;
 }

@@ -26,7 +26,9 @@ trap 'rm -rf "$work" "$tmp"' EXIT
 
 [ -x "$exe" ] || { echo "no fuzz target $exe"; exit 77; }
 mkdir -p "$corpus" "$logs"
-args=(-max_total_time="${FUZZ_SECONDS:-20}" -timeout=10 -rss_limit_mb=2048
+# -error_exitcode: libFuzzer's own default, 77, is what meson counts as a
+# skip, and a crash must fail the test.
+args=(-max_total_time="${FUZZ_SECONDS:-20}" -timeout=10 -rss_limit_mb=2048 -error_exitcode=1
 	-max_len=4096 -print_final_stats=1 -artifact_prefix="$logs/fuzz-$name-")
 [ -f "$dict" ] && args+=(-dict="$dict")
 
