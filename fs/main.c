@@ -14,6 +14,7 @@
 #include "fs.h"
 #include "log.h"
 #include "mounts.h"
+#include "storedir.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -644,7 +645,7 @@ static int open_logfile(const char *path, char *err, size_t errlen)
 			snprintf(err, errlen,
 				 "logfile %s is not a regular file (it is %s): remove it, or log "
 				 "elsewhere",
-				 path, fs_file_kind(st.st_mode));
+				 path, storedir_file_type(st.st_mode));
 		else
 			snprintf(err, errlen, "logfile %s: %s", path, strerror(-ret));
 		return ret;

@@ -7,6 +7,7 @@
  */
 #include "opts.h"
 #include "meta.h"
+#include "storedir.h"
 
 #include <curl/curl.h>
 #include <errno.h>
@@ -348,17 +349,6 @@ static int resolve_file(const char *what, const char *path, char *out, char *err
 	return 0;
 }
 
-const char *fs_file_kind(mode_t mode)
-{
-	return S_ISLNK(mode)	? "a symbolic link"
-	       : S_ISDIR(mode)	? "a folder"
-	       : S_ISFIFO(mode) ? "a FIFO"
-	       : S_ISCHR(mode)	? "a character device"
-	       : S_ISBLK(mode)	? "a block device"
-	       : S_ISSOCK(mode) ? "a socket"
-				: "a regular file";
-}
-
 int fs_check_opened(int fd, const char *what, const char *path, unsigned rules, struct stat *st,
 		    char *err, size_t errlen)
 {
@@ -371,7 +361,7 @@ int fs_check_opened(int fd, const char *what, const char *path, unsigned rules, 
 	} else if (!S_ISREG(st->st_mode)) {
 		ret = S_ISDIR(st->st_mode) ? -EISDIR : -EINVAL;
 		snprintf(err, errlen, "%s %s is not a regular file (it is %s)", what, path,
-			 fs_file_kind(st->st_mode));
+			 storedir_file_type(st->st_mode));
 	} else if (st->st_uid != me && !(st->st_uid == 0 && (rules & FS_OPENED_ROOT_MAY_OWN))) {
 		snprintf(err, errlen,
 			 "%s %s is owned by uid %u, not by uid %u (the user tensorfs runs as)%s: "

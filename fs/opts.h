@@ -96,7 +96,4 @@ enum { FS_OPENED_ROOT_MAY_OWN = 1, FS_OPENED_ONE_LINK = 2 };
 int fs_check_opened(int fd, const char *what, const char *path, unsigned rules, struct stat *st,
 		    char *err, size_t errlen);
 
-/* "a folder", "a FIFO", ... for a message */
-const char *fs_file_kind(mode_t mode);
-
 #endif

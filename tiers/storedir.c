@@ -36,7 +36,7 @@ static const char *owners(char *buf, size_t len)
 	return buf;
 }
 
-static const char *file_type(mode_t mode)
+const char *storedir_file_type(mode_t mode)
 {
 	switch (mode & S_IFMT) {
 	case S_IFDIR:
@@ -96,7 +96,7 @@ static int check_file_stat(const char *what, const char *dir, const char *name,
 	}
 	if (!S_ISREG(st->st_mode)) {
 		snprintf(err, errlen, "%s %s: %s is %s, not a regular file: remove it", what, dir,
-			 name, file_type(st->st_mode));
+			 name, storedir_file_type(st->st_mode));
 		return -EINVAL;
 	}
 	if (!owner_ok(st->st_uid)) {

@@ -21,6 +21,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <sys/types.h>
 
 /*
  * Before anything is made: check dir, if it exists, and each of names (a
@@ -52,5 +53,8 @@ int storedir_check_file(int dirfd, const char *what, const char *dir, const char
  */
 int storedir_open_file(int dirfd, const char *what, const char *dir, const char *name, int flags,
 		       bool create, bool *created, char *err, size_t errlen);
+
+/* "a folder", "a FIFO", "a symbolic link", ... for a message about a file that is not a regular one */
+const char *storedir_file_type(mode_t mode);
 
 #endif
