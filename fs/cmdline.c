@@ -57,6 +57,7 @@ static const struct fuse_opt tfs_opts[] = {
 	OPT("prefetch=%s", prefetch_s),
 	OPT("cuda=%s", cuda_s),
 	OPT("checksum=%s", checksum_s),
+	OPT("scratch=%s", scratch_s),
 	{"no_default_permissions", offsetof(struct fs_config, no_default_permissions), 1},
 	{"syslog", offsetof(struct fs_config, use_syslog), 1},
 	FUSE_OPT_KEY("allow_other", KEY_ALLOW_OTHER),
@@ -232,6 +233,9 @@ void fs_cmdline_usage(const char *prog)
 	       "                           it; verify compares the bytes first\n"
 	       "    -o checksum=off        do not check blocks read from the devices against\n"
 	       "                           their hash (on: the default; an EIO when they differ)\n"
+	       "    -o scratch=on|off      on: the files outlive the daemon, not the machine:\n"
+	       "                           sync points flush no drive (a swap folder); after a\n"
+	       "                           power cut or kernel crash the store starts empty (off)\n"
 	       "    -o cache_policy=P      auto (default: Belady on the learned access cycle,\n"
 	       "                           else 2q), 2q, clock, or lru (sampled)\n"
 	       "    -o readahead=SIZE      load this far ahead of a sequential reader (8M; 0: off)\n"

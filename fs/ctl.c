@@ -403,6 +403,7 @@ static json_t *config_json(struct fs *fs)
 	static const char *const dedups[] = {"off", "trust", "verify"};
 	json_object_set_new(root, "dedup", json_string(dedups[c->dedup]));
 	json_object_set_new(root, "checksum", json_boolean(c->checksum));
+	json_object_set_new(root, "scratch", json_boolean(c->scratch));
 	static const char *const policies[] = {"auto", "clock", "lru", "2q"};
 	json_object_set_new(root, "cache_policy", json_string(policies[c->policy]));
 	json_object_set_new(root, "prefetch", json_string(c->prefetch ? "on" : "off"));

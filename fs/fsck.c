@@ -121,7 +121,7 @@ int fs_fsck(const char *dir, bool repair, FILE *out, const char *prog)
 	/* A daemon still writing back after its unmount is waited for, as a mount does. */
 	ret = meta_wait_holder(dir, META_LOCK_WAIT_S, prog, err, sizeof(err));
 	if (!ret)
-		ret = meta_open(&f.m, dir, &f.bs, false, getuid(), getgid(), store_id, err,
+		ret = meta_open(&f.m, dir, &f.bs, false, false, getuid(), getgid(), store_id, err,
 				sizeof(err));
 	if (ret) {
 		fsck_report(stderr, prog, ": %s", err[0] ? err : strerror(-ret));

@@ -304,11 +304,11 @@ static void owner_next_use(void *ctx, uint64_t obj, struct tb_use *u)
 	u->size = lu.size;
 }
 
-static int owner_sync(void *ctx, int (*flush)(void *arg), void *arg)
+static int owner_sync(void *ctx, int (*flush)(void *arg), void *arg, bool power)
 {
 	struct fs *fs = ctx;
 
-	return meta_sync(fs->meta, flush, arg);
+	return meta_sync(fs->meta, flush, arg, power);
 }
 
 /* Threads past this many receive writes into their own buffer and copy them (loop.c). */
@@ -410,8 +410,8 @@ static int open_stores(struct fs *fs, unsigned nthreads, char *err, size_t errle
 	ret = meta_wait_holder(c->meta, c->lock_wait_secs, "tensorfs", err, errlen);
 	if (ret)
 		return ret;
-	ret = meta_open(&fs->meta, c->meta, &bs, c->block_given, getuid(), getgid(), store_id, err,
-			errlen);
+	ret = meta_open(&fs->meta, c->meta, &bs, c->block_given, c->scratch, getuid(), getgid(),
+			store_id, err, errlen);
 	if (ret)
 		return ret;
 	fs->new_store = meta_is_new(fs->meta);
@@ -452,6 +452,7 @@ static int open_stores(struct fs *fs, unsigned nthreads, char *err, size_t errle
 	tc.remote_readahead = c->remote_readahead;
 	tc.dedup = c->dedup;
 	tc.no_checksum = !c->checksum;
+	tc.scratch = c->scratch;
 	tc.policy = c->policy;
 	tc.share_arena = c->cuda;
 	/* Test hook only: makes every block's hash collide, to prove verify. */
@@ -503,7 +504,7 @@ static int open_stores(struct fs *fs, unsigned nthreads, char *err, size_t errle
 		return ret;
 	}
 	fs_release_locs(fs, &freed);
-	return meta_sync(fs->meta, NULL, NULL);
+	return meta_sync(fs->meta, NULL, NULL, true);
 }
 
 /* What the store's lock file says this daemon does (meta_lock_note). */

@@ -42,13 +42,13 @@
 #define META_MAP_SIZE (64ULL << 30)
 #define META_MAP_MIN (1ULL << 30) /* the least map taken when the whole is refused */
 #define META_MAX_DBS 16
-#define LMDB_LOCK_NAME "lock.mdb"
 #define FORMAT_VERSION_MAX 255 /* a format record naming a higher one is garbage */
 #define GUARD_ENVS 8	       /* environments abandoned after a fault, kept (abandon_env) */
 /* The info record of the devices the store has used (meta_devices_get). */
 #define DEVICES_KEY "devices"
 
-const char *const meta_files[] = {DATA_NAME, LMDB_LOCK_NAME, LOCK_NAME, DURABLE_NAME, NULL};
+const char *const meta_files[] = {DATA_NAME, LMDB_LOCK_NAME, LOCK_NAME, DURABLE_NAME, SCRATCH_NAME,
+				   NULL};
 
 struct meta_format {
 	uint32_t version;
@@ -334,6 +334,7 @@ static void remove_made(struct fs_meta *m, bool store)
 		unlinkat(m->dir_fd, DURABLE_NAME, 0);
 		unlinkat(m->dir_fd, DATA_NAME, 0);
 		unlinkat(m->dir_fd, LMDB_LOCK_NAME, 0);
+		unlinkat(m->dir_fd, SCRATCH_NAME, 0); /* there is no store to say it of */
 	}
 	if (m->made_lock)
 		unlinkat(m->dir_fd, LOCK_NAME, 0);
@@ -527,7 +528,10 @@ static int check_format(struct fs_meta *m, MDB_txn *txn, size_t *block_size, boo
 		f.version = META_FORMAT_VERSION;
 		f.block_size = *block_size ? *block_size : META_BLOCK_DEFAULT;
 		*block_size = f.block_size;
-		make_store_id(f.store_id);
+		if (m->emptied)
+			memcpy(f.store_id, m->last_store, STORE_ID_LEN); /* its devices name it */
+		else
+			make_store_id(f.store_id);
 		v.mv_size = sizeof(f);
 		v.mv_data = &f;
 		rc = mdb_put(txn, m->info, &k, &v, 0);
@@ -773,7 +777,8 @@ static int open_tree(void *arg)
 }
 
 int meta_open(struct fs_meta **out, const char *dir, size_t *block_size, bool block_given,
-	      uid_t root_uid, gid_t root_gid, char store_id[40], char *err, size_t errlen)
+	      bool scratch, uid_t root_uid, gid_t root_gid, char store_id[40], char *err,
+	      size_t errlen)
 {
 	struct fs_meta *m = calloc(1, sizeof(*m));
 	char path[64 + sizeof(m->dir)];
@@ -795,14 +800,18 @@ int meta_open(struct fs_meta **out, const char *dir, size_t *block_size, bool bl
 		ret = storedir_check_file(m->dir_fd, META_WHAT, dir, meta_files[i], err, errlen);
 	if (ret < 0)
 		goto fail;
+	m->scratch = scratch;
 	ret = meta_take_lock(m, dir, err, errlen);
 	if (ret == 0)
+		ret = meta_scratch_open(m, err, errlen);
+	if (ret == 0 && !m->emptied)
 		ret = meta_roll_back(m, err, errlen);
 	if (ret == 0)
 		ret = meta_write_lock(m);
 	if (ret < 0)
 		goto fail;
-	had_data = fstatat(m->dir_fd, DATA_NAME, &st, AT_SYMLINK_NOFOLLOW) == 0 ||
+	/* An emptied store's devices are its own still: a failed start leaves its files. */
+	had_data = m->emptied || fstatat(m->dir_fd, DATA_NAME, &st, AT_SYMLINK_NOFOLLOW) == 0 ||
 		   fstatat(m->dir_fd, DURABLE_NAME, &st, AT_SYMLINK_NOFOLLOW) == 0;
 	ret = check_data(m, err, errlen);
 	if (ret < 0)
@@ -836,7 +845,7 @@ int meta_open(struct fs_meta **out, const char *dir, size_t *block_size, bool bl
 			 strerror(-ret));
 		goto fail;
 	}
-	ret = meta_sync(m, NULL, NULL);
+	ret = meta_sync(m, NULL, NULL, true);
 	if (ret < 0) {
 		snprintf(err, errlen, "meta folder %s: cannot make the store durable: %s", dir,
 			 strerror(-ret));
@@ -889,7 +898,7 @@ void meta_close(struct fs_meta *m)
 		 * LMDB: the faulted transaction was abandoned where it was.
 		 */
 		if (m->opened && !m->damaged)
-			meta_sync(m, NULL, NULL);
+			meta_sync(m, NULL, NULL, true);
 		else if (!m->damaged)
 			mdb_env_sync(m->env, 1);
 		if (m->pinned)
@@ -919,7 +928,12 @@ void meta_close(struct fs_meta *m)
 
 bool meta_is_new(const struct fs_meta *m)
 {
-	return m->created;
+	return m->created && !m->emptied;
+}
+
+bool meta_was_emptied(const struct fs_meta *m)
+{
+	return m->emptied;
 }
 
 unsigned meta_upgraded_from(const struct fs_meta *m)

@@ -89,9 +89,12 @@ int meta_check_folder(const char *dir, char *err, size_t errlen);
  * a failed open of a store it was making removes what it made.
  * *block_size: the requested block size, 0 for the default; on return the
  * store's own. store_id receives the store's identity (36 chars + NUL).
+ * scratch: the store need outlive its daemon, not its machine
+ * (meta_scratch.c, and meta_sync's power).
  */
 int meta_open(struct fs_meta **out, const char *dir, size_t *block_size, bool block_given,
-	      uid_t root_uid, gid_t root_gid, char store_id[40], char *err, size_t errlen);
+	      bool scratch, uid_t root_uid, gid_t root_gid, char store_id[40], char *err,
+	      size_t errlen);
 void meta_close(struct fs_meta *m);
 /*
  * How long a start waits, by default, for the daemon that still holds its
@@ -121,8 +124,13 @@ struct meta_holder {
 	char point[PATH_MAX]; /* the mount point the state is about */
 };
 void meta_read_holder(int fd, struct meta_holder *h);
-/* True when meta_open created the store. */
+/* True when meta_open created the store (not when it emptied one: meta_was_emptied). */
 bool meta_is_new(const struct fs_meta *m);
+/*
+ * True when meta_open found that the store ran with scratch=on and the
+ * machine stopped under it, and so made it afresh, empty, under its old id.
+ */
+bool meta_was_emptied(const struct fs_meta *m);
 /* The format meta_open found, when it upgraded the store from it; else 0. */
 unsigned meta_upgraded_from(const struct fs_meta *m);
 /* Close and delete a store this start created, after a failed start. */
@@ -133,8 +141,10 @@ void meta_discard(struct fs_meta *m);
  * NULL) is called after that and must make the devices' data durable:
  * so every block that a recorded commit names was written before the
  * flush began. A commit made during the flush is left for the next sync.
+ * power false (scratch=on): no file is flushed; the point then outlives
+ * a kill of the daemon, not a power cut.
  */
-int meta_sync(struct fs_meta *m, int (*flush)(void *arg), void *arg);
+int meta_sync(struct fs_meta *m, int (*flush)(void *arg), void *arg, bool power);
 /* The commit the last sync point recorded (0: none), and the newest commit. */
 uint64_t meta_durable_commit(struct fs_meta *m);
 uint64_t meta_last_commit(struct fs_meta *m);

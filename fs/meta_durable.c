@@ -94,8 +94,8 @@ int meta_durable_read(int fd, unsigned char *rec, const unsigned char *store, ui
 	return found ? 0 : -ENOENT;
 }
 
-/* Record page (commit txnid) in the slot after the last one, and flush it. */
-static int durable_write(struct fs_meta *m, uint64_t txnid)
+/* Record page (commit txnid) in the slot after the last one, and flush it when power. */
+static int durable_write(struct fs_meta *m, uint64_t txnid, bool power)
 {
 	size_t len = DURABLE_HDR + m->psize;
 	unsigned char *rec = calloc(1, len);
@@ -114,7 +114,7 @@ static int durable_write(struct fs_meta *m, uint64_t txnid)
 	memcpy(rec + DURABLE_HDR, m->page, m->psize);
 	put_be64(rec + 40, record_hash(rec, m->psize));
 	if (pwrite(m->durable_fd, rec, len, (off_t)(seq & 1) * DURABLE_STRIDE) != (ssize_t)len ||
-	    fdatasync(m->durable_fd) < 0)
+	    (power && fdatasync(m->durable_fd) < 0))
 		ret = errno ? -errno : -EIO;
 	else
 		m->durable_seq = seq;
@@ -383,7 +383,7 @@ static uint64_t grow_limit(struct fs_meta *m, uint64_t last_pg)
 	return last_pg + room / m->psize;
 }
 
-int meta_sync(struct fs_meta *m, int (*flush)(void *arg), void *arg)
+int meta_sync(struct fs_meta *m, int (*flush)(void *arg), void *arg, bool power)
 {
 	MDB_txn *reader = NULL;
 	uint64_t txnid, last_pg = 0;
@@ -399,8 +399,12 @@ int meta_sync(struct fs_meta *m, int (*flush)(void *arg), void *arg)
 		pthread_mutex_unlock(&m->sync_lock);
 		return ret;
 	}
-	if (txnid && txnid == m->durable_txnid && m->pinned) {
-		/* Nothing committed since the last record: it and its reader stand. */
+	if (txnid && txnid == m->durable_txnid && m->pinned && (m->record_power || !power)) {
+		/*
+		 * Nothing committed since the last record: it and its reader
+		 * stand. A record that scratch=on did not flush is flushed now,
+		 * with the devices: the stop's sync point comes here.
+		 */
 		mdb_txn_abort(reader);
 		pthread_mutex_unlock(&m->sync_lock);
 		return 0;
@@ -413,11 +417,12 @@ int meta_sync(struct fs_meta *m, int (*flush)(void *arg), void *arg)
 	 * bytes.
 	 */
 	ret = flush ? flush(arg) : 0;
-	if (ret == 0)
+	if (ret == 0 && power)
 		ret = mdb_err(mdb_env_sync(m->env, 1));
 	if (ret == 0 && txnid)
-		ret = durable_write(m, txnid);
+		ret = durable_write(m, txnid, power);
 	if (ret == 0 && txnid) {
+		m->record_power = power;
 		m->durable_txnid = txnid;
 		/* The new point is durable: the pages of the one before may go. */
 		if (m->pinned)

@@ -20,8 +20,10 @@
 #define KEY_MAX 520 /* 8 bytes of parent + NAME_MAX and then some */
 #define META_WHAT "meta folder"
 #define DATA_NAME "data.mdb"
+#define LMDB_LOCK_NAME "lock.mdb"
 #define LOCK_NAME "lock"
 #define DURABLE_NAME "durable"
+#define SCRATCH_NAME "scratch" /* there while the store runs with scratch=on (meta_scratch.c) */
 #define BOOT_ID_LEN 36
 
 /*
@@ -97,6 +99,9 @@ struct fs_meta {
 	bool lock_written;	  /* and the pid in the file is ours */
 	bool keep_note;		  /* the stop failed: the lock file keeps saying so */
 	bool created;		  /* this open made the store */
+	bool scratch;		  /* scratch=on: sync points before the stop flush nothing */
+	bool emptied;		  /* scratch: a power cut lost the store; this open empties it */
+	bool record_power;	  /* the durable record is flushed (not so after scratch sync points) */
 	bool made_dir, made_lock; /* this open made the folder, the lock file */
 	unsigned upgraded_from;	  /* the format this open upgraded the store from, or 0 */
 	char dir[4096];
@@ -205,6 +210,9 @@ int meta_durable_read(int fd, unsigned char *rec, const unsigned char *store, ui
 int meta_durable_open_ro(struct fs_meta *m, int *fd, char *err, size_t errlen);
 int meta_roll_back(struct fs_meta *m, char *err, size_t errlen);
 int meta_open_durable(struct fs_meta *m, char *err, size_t errlen);
+
+/* meta_scratch.c: at open, after the lock is taken: scratch=on's mark, and a store it lost emptied. */
+int meta_scratch_open(struct fs_meta *m, char *err, size_t errlen);
 
 /* meta_blocks.c: a block record stored as it is, without its references counted. */
 int meta_block_put(struct fs_meta *m, MDB_txn *txn, uint64_t id, const struct meta_block *b);

@@ -165,7 +165,8 @@ static int on_ini_value(void *user, const char *section, const char *name, const
 		    {"prefetch", &c->prefetch_s},
 		    {"cuda", &c->cuda_s},
 		    {"lock_wait", &c->lock_wait_s},
-		    {"checksum", &c->checksum_s}};
+		    {"checksum", &c->checksum_s},
+		    {"scratch", &c->scratch_s}};
 	struct {
 		const char *key;
 		char **field;
@@ -1013,6 +1014,7 @@ int fs_config_resolve(struct fs_config *c, char *err, size_t errlen)
 	c->policy = (enum tb_policy)policy;
 	if ((ret = opt_switch(c->cuda_s, "cuda", false, &c->cuda, err, errlen)) ||
 	    (ret = opt_switch(c->checksum_s, "checksum", true, &c->checksum, err, errlen)) ||
+	    (ret = opt_switch(c->scratch_s, "scratch", false, &c->scratch, err, errlen)) ||
 	    (ret = opt_switch(c->prefetch_s, "prefetch", true, &c->prefetch, err, errlen)))
 		return ret;
 	c->readahead = DEF_READAHEAD;
@@ -1109,7 +1111,7 @@ void fs_config_free(struct fs_config *c)
 			 &c->pfs_cap_s,	      &c->dedup_s,	   &c->policy_s,  &c->readahead_s,
 			 &c->prefetch_s, &c->cuda_s, &c->dirty_expire_s, &c->remote_readahead_s,
 			 &c->s3_object_s, &c->lock_wait_s, &c->sync_commits_s, &c->punch_after_s,
-			 &c->stall_wait_s, &c->checksum_s};
+			 &c->stall_wait_s, &c->checksum_s, &c->scratch_s};
 
 	if (c->s3_secret) {
 		/* Do not leave the secret in freed memory. */

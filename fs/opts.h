@@ -30,7 +30,7 @@ struct fs_config {
 	char *s3_bw_s, *s3_cap_s, *pfs_bw_s, *pfs_cap_s, *dedup_s, *policy_s, *readahead_s;
 	char *prefetch_s;
 	char *cuda_s;
-	char *checksum_s;
+	char *checksum_s, *scratch_s;
 	char *remote_readahead_s, *s3_object_s;
 	char *lock_wait_s;
 	char *s3_key, *s3_secret, *s3_token; /* from the file's [s3] or AWS_* only */
@@ -59,6 +59,7 @@ struct fs_config {
 	bool prefetch;
 	bool cuda;     /* share the arena with GPU clients (fs/gpu.c) */
 	bool checksum; /* check each block read from a device against its hash */
+	bool scratch;  /* the store outlives the daemon, not the machine (meta_scratch.c) */
 	int log_level;
 	unsigned lock_wait_secs; /* a start waits this long for the store's last daemon */
 	bool default_nvme;	 /* the folder is ours to create */

@@ -483,13 +483,17 @@ static void meta_window_next(struct tb_store *s)
 
 /*
  * The owner's sync, which flushes the devices once it has chosen the
- * commit to make durable; then the released locations go back.
+ * commit to make durable; then the released locations go back. With
+ * scratch=on, only the stop's sync point flushes: the others make the
+ * commits safe from a kill, not from a power cut (the owner empties such
+ * a store after one), and a released location goes back at once.
  */
 int flush_do_sync(struct tb_store *s)
 {
 	uint64_t *frees;
 	size_t nfrees;
 	int ret = 0;
+	bool power;
 
 	pthread_mutex_lock(&s->sync_lock);
 	pthread_mutex_lock(&s->lock);
@@ -502,9 +506,10 @@ int flush_do_sync(struct tb_store *s)
 	__atomic_store_n(&s->meta_commits, 0, __ATOMIC_RELAXED);
 	meta_window_next(s);
 	s->syncing = true;
+	power = !s->cfg.scratch || s->stopping;
 	pthread_mutex_unlock(&s->lock);
 
-	ret = s->owner.sync(s->owner.ctx, flush_devs, s);
+	ret = s->owner.sync(s->owner.ctx, power ? flush_devs : NULL, s, power);
 
 	pthread_mutex_lock(&s->lock);
 	if (ret == 0) {

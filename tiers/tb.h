@@ -113,6 +113,7 @@ struct tb_config {
 	uint64_t remote_readahead; /* deepest window ahead of a reader of remote blocks, bytes */
 	enum tb_dedup dedup;	   /* share blocks whose bytes are already stored */
 	bool no_checksum; /* blocks read are not checked against their hash (still kept) */
+	bool scratch;	  /* sync points before the stop flush no device (owner.sync's power) */
 	enum tb_policy policy;	   /* eviction */
 	bool share_arena;	   /* a memfd that GPU clients map (cuda=on) */
 	bool test_collide;	   /* test hook: every block hashes alike */
@@ -167,9 +168,11 @@ struct tb_owner {
 	/*
 	 * Make every commit so far durable: choose the commit to make durable
 	 * first, then call flush(arg), which flushes the devices, so that a
-	 * block committed during the flush is not counted durable.
+	 * block committed during the flush is not counted durable. With
+	 * power false (scratch=on, before the stop), flush is NULL and
+	 * durable means a killed daemon loses nothing: no file is flushed.
 	 */
-	int (*sync)(void *ctx, int (*flush)(void *arg), void *arg);
+	int (*sync)(void *ctx, int (*flush)(void *arg), void *arg, bool power);
 	/*
 	 * For eviction, called with the store lock held (it must take no lock
 	 * of the store's): the period of the learned access cycle in uses of

@@ -130,7 +130,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	MDB_txn *txn;
 
 	snprintf(dir, sizeof(dir), "%s/s%u", base, seq++);
-	if (meta_open(&m, dir, &bs, false, 0, 0, id, err, sizeof(err)))
+	if (meta_open(&m, dir, &bs, false, false, 0, 0, id, err, sizeof(err)))
 		abort();
 	meta_close(m);
 	damage(dir, data, size);
@@ -144,7 +144,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 	/* The mount-time scans: they may refuse the store, never crash on it. */
 	m = NULL;
-	if (meta_open(&m, dir, &bs, false, 0, 0, id, err, sizeof(err)) == 0) {
+	if (meta_open(&m, dir, &bs, false, false, 0, 0, id, err, sizeof(err)) == 0) {
 		meta_foreach_block(m, count_block, &n);
 		if (meta_purge_orphans(m, &freed, &orphans) == 0 &&
 		    meta_begin(m, false, &txn) == 0) {

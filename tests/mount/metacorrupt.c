@@ -144,7 +144,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "metacorrupt: %s: no store\n", argv[1]);
 		return 1;
 	}
-	ret = meta_open(&m, argv[1], &bs, false, getuid(), getgid(), id, err, sizeof(err));
+	ret = meta_open(&m, argv[1], &bs, false, false, getuid(), getgid(), id, err, sizeof(err));
 	if (ret) {
 		fprintf(stderr, "metacorrupt: %s\n", err[0] ? err : strerror(-ret));
 		return 1;

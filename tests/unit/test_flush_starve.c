@@ -87,10 +87,10 @@ static int o_dedup_find(void *ctx, const uint8_t *hash, uint64_t *id, uint64_t *
 	return -ENOENT;
 }
 
-static int o_sync(void *ctx, int (*flush)(void *arg), void *arg)
+static int o_sync(void *ctx, int (*flush)(void *arg), void *arg, bool power)
 {
-	(void)ctx;
-	return flush(arg);
+	(void)ctx, (void)power;
+	return flush ? flush(arg) : 0;
 }
 
 static uint64_t o_cycle_period(void *ctx)

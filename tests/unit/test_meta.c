@@ -27,7 +27,7 @@ static struct fs_meta *open_store(const char *dir, size_t bs, bool given, int ex
 	struct fs_meta *m = NULL;
 	char id[40], err[512] = "";
 	size_t b = bs;
-	int ret = meta_open(&m, dir, &b, given, 0, 0, id, err, sizeof(err));
+	int ret = meta_open(&m, dir, &b, given, false, 0, 0, id, err, sizeof(err));
 
 	if (ret != expect) {
 		fprintf(stderr, "meta_open: %d (%s), expected %d\n", ret, err, expect);
@@ -413,13 +413,13 @@ static void check_sync_order(struct fs_meta *m)
 	struct during_flush d = {.m = m, .ino = meta_new_ino(m)};
 	uint64_t before;
 
-	CHECK_EQ(meta_sync(m, NULL, NULL), 0);
+	CHECK_EQ(meta_sync(m, NULL, NULL, true), 0);
 	CHECK_EQ(meta_durable_commit(m), meta_last_commit(m));
 	put_file(m, d.ino); /* a commit for the next sync to record */
 	before = meta_last_commit(m);
 	CHECK(before > meta_durable_commit(m));
 
-	CHECK_EQ(meta_sync(m, commit_during_flush, &d), 0);
+	CHECK_EQ(meta_sync(m, commit_during_flush, &d, true), 0);
 	CHECK_EQ(d.calls, 1);
 	CHECK_EQ(d.last_at_flush, before); /* the flush came after the choice... */
 	CHECK_EQ(meta_last_commit(m), before + 1);
@@ -427,21 +427,47 @@ static void check_sync_order(struct fs_meta *m)
 
 	/* The next sync records it; with nothing new, none flushes again. */
 	d.calls = 0;
-	CHECK_EQ(meta_sync(m, NULL, NULL), 0);
+	CHECK_EQ(meta_sync(m, NULL, NULL, true), 0);
 	CHECK_EQ(meta_durable_commit(m), before + 1);
 	d.ino = meta_new_ino(m);
-	CHECK_EQ(meta_sync(m, commit_during_flush, &d), 0);
+	CHECK_EQ(meta_sync(m, commit_during_flush, &d, true), 0);
 	CHECK_EQ(d.calls, 0);
 
 	/* A flush that fails records nothing and says so. */
 	d.ret = -EIO;
 	put_file(m, d.ino);
-	CHECK_EQ(meta_sync(m, commit_during_flush, &d), -EIO);
+	CHECK_EQ(meta_sync(m, commit_during_flush, &d, true), -EIO);
 	CHECK_EQ(d.calls, 1);
 	CHECK_EQ(meta_durable_commit(m), before + 1);
 	d.ret = 0;
-	CHECK_EQ(meta_sync(m, NULL, NULL), 0);
+	CHECK_EQ(meta_sync(m, NULL, NULL, true), 0);
 	CHECK_EQ(meta_durable_commit(m), meta_last_commit(m));
+}
+
+/*
+ * scratch=on's sync points (power false) record their commit without a
+ * flush. The stop's (power true) must still flush the devices when
+ * nothing was committed since: the record and the blocks it names were
+ * never flushed. After that, with nothing new, none flushes again.
+ */
+static void check_sync_power(struct fs_meta *m)
+{
+	struct during_flush d = {.m = m, .ino = meta_new_ino(m)};
+
+	put_file(m, d.ino);
+	CHECK_EQ(meta_sync(m, NULL, NULL, false), 0);
+	CHECK_EQ(meta_durable_commit(m), meta_last_commit(m));
+	d.ino = meta_new_ino(m);
+	CHECK_EQ(meta_sync(m, commit_during_flush, &d, true), 0);
+	CHECK_EQ(d.calls, 1);
+	CHECK_EQ(meta_durable_commit(m), meta_last_commit(m) - 1);
+	CHECK_EQ(meta_sync(m, NULL, NULL, true), 0); /* records the flush's commit */
+	d.calls = 0;
+	CHECK_EQ(meta_sync(m, commit_during_flush, &d, true), 0);
+	CHECK_EQ(d.calls, 0);
+	/* A sync without power over a flushed record asks for no flush either. */
+	CHECK_EQ(meta_sync(m, commit_during_flush, &d, false), 0);
+	CHECK_EQ(d.calls, 0);
 }
 
 /*
@@ -700,6 +726,7 @@ int main(void)
 	CHECK_EQ(meta_xattr_get(m, txn, f1, "user.bb", buf, sizeof(buf), &len), -ENODATA);
 	meta_abort(txn);
 	check_sync_order(m);
+	check_sync_power(m);
 	check_sparse_maps(m);
 	meta_close(m);
 	locvec_free(&freed);

@@ -113,7 +113,7 @@ static struct fs_meta *open_store(const char *dir)
 	char id[40], err[512] = "";
 	size_t bs = 1 << 20;
 
-	if (meta_open(&m, dir, &bs, false, 0, 0, id, err, sizeof(err)) != 0) {
+	if (meta_open(&m, dir, &bs, false, false, 0, 0, id, err, sizeof(err)) != 0) {
 		fprintf(stderr, "meta_open %s: %s\n", dir, err);
 		exit(1);
 	}

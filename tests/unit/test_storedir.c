@@ -202,19 +202,19 @@ static void meta_folder(void)
 	CHECK_EQ(symlink(at("victim"), at("meta/lock.mdb")), 0);
 	CHECK_EQ(meta_check_folder(dir, err, sizeof(err)), -ELOOP);
 	CHECK(strstr(err, "lock.mdb is a symbolic link"));
-	CHECK_EQ(meta_open(&m, dir, &bs, false, 0, 0, id, err, sizeof(err)), -ELOOP);
+	CHECK_EQ(meta_open(&m, dir, &bs, false, false, 0, 0, id, err, sizeof(err)), -ELOOP);
 	CHECK(file_is(at("victim"), "root's own"));
 	CHECK(access(at("meta/data.mdb"), F_OK) < 0 && access(at("meta/lock"), F_OK) < 0);
 	CHECK_EQ(unlink(at("meta/lock.mdb")), 0);
 
 	/* A folder writable by others: refused by meta_open too, nothing made. */
 	CHECK_EQ(chmod(dir, 0777), 0);
-	CHECK_EQ(meta_open(&m, dir, &bs, false, 0, 0, id, err, sizeof(err)), -EPERM);
+	CHECK_EQ(meta_open(&m, dir, &bs, false, false, 0, 0, id, err, sizeof(err)), -EPERM);
 	CHECK(access(at("meta/lock"), F_OK) < 0);
 	CHECK_EQ(chmod(dir, 0700), 0);
 
 	/* A store: its files are 600, and a second look at the folder passes. */
-	CHECK_EQ(meta_open(&m, dir, &bs, false, 0, 0, id, err, sizeof(err)), 0);
+	CHECK_EQ(meta_open(&m, dir, &bs, false, false, 0, 0, id, err, sizeof(err)), 0);
 	meta_close(m);
 	const char *names[] = {"meta/data.mdb", "meta/lock.mdb", "meta/lock"};
 	for (size_t i = 0; i < 3; i++) {
@@ -228,7 +228,7 @@ static void meta_folder(void)
 
 	/* A store file opened up to others afterwards is refused. */
 	CHECK_EQ(chmod(at("meta/data.mdb"), 0644), 0);
-	CHECK_EQ(meta_open(&m, dir, &bs, false, 0, 0, id, err, sizeof(err)), -EPERM);
+	CHECK_EQ(meta_open(&m, dir, &bs, false, false, 0, 0, id, err, sizeof(err)), -EPERM);
 	CHECK(strstr(err, "data.mdb is open to group or others"));
 	CHECK(!meta_store_exists(dir));
 	CHECK_EQ(chmod(at("meta/data.mdb"), 0600), 0);

@@ -313,6 +313,7 @@ class Bench:
 
     def start_target(self, kind, dram=None):
         """Make a fresh directory for a target; mount it if it is FUSE.
+        A tensorfs kind ending in -scratch mounts with scratch=on.
 
         Returns (directory, handle) or (None, None) on failure."""
         base = self.fresh(kind)
@@ -333,7 +334,9 @@ class Bench:
             meta = os.path.join(base, "meta")
             os.mkdir(nvme)
             opts = "nvme=%s,meta=%s,dram=%s" % (nvme, meta, fmt_size(dram))
-            daemon = self.args.tensorfs_base if kind == "tfs-base" \
+            if kind.endswith("-scratch"):
+                opts += ",scratch=on"
+            daemon = self.args.tensorfs_base if kind.startswith("tfs-base") \
                 else self.args.tensorfs
             cmd = [daemon, "-f", "-o", opts, mnt]
         if not self.mount(cmd, mnt, logpath):

@@ -32,7 +32,8 @@ HELP = """\
          Default --params 7e8 --sub-group-size 1e8 --iters 3: about 8.4 GB
          of fp32 weights, m and v plus 2.8 GB of gradients, against
          --swap-dram 3G, so the optimizer state is more than twice the DRAM
-         tier. Targets: raw and tfs (dram = --swap-dram); add
+         tier. Targets: raw, tfs (dram = --swap-dram) and tfs-scratch (the
+         same with scratch=on: sync points flush no drive); add
          passthrough_ll with --targets raw,tfs,passthrough_ll, and
          tfs-base, the daemon of --tensorfs-base (another build, taking
          turns with tfs: an A/B of a change). One
@@ -48,8 +49,8 @@ HELP = """\
 
 TOOLS = []
 
-SWAP_TARGETS = ["raw", "tfs", "tfs-base", "passthrough_ll"]
-SWAP_DEFAULT_TARGETS = ["raw", "tfs"]
+SWAP_TARGETS = ["raw", "tfs", "tfs-scratch", "tfs-base", "passthrough_ll"]
+SWAP_DEFAULT_TARGETS = ["raw", "tfs", "tfs-scratch"]
 
 SWAP_DEFAULT_REPS = 1
 
@@ -419,6 +420,8 @@ def run(bench, args, have_tfs):
     targets = pick_targets(args, SWAP_TARGETS, SWAP_DEFAULT_TARGETS)
     reps = args.reps or SWAP_DEFAULT_REPS
     descriptions["tfs"] = "tensorfs, dram=%s" % fmt_size(args.swap_dram)
+    descriptions["tfs-scratch"] = "tensorfs, dram=%s,scratch=on" \
+        % fmt_size(args.swap_dram)
     descriptions["tfs-base"] = "tensorfs of --tensorfs-base (%s), dram=%s" \
         % (args.tensorfs_base, fmt_size(args.swap_dram))
     if "tfs-base" in targets and not (
