@@ -36,7 +36,8 @@ HELP = """\
          same with scratch=on: sync points flush no drive); add
          passthrough_ll with --targets raw,tfs,passthrough_ll, and
          tfs-base, the daemon of --tensorfs-base (another build, taking
-         turns with tfs: an A/B of a change). One
+         turns with tfs: an A/B of a change; tfs-base-scratch, the same
+         with scratch=on). One
          repetition by default: each run takes minutes and already reports
          the median of its steady iterations (2..N). For tfs targets it
          also reports, from the mount's stats after each iteration, the
@@ -49,7 +50,8 @@ HELP = """\
 
 TOOLS = []
 
-SWAP_TARGETS = ["raw", "tfs", "tfs-scratch", "tfs-base", "passthrough_ll"]
+SWAP_TARGETS = ["raw", "tfs", "tfs-scratch", "tfs-base", "tfs-base-scratch",
+                "passthrough_ll"]
 SWAP_DEFAULT_TARGETS = ["raw", "tfs", "tfs-scratch"]
 
 SWAP_DEFAULT_REPS = 1
@@ -424,7 +426,8 @@ def run(bench, args, have_tfs):
         % fmt_size(args.swap_dram)
     descriptions["tfs-base"] = "tensorfs of --tensorfs-base (%s), dram=%s" \
         % (args.tensorfs_base, fmt_size(args.swap_dram))
-    if "tfs-base" in targets and not (
+    descriptions["tfs-base-scratch"] = descriptions["tfs-base"] + ",scratch=on"
+    if any(t.startswith("tfs-base") for t in targets) and not (
             args.tensorfs_base and os.access(args.tensorfs_base, os.X_OK)):
         die("target tfs-base needs --tensorfs-base PATH, a tensorfs "
             "binary to run")
