@@ -931,11 +931,6 @@ bool meta_is_new(const struct fs_meta *m)
 	return m->created && !m->emptied;
 }
 
-bool meta_was_emptied(const struct fs_meta *m)
-{
-	return m->emptied;
-}
-
 unsigned meta_upgraded_from(const struct fs_meta *m)
 {
 	return m->upgraded_from;

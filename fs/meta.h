@@ -124,13 +124,12 @@ struct meta_holder {
 	char point[PATH_MAX]; /* the mount point the state is about */
 };
 void meta_read_holder(int fd, struct meta_holder *h);
-/* True when meta_open created the store (not when it emptied one: meta_was_emptied). */
-bool meta_is_new(const struct fs_meta *m);
 /*
- * True when meta_open found that the store ran with scratch=on and the
- * machine stopped under it, and so made it afresh, empty, under its old id.
+ * True when meta_open created the store; not when it emptied one that ran
+ * with scratch=on and the machine stopped under (meta_scratch.c): that
+ * store's devices are still its own.
  */
-bool meta_was_emptied(const struct fs_meta *m);
+bool meta_is_new(const struct fs_meta *m);
 /* The format meta_open found, when it upgraded the store from it; else 0. */
 unsigned meta_upgraded_from(const struct fs_meta *m);
 /* Close and delete a store this start created, after a failed start. */
