@@ -21,6 +21,7 @@
 #                 request waits MS (default 0) and is counted; S3_ENDPOINT
 #                 becomes the proxy's, S3_PROXY_LOG its log (a line each)
 #   s3_proxy_count [METHOD]  requests the proxy has seen (of one method)
+#   settle DESC TEST  wait (20 s at most) until TEST holds, else fail
 
 . "$(dirname "${BASH_SOURCE[0]}")/../mount/lib.sh"
 
@@ -148,6 +149,17 @@ s3_proxy_count() {
 # s3_mount_opts PREFIX: options for a remote tier under PREFIX in the bucket.
 s3_mount_opts() {
 	echo "remote=s3://$S3_BUCKET/$1,endpoint=$S3_ENDPOINT,region=$S3_REGION"
+}
+
+# settle DESC TEST: wait (20 s at most) until the shell test TEST holds;
+# else fail with DESC and what the command in SETTLE_DETAIL (when set) prints.
+settle() {
+	local i
+	for i in $(seq 1 200); do
+		eval "$2" && return 0
+		sleep 0.1
+	done
+	fail "$1${SETTLE_DETAIL:+ ($(eval "$SETTLE_DETAIL"))}"
 }
 
 # s3_secret_leaks FILE...: fail if a file holds the secret or the key id.

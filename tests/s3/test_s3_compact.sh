@@ -36,16 +36,8 @@ bucket_objects() {
 	find "$OBJDIR" -path '*/pk/*' -name '*._S3rver_object' | wc -l
 }
 
-# settle DESC TEST: wait (20 s at most) until the shell test TEST holds.
-settle() {
-	local i
-	for i in $(seq 1 200); do
-		eval "$2" && return 0
-		sleep 0.1
-	done
-	fail "$1 (objects $(stat_s3 objects), in the bucket $(bucket_objects)," \
-		"dead $(stat_s3 dead_bytes) bytes, compacted $(stat_s3 compacted_objects))"
-}
+# What a settle that timed out says (lib_s3.sh).
+SETTLE_DETAIL='echo "objects $(stat_s3 objects), in the bucket $(bucket_objects), dead $(stat_s3 dead_bytes) bytes, compacted $(stat_s3 compacted_objects)"'
 
 tfs_mount "$OPTS"
 head -c 32M /dev/urandom >"$T/model"

@@ -28,15 +28,8 @@ bucket_objects() {
 	find "$OBJDIR" -path '*/pk/*' -name '*._S3rver_object' 2>/dev/null | wc -l
 }
 
-# settle DESC TEST: wait (20 s at most) until the shell test TEST holds.
-settle() {
-	local i
-	for i in $(seq 1 200); do
-		eval "$2" && return 0
-		sleep 0.1
-	done
-	fail "$1 (in the bucket $(bucket_objects))"
-}
+# What a settle that timed out says (lib_s3.sh).
+SETTLE_DETAIL='echo "in the bucket $(bucket_objects)"'
 
 echo "1. 32 MiB flushed to s3"
 tfs_mount "$OPTS"
