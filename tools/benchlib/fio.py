@@ -32,16 +32,17 @@ HELP = """\
            read       sequential read of the file, after
                       `sync; echo 3 > /proc/sys/vm/drop_caches`
          Targets: raw, tfs-bigdram (dram = 1.5 x size), tfs-smalldram
-         (dram = size / 4), passthrough_ll, and tfs-base-smalldram, the
-         daemon of --tensorfs-base with dram = size / 4 (an A/B of a
-         change, taking turns with tfs-smalldram).
+         (dram = size / 4), tfs-smalldram-scratch (the same with
+         scratch=on: sync points flush no drive), passthrough_ll, and
+         tfs-base-smalldram, the daemon of --tensorfs-base with dram =
+         size / 4 (an A/B of a change, taking turns with tfs-smalldram).
 """
 
 TOOLS = ["fio"]
 
-FIO_TARGETS = ["raw", "tfs-bigdram", "tfs-smalldram", "passthrough_ll",
-               "tfs-base-smalldram"]
-FIO_DEFAULT_TARGETS = FIO_TARGETS[:4]
+FIO_TARGETS = ["raw", "tfs-bigdram", "tfs-smalldram", "tfs-smalldram-scratch",
+               "passthrough_ll", "tfs-base-smalldram"]
+FIO_DEFAULT_TARGETS = FIO_TARGETS[:5]
 
 FIO_DEFAULT_REPS = 3
 
@@ -72,9 +73,12 @@ def fio_turn(bench, target):
     size = bench.args.size
     dram = {"tfs-bigdram": size * 3 // 2,
             "tfs-smalldram": size // 4,
+            "tfs-smalldram-scratch": size // 4,
             "tfs-base-smalldram": size // 4}.get(target)
     kind = "tfs-base" if target.startswith("tfs-base") else \
         "tfs" if target.startswith("tfs") else target
+    if target.endswith("-scratch"):
+        kind += "-scratch"  # start_target mounts it with scratch=on
     directory, handle = bench.start_target(kind, dram)
     res = {}
     if directory is None:
@@ -245,6 +249,9 @@ def run(bench, args, have_tfs):
     descriptions["tfs-smalldram"] = (
         "tensorfs, dram=%s (1/4 of the file): reads come mostly from "
         "the nvme folder" % fmt_size(args.size // 4))
+    descriptions["tfs-smalldram-scratch"] = (
+        descriptions["tfs-smalldram"] + "; scratch=on: its sync points "
+        "flush no drive")
     need = args.size * 2 + (1 << 30)
     if "tfs-base-smalldram" in targets and not (
             args.tensorfs_base and os.access(args.tensorfs_base, os.X_OK)):
