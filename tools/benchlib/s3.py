@@ -15,7 +15,7 @@ import time
 
 from .fio import fio_job
 from .remote import REMOTE_HELP, add_tier_options, run_remote
-from .runner import (REPO, add_size_option, cell, dedup_hits, dev_bytes,
+from .runner import (REPO, add_size_option, proc_cpu_s, cell, dedup_hits, dev_bytes,
                      drop_caches, fmt_size, log, medians, parse_size, plural,
                      ratio, ratio_rows, run_group)
 
@@ -33,7 +33,9 @@ HELP = REMOTE_HELP + """\
                --s3-rand-reads (1G) of it. s3fs is the Debian package
                (apt-get install s3fs); without it s3fs is reported as not
                run and the bench exits non-zero. Also the client CPU
-               seconds per GB (the daemon's, from /proc/PID/stat) and, with
+               seconds per GB (the daemon's, from /proc/PID/stat), the
+               server's (s3rver's and the proxy's, which run on the
+               same cores) and, with
                --s3-latency-ms MS, the requests per GB: tools/s3proxy.js
                between the clients and s3rver holds each request MS before
                passing it on, as a region's first byte comes late, and
@@ -237,6 +239,7 @@ def s3_proxy_start(bench):
             port = int(m.group(1))
             bench.s3["endpoint"] = "http://127.0.0.1:%d" % port
             bench.s3["proxy_log"] = reqlog
+            bench.s3["proxy_proc"] = proc
             return None
         if proc.poll() is not None:
             bench.show_log(logpath)
@@ -254,6 +257,23 @@ def s3_requests(bench):
         return sum(1 for _ in f)
 
 
+def server_cpu(bench):
+    """CPU seconds s3rver and the proxy (when there is one) have used so
+    far, from /proc/PID/stat: the server side of every s3 figure, on the
+    same cores as the clients. None without a server."""
+    if not bench.s3:
+        return None
+    total = 0.0
+    for proc in (bench.s3.get("proc"), bench.s3.get("proxy_proc")):
+        if proc is None:
+            continue
+        cpu = proc_cpu_s(proc.pid)
+        if cpu is None:
+            return None
+        total += cpu
+    return total
+
+
 def s3_source(bench, size, name="s3-source.dat"):
     """A file of size random bytes on --dir (random: tensorfs stores
     an all-zero block as a hole, and shares a block it has already)."""
@@ -268,21 +288,27 @@ def s3_source(bench, size, name="s3-source.dat"):
 
 def s3_step(bench, handle, res, step, size, run):
     """Run one timed step; record its MB/s, the requests the proxy saw
-    during it and the daemon's CPU seconds. False on failure."""
+    during it, the daemon's CPU seconds and the server's (s3rver and
+    the proxy). False on failure."""
     req0, cpu0 = s3_requests(bench), bench.daemon_cpu(handle)
+    srv0 = server_cpu(bench)
     mbs = run()
     if mbs is None:
         return False
     req1, cpu1 = s3_requests(bench), bench.daemon_cpu(handle)
+    srv1 = server_cpu(bench)
     res[step] = mbs
+    if srv0 is not None and srv1 is not None:
+        res[step + "_srv_gb"] = (srv1 - srv0) * 1e9 / size
     if req0 is not None and req1 is not None:
         res[step + "_req_gb"] = (req1 - req0) * 1e9 / size
     if cpu0 is not None and cpu1 is not None:
         res[step + "_cpu_gb"] = (cpu1 - cpu0) * 1e9 / size
-    log("  %-15s %-10s %8.1f MB/s  %s requests/GB  %s CPU s/GB"
+    log("  %-15s %-10s %8.1f MB/s  %s requests/GB  %s CPU s/GB  %s server CPU s/GB"
         % (handle["kind"], step, mbs,
            cell(res.get(step + "_req_gb"), "%.0f"),
-           cell(res.get(step + "_cpu_gb"), "%.2f")))
+           cell(res.get(step + "_cpu_gb"), "%.2f"),
+           cell(res.get(step + "_srv_gb"), "%.2f")))
     return True
 
 
@@ -455,7 +481,9 @@ def s3_report(results, args, reps, skipped):
                 row.append(ratio(meds[t][st + sfx], base.get(st + sfx)))
             out.append(" | ".join(row) + " |")
     out.append("")
-    out.append("Every repetition (MB/s, requests/GB, CPU s/GB; tensorfs: "
+    out.append("Every repetition (MB/s, requests/GB, CPU s/GB, and the "
+               "server's CPU s/GB: s3rver's and the proxy's, which share "
+               "this machine's cores with the client; tensorfs: "
                "also MiB its s3 tier wrote and read, and its own count of "
                "HTTP requests, from `.tensorfs/stats`):")
     out.append("")
@@ -464,9 +492,10 @@ def s3_report(results, args, reps, skipped):
     for t, rs in results.items():
         for st in steps:
             out.append("| %s | %s | %s |" % (t, st, "; ".join(
-                "%s, %s, %s" % (cell(r.get(st)),
-                                cell(r.get(st + "_req_gb"), "%.0f"),
-                                cell(r.get(st + "_cpu_gb"), "%.2f"))
+                "%s, %s, %s, %s" % (cell(r.get(st)),
+                                    cell(r.get(st + "_req_gb"), "%.0f"),
+                                    cell(r.get(st + "_cpu_gb"), "%.2f"),
+                                    cell(r.get(st + "_srv_gb"), "%.2f"))
                 for r in rs)))
         if t == "tfs-s3":
             out.append("| %s | dedup hits | %s |" % (t, ", ".join(

@@ -11,7 +11,7 @@ from .remote import REMOTE_HELP, add_tier_options, run_remote, tier_caps
 from .runner import (cell, dedup_hits, dev_bytes, each_rep_table, fmt_devs,
                      fmt_size, log, plural)
 from .s3 import (add_s3_server_options, s3_opts, s3_proxy_note, s3_requests,
-                 s3_start)
+                 s3_start, server_cpu)
 from .swap import (SWAPPERS, add_model_options, add_swapbench_options,
                    per_iter_note, set_swap_dir_flag, swap_table, swapbench,
                    swapper_runs)
@@ -60,6 +60,7 @@ def swap_remote_turn(bench, target):
 
     def run(directory, handle, swapper):
         req0, cpu0 = s3_requests(bench), bench.daemon_cpu(handle)
+        srv0 = server_cpu(bench) if s3 else None
         out = swapbench(bench, directory, swapper,
                         params=a.swap_remote_params,
                         sub_group_size=a.swap_remote_sgs)
@@ -71,6 +72,9 @@ def swap_remote_turn(bench, target):
             out["s3_requests"] = req1 - req0
         if cpu0 is not None and cpu1 is not None:
             out["cpu"] = cpu1 - cpu0
+        srv1 = server_cpu(bench) if srv0 is not None else None
+        if srv1 is not None:
+            out["srv_cpu"] = srv1 - srv0
         out["dev_read"] = dev_bytes(st, "read_bytes")
         out["dev_write"] = dev_bytes(st, "write_bytes")
         out["dedup"] = dedup_hits(st)
@@ -106,9 +110,11 @@ def swap_remote_report(results, args, reps, skipped):
     out += per_iter_note(results, "swapbench checked what it read back.")
     out.append("Every run (steady s/iter; GB each device read and wrote over "
                "the whole run, from `.tensorfs/stats` before the unmount; the "
-               "daemon's CPU seconds over the run, from /proc/PID/stat%s):"
+               "daemon's CPU seconds over the run, from /proc/PID/stat%s"
                % ("" if args.s3_latency_ms is None else
-                  "; for tfs-nvme+s3, the requests the proxy saw"))
+                  "; for tfs-nvme+s3, the requests the proxy saw") +
+               "; for tfs-nvme+s3, the CPU seconds of s3rver and the proxy, "
+               "which run on the same cores):")
     out.append("")
     out += each_rep_table(results, "swapper", SWAPPERS, run_cell)
     out.append("")
@@ -120,14 +126,16 @@ def run_cell(rep, swapper):
     x = rep.get(swapper)
     if x is None:
         return "failed"
-    return ("%.2f s; read %s; written %s; dedup hits %s%s%s"
+    return ("%.2f s; read %s; written %s; dedup hits %s%s%s%s"
             % (x["s"], fmt_devs(x.get("dev_read"), 1e9, "%.1f"),
                fmt_devs(x.get("dev_write"), 1e9, "%.1f"),
                cell(x.get("dedup"), "%d"),
                "" if x.get("cpu") is None else
                "; daemon CPU %.1f s" % x["cpu"],
                "" if x.get("s3_requests") is None else
-               "; %d s3 requests" % x["s3_requests"]))
+               "; %d s3 requests" % x["s3_requests"],
+               "" if x.get("srv_cpu") is None else
+               "; s3rver and proxy CPU %.1f s" % x["srv_cpu"]))
 
 
 def prepare(bench, args, targets, skipped):
