@@ -462,8 +462,21 @@ int dev_start(struct tb_dev *d)
 
 	if (ret == 0 && d->eng->thread)
 		ret = -pthread_create(&d->thread, NULL, d->eng->thread, d);
-	if (ret == 0)
+	if (ret == 0) {
 		d->running = true;
+		return 0;
+	}
+	/*
+	 * What the start began ends before the error goes up: a pool's
+	 * first threads, when a later one or the engine's thread could not
+	 * be made, would otherwise run on in a device that is freed.
+	 */
+	if (d->eng->stop) {
+		pthread_mutex_lock(&d->lock);
+		d->stopping = true;
+		pthread_mutex_unlock(&d->lock);
+		d->eng->stop(d);
+	}
 	return ret;
 }
 

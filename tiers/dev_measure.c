@@ -162,13 +162,6 @@ int dev_fs_room(struct tb_dev *d, uint64_t *free_bytes, uint64_t *slab_bytes)
 }
 
 /*
- * The slots d can take without its filesystem running out: the free
- * space (dev_fs_room) and the slab's own space that no slot uses. Looked at
- * every ROOM_REFRESH_NS at most, and counted down by the slots taken
- * since. The capacity set at mount holds where the filesystem's space is
- * not followed (pfs, s3: UINT64_MAX). Lock held.
- */
-/*
  * Say once that d is full (no new block fits: why), and once that it has
  * room again; at most once in 10 s each, should it go to and fro. Lock held.
  */
@@ -185,6 +178,13 @@ void dev_full_note(struct tb_dev *d, bool full, const char *why)
 		log_info("%s (%s): has room again; new blocks go there", d->name, d->where);
 }
 
+/*
+ * The slots d can take without its filesystem running out: the free
+ * space (dev_fs_room) and the slab's own space that no slot uses. Looked at
+ * every ROOM_REFRESH_NS at most, and counted down by the slots taken
+ * since. The capacity set at mount holds where the filesystem's space is
+ * not followed (pfs, s3: UINT64_MAX). Lock held.
+ */
 static uint64_t room_locked(struct tb_dev *d, uint64_t now)
 {
 	uint64_t free_bytes, slab_bytes, slab_slots, taken;
