@@ -15,9 +15,9 @@ import time
 
 from .fio import fio_job
 from .remote import REMOTE_HELP, add_tier_options, run_remote
-from .runner import (REPO, add_size_option, proc_cpu_s, cell, dedup_hits, dev_bytes,
+from .runner import (REPO, add_size_option, cell, dedup_hits, dev_bytes,
                      drop_caches, fmt_size, log, medians, parse_size, plural,
-                     ratio, ratio_rows, run_group)
+                     proc_cpu_s, ratio, ratio_rows, run_group)
 
 
 MATRIX = "s3"
@@ -304,7 +304,8 @@ def s3_step(bench, handle, res, step, size, run):
         res[step + "_req_gb"] = (req1 - req0) * 1e9 / size
     if cpu0 is not None and cpu1 is not None:
         res[step + "_cpu_gb"] = (cpu1 - cpu0) * 1e9 / size
-    log("  %-15s %-10s %8.1f MB/s  %s requests/GB  %s CPU s/GB  %s server CPU s/GB"
+    log("  %-15s %-10s %8.1f MB/s  %s requests/GB  %s CPU s/GB  "
+        "%s server CPU s/GB"
         % (handle["kind"], step, mbs,
            cell(res.get(step + "_req_gb"), "%.0f"),
            cell(res.get(step + "_cpu_gb"), "%.2f"),
@@ -455,26 +456,30 @@ def s3_report(results, args, reps, skipped):
                                           for st in steps) + " |")
     out.append("| --- |" + " ---: | ---: |" * len(steps))
     meds = medians(results, [st + sfx for st in steps
-                             for sfx in ("", "_req_gb", "_cpu_gb")])
+                             for sfx in ("", "_req_gb", "_cpu_gb",
+                                         "_srv_gb")])
     base = meds.get("s3fs", {})
     out += ratio_rows(meds, results, skipped, steps, base)
     out.append("")
     out.append("Client CPU seconds per GB moved: the daemon's (tensorfs, "
-               "s3fs) user + system time from /proc/PID/stat over the step.%s"
-               " Medians; x s3fs as above."
+               "s3fs) user + system time from /proc/PID/stat over the step; "
+               "server CPU, s3rver's and the proxy's, which run on the same "
+               "cores.%s Medians; x s3fs as above."
                % (" Requests per GB: counted at the proxy, which sees every "
                   "request, over the step." if args.s3_latency_ms is not None
                   else ""))
     out.append("")
-    cols = ["CPU s/GB"] if args.s3_latency_ms is None else \
-        ["requests/GB", "CPU s/GB"]
+    cols = ["CPU s/GB", "server CPU s/GB"]
+    if args.s3_latency_ms is not None:
+        cols.insert(0, "requests/GB")
     out.append("| target | step | " + " | ".join("%s | x s3fs" % c
                                                  for c in cols) + " |")
     out.append("| --- | --- |" + " ---: | ---: |" * len(cols))
     for t in results:
         for st in steps:
             row = ["| %s | %s" % (t, st)]
-            for sfx, fmt in (("_req_gb", "%.0f"), ("_cpu_gb", "%.2f")):
+            for sfx, fmt in (("_req_gb", "%.0f"), ("_cpu_gb", "%.2f"),
+                             ("_srv_gb", "%.2f")):
                 if sfx == "_req_gb" and args.s3_latency_ms is None:
                     continue
                 row.append(cell(meds[t][st + sfx], fmt))
