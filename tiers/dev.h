@@ -139,6 +139,8 @@ struct tb_dev {
 	 */
 	bool track_room;
 	uint64_t room_slots, room_used, room_ns, full_room;
+	uint64_t room_fs_slots; /* of room_slots, its filesystem's free space */
+	uint64_t fs_dev;	/* st_dev of the slab's filesystem (track_room) */
 	bool said_full; /* the log said it is full, and not yet that it has room again */
 	long full_log_sec, room_log_sec;
 	struct err_recent recent; /* errors of the last HEALTH_WINDOW_S */
@@ -214,6 +216,14 @@ int dev_mark(struct tb_dev *d, uint64_t slot);
  * others, who may fill it after the mount).
  */
 uint64_t dev_free_slots(struct tb_dev *d);
+/*
+ * dev_free_slots, and for an nvme folder whose filesystem's space is
+ * followed (else *fs_slots is UINT64_MAX): its room (the slots its
+ * filesystem and its slab can still take) and, of that, its
+ * filesystem's free space, so that folders sharing one filesystem are
+ * not counted as having its space each.
+ */
+uint64_t dev_free_parts(struct tb_dev *d, uint64_t *room, uint64_t *fs_slots);
 /*
  * Where d's room comes from, for counting a filesystem that holds several
  * devices once: its filesystem (st_dev of the slab), that filesystem's

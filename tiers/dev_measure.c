@@ -195,8 +195,9 @@ static uint64_t room_locked(struct tb_dev *d, uint64_t now)
 		d->room_ns = now;
 		if (dev_fs_room(d, &free_bytes, &slab_bytes) == 0) {
 			slab_slots = slab_bytes / d->block_size;
+			d->room_fs_slots = free_bytes / d->block_size;
 			d->room_slots =
-			    free_bytes / d->block_size +
+			    d->room_fs_slots +
 			    (slab_slots > d->alloc.used ? slab_slots - d->alloc.used : 0);
 			d->room_used = d->alloc.used;
 			dev_full_note(d, d->full || !d->room_slots, "its filesystem has no room left");
@@ -302,6 +303,18 @@ uint64_t dev_free_slots(struct tb_dev *d)
 
 	pthread_mutex_lock(&d->lock);
 	n = usable(d) ? free_locked(d) : 0;
+	pthread_mutex_unlock(&d->lock);
+	return n;
+}
+
+uint64_t dev_free_parts(struct tb_dev *d, uint64_t *room, uint64_t *fs_slots)
+{
+	uint64_t n;
+
+	pthread_mutex_lock(&d->lock);
+	n = usable(d) ? free_locked(d) : 0;
+	*room = room_locked(d, dev_now_ns());
+	*fs_slots = d->track_room && d->fd >= 0 ? d->room_fs_slots : UINT64_MAX;
 	pthread_mutex_unlock(&d->lock);
 	return n;
 }

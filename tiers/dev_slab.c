@@ -387,6 +387,7 @@ static int open_slab(struct tb_dev *d, const char *what, const char *dir, bool d
 		return -EROFS;
 	}
 	d->slab_end = (uint64_t)st.st_size;
+	d->fs_dev = (uint64_t)st.st_dev;
 	fs_bytes = (uint64_t)vfs.f_blocks * vfs.f_frsize;
 	free_bytes = (uint64_t)vfs.f_bavail * vfs.f_frsize;
 	slab_bytes = (uint64_t)st.st_blocks * 512;

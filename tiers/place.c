@@ -29,10 +29,43 @@
 
 uint64_t place_avail(struct tb_store *s)
 {
-	uint64_t free_slots = 0;
+	uint64_t free[TB_MAX_DEVS], room[TB_MAX_DEVS], fs[TB_MAX_DEVS], free_slots = 0;
+	bool counted[TB_MAX_DEVS] = {false};
 
 	for (unsigned i = 0; i < s->n_devs; i++)
-		free_slots += dev_free_slots(s->dev[i]);
+		free[i] = dev_free_parts(s->dev[i], &room[i], &fs[i]);
+	/*
+	 * Folders on one filesystem each see all of its free space: together
+	 * they can take it once, and each slab's own unused space. Each one's
+	 * room is the filesystem's free space (as it last looked) and its own
+	 * slab's, less what it took since, so the group's is the sum of
+	 * theirs less all but one look at the filesystem (the largest, so
+	 * that looks at different moments never count too much). Counted
+	 * apart, two nvme folders on one disk (a second drive that did not
+	 * mount) let writers reserve twice its space, and the blocks over it
+	 * waited in DRAM for a write-back that could never be.
+	 */
+	for (unsigned i = 0; i < s->n_devs; i++) {
+		uint64_t sum = free[i], rooms = room[i], fs_max = fs[i], n = 1;
+
+		if (counted[i])
+			continue;
+		for (unsigned j = i + 1; fs[i] != UINT64_MAX && j < s->n_devs; j++)
+			if (!counted[j] && fs[j] != UINT64_MAX &&
+			    s->dev[j]->fs_dev == s->dev[i]->fs_dev) {
+				counted[j] = true;
+				sum += free[j];
+				rooms += room[j];
+				fs_max = fs[j] > fs_max ? fs[j] : fs_max;
+				n++;
+			}
+		if (n > 1) {
+			uint64_t once = rooms > (n - 1) * fs_max ? rooms - (n - 1) * fs_max : 0;
+
+			sum = sum < once ? sum : once;
+		}
+		free_slots += sum;
+	}
 	return free_slots > s->reserved ? free_slots - s->reserved : 0;
 }
 
@@ -265,8 +298,8 @@ void tb_space(struct tb_store *s, uint64_t *total, uint64_t *avail)
 	if (over > *total)
 		over = *total;
 	*total -= over;
+	/* place_avail counts a shared filesystem once already. */
 	pthread_mutex_lock(&s->lock);
 	*avail = place_avail(s) * s->bs;
 	pthread_mutex_unlock(&s->lock);
-	*avail = *avail > over ? *avail - over : 0;
 }
