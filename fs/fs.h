@@ -123,6 +123,12 @@ struct fs {
 	pthread_mutex_t rate_lock;
 	uint64_t rate_ms, rate_rb[TB_MAX_DEVS + 1], rate_wb[TB_MAX_DEVS + 1];
 	double rate_rbps[TB_MAX_DEVS + 1], rate_wbps[TB_MAX_DEVS + 1];
+	/*
+	 * ctl.c: the control files' open snapshots, freed at release, or at the
+	 * unmount when the kernel's release did not reach the daemon before it
+	 */
+	pthread_mutex_t ctl_lock;
+	struct ctl_buf *ctl_open;
 	/* scrub.c: the last scrub's report, and whether one runs; scrub_lock */
 	pthread_mutex_t scrub_lock;
 	struct json_t *scrub_report;
@@ -251,7 +257,7 @@ void fs_ctl_root_stat(struct stat *st, uint64_t ino);
 /* ctl.c: what the /.tensorfs control files hold */
 void fs_ctl_open(struct fs *fs, fuse_req_t req, uint64_t ino, struct fuse_file_info *fi);
 void fs_ctl_read(fuse_req_t req, size_t size, off_t off, struct fuse_file_info *fi);
-void fs_ctl_release(fuse_req_t req, struct fuse_file_info *fi);
+void fs_ctl_release(struct fs *fs, fuse_req_t req, struct fuse_file_info *fi);
 /* The thread that samples each tier's byte counts once a second, for rates. */
 int fs_ctl_start(struct fs *fs);
 void fs_ctl_stop(struct fs *fs);

@@ -848,6 +848,7 @@ int main(int argc, char *argv[])
 	fs.attr_timeout = ATTR_TIMEOUT;
 	fs.entry_timeout = ENTRY_TIMEOUT;
 	pthread_mutex_init(&fs.rate_lock, NULL);
+	pthread_mutex_init(&fs.ctl_lock, NULL);
 	pthread_mutex_init(&fs.pin_lock, NULL);
 	pthread_cond_init(&fs.pin_cv, NULL);
 	fs_scrub_init(&fs);

@@ -304,7 +304,7 @@ void fs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	struct fs_inode *in;
 
 	if (fs_ctl_ino(ino)) {
-		fs_ctl_release(req, fi);
+		fs_ctl_release(fs, req, fi);
 		return;
 	}
 	/* Drop the open's reference, found again through the table. */
