@@ -72,6 +72,7 @@ struct learn_stream {
 	uint64_t last_end;    /* atomic: where its last touch ended (fs_learn_touch) */
 	uint64_t period;      /* files in its cycle; 0 while none is known */
 	uint64_t bytes, blocks, tails; /* of the files of one cycle (cycle_size) */
+	uint64_t written;     /* of those blocks, the ones of files the cycle writes */
 	uint64_t sized_n, sized_period; /* n and period when they were summed */
 	double confidence;    /* moving hit rate of the predictions */
 	uint64_t last_rec;    /* the learner's record count at its last record */
@@ -86,6 +87,7 @@ struct learn_file {
 	uint64_t size;
 	uint64_t use_end;    /* the furthest its current use reached, in bytes */
 	bool use_write;	     /* whether that use writes */
+	uint64_t written_n;  /* cycle_size: its stream's n when a write of it was seen in the period */
 	struct learn_file *next;
 };
 
@@ -326,11 +328,21 @@ static bool period_fits(const struct learn_stream *st, uint64_t p, uint64_t *cos
 	return match >= MATCH_SHARE * (double)window;
 }
 
-/* Sum the sizes of the files of one of st's periods, in bytes and in whole blocks. */
+/*
+ * Sum the sizes of the files of one of st's periods, in bytes and in whole
+ * blocks, and the blocks of those the period writes: a cycle that only
+ * reads needs no write-back depth beside what stays (update_keep).
+ */
 static void cycle_size(struct fs_learner *l, struct learn_stream *st)
 {
-	uint64_t sum = 0, blocks = 0, tails = 0;
+	uint64_t sum = 0, blocks = 0, tails = 0, written = 0;
 
+	for (uint64_t j = 1; j <= st->period; j++) {
+		struct learn_file *f;
+
+		if (written_at(st, st->n - j) && (f = file_find(l, at(st, st->n - j))))
+			f->written_n = st->n;
+	}
 	for (uint64_t j = 1; j <= st->period; j++) {
 		struct learn_file *f = file_find(l, at(st, st->n - j));
 
@@ -338,20 +350,24 @@ static void cycle_size(struct fs_learner *l, struct learn_stream *st)
 		if (f && f->st == st && f->last_pos == st->n - j) {
 			sum += f->size;
 			if (l->block) {
-				blocks += (f->size + l->block - 1) / l->block;
+				uint64_t b = (f->size + l->block - 1) / l->block;
+
+				blocks += b;
 				tails += f->size % l->block != 0;
+				written += f->written_n == st->n ? b : 0;
 			}
 		}
 	}
 	st->bytes = sum;
 	st->blocks = blocks;
 	st->tails = tails;
+	st->written = written;
 }
 
 /* The streams' cycles summed: what the owner and the stats see. */
 static void sums(struct fs_learner *l)
 {
-	uint64_t period = 0, bytes = 0, blocks = 0, tails = 0;
+	uint64_t period = 0, bytes = 0, blocks = 0, tails = 0, written = 0;
 
 	for (unsigned i = 0; i < l->nstreams; i++) {
 		const struct learn_stream *st = l->streams[i];
@@ -362,11 +378,13 @@ static void sums(struct fs_learner *l)
 		bytes += st->bytes;
 		blocks += st->blocks;
 		tails += st->tails;
+		written += st->written;
 	}
 	__atomic_store_n(&l->period, period, __ATOMIC_RELAXED);
 	l->bytes = bytes;
 	l->blocks = blocks;
 	l->tails = tails;
+	l->written = written;
 }
 
 /* A distance in st's records, as a share of its cycle in all the streams' records. */
@@ -658,6 +676,7 @@ void fs_learn_stats(struct fs_learner *l, struct fs_learn_stats *st)
 	st->bytes = l->period ? l->bytes : 0;
 	st->blocks = l->period ? l->blocks : 0;
 	st->tails = l->period ? l->tails : 0;
+	st->written = l->period ? l->written : 0;
 	st->confidence = conf;
 	st->position = position;
 	st->records = l->n;

@@ -28,13 +28,14 @@ struct fs_learner {
 	uint64_t block;	      /* the block size, set by the owner (0: blocks not counted) */
 	uint64_t blocks;      /* blocks of those files, each file rounded up */
 	uint64_t tails;	      /* of them, files' last blocks that the file fills only in part */
+	uint64_t written;     /* of them, blocks of the files that the cycle writes */
 	struct learn_file **files;
 	uint64_t nfiles;      /* files known (fs_learn_forget drops a deleted one) */
 	uint64_t generation; /* bumps at every record, for the prefetcher */
 };
 
 struct fs_learn_stats {
-	uint64_t period, bytes, blocks, tails, position, records, streams, files;
+	uint64_t period, bytes, blocks, tails, written, position, records, streams, files;
 	double confidence;
 };
 

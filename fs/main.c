@@ -282,7 +282,7 @@ static uint64_t owner_cycle_period(void *ctx)
 	return __atomic_load_n(&fs->learn.period, __ATOMIC_RELAXED);
 }
 
-static void owner_cycle_size(void *ctx, uint64_t *blocks, uint64_t *tails)
+static void owner_cycle_size(void *ctx, uint64_t *blocks, uint64_t *tails, uint64_t *written)
 {
 	struct fs *fs = ctx;
 	struct fs_learn_stats st;
@@ -290,6 +290,7 @@ static void owner_cycle_size(void *ctx, uint64_t *blocks, uint64_t *tails)
 	fs_learn_stats(&fs->learn, &st);
 	*blocks = st.blocks;
 	*tails = st.tails;
+	*written = st.written;
 }
 
 static void owner_next_use(void *ctx, uint64_t obj, struct tb_use *u)

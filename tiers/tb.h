@@ -182,10 +182,11 @@ struct tb_owner {
 	uint64_t (*cycle_period)(void *ctx);
 	void (*next_use)(void *ctx, uint64_t obj, struct tb_use *u);
 	/*
-	 * Blocks of the objects of one cycle (0 while none is known), and how
-	 * many of them are last blocks that their object fills only in part.
+	 * Blocks of the objects of one cycle (0 while none is known), how
+	 * many of them are last blocks that their object fills only in part,
+	 * and how many are of objects that the cycle writes.
 	 */
-	void (*cycle_size)(void *ctx, uint64_t *blocks, uint64_t *tails);
+	void (*cycle_size)(void *ctx, uint64_t *blocks, uint64_t *tails, uint64_t *written);
 };
 
 struct tb_store;

@@ -110,12 +110,13 @@ static void o_next_use(void *ctx, uint64_t obj, struct tb_use *u)
 	u->size = (uint64_t)OBJ_BLOCKS * BS;
 }
 
-static void o_cycle_size(void *ctx, uint64_t *blocks, uint64_t *tails)
+static void o_cycle_size(void *ctx, uint64_t *blocks, uint64_t *tails, uint64_t *written)
 {
 	struct owner *o = ctx;
 
 	*blocks = o->cycle_blocks;
 	*tails = 0;
+	*written = o->cycle_blocks;
 }
 
 /* ---- the case ---- */

@@ -458,6 +458,7 @@ static void test_long_cycle(void)
 	CHECK(st.confidence > 0.9);
 	CHECK_EQ(st.bytes, LONG_FILES * CHUNK);
 	CHECK_EQ(st.blocks, LONG_FILES);
+	CHECK_EQ(st.written, 0); /* a cycle that only reads */
 	/* After a pass, the first file is next, the last furthest. */
 	CHECK_EQ(fs_learn_distance(&l, 1000000), 0);
 	CHECK_EQ(fs_learn_distance(&l, 1000000 + LONG_FILES - 2), LONG_FILES - 2);
@@ -524,6 +525,7 @@ int main(void)
 	CHECK_EQ(st.bytes, SGS * (3 + GRADS) * FILE_BYTES);
 	CHECK_EQ(st.blocks, SGS * (3 + GRADS) * (FILE_BYTES >> 20));
 	CHECK_EQ(st.tails, 0);
+	CHECK_EQ(st.written, st.blocks); /* the step rewrites every file it reads */
 	{
 		struct fs_learn_use u;
 
