@@ -337,17 +337,19 @@ static void cycle_size(struct fs_learner *l, struct learn_stream *st)
 {
 	uint64_t sum = 0, blocks = 0, tails = 0, written = 0;
 
-	for (uint64_t j = 1; j <= st->period; j++) {
-		struct learn_file *f;
-
-		if (written_at(st, st->n - j) && (f = file_find(l, at(st, st->n - j))))
-			f->written_n = st->n;
-	}
-	for (uint64_t j = 1; j <= st->period; j++) {
+	/*
+	 * Oldest record first: a file is counted at its last record in the
+	 * period (a file used twice is counted once), and by then each of its
+	 * records has marked whether it was written.
+	 */
+	for (uint64_t j = st->period; j >= 1; j--) {
 		struct learn_file *f = file_find(l, at(st, st->n - j));
 
-		/* A file used twice in a period is counted at its last record. */
-		if (f && f->st == st && f->last_pos == st->n - j) {
+		if (!f || f->st != st)
+			continue;
+		if (written_at(st, st->n - j))
+			f->written_n = st->n;
+		if (f->last_pos == st->n - j) {
 			sum += f->size;
 			if (l->block) {
 				uint64_t b = (f->size + l->block - 1) / l->block;
