@@ -163,7 +163,18 @@ extern __thread uint32_t fs_write_flags;
  * process ends a read at most, and never another thread's system call.
  */
 #define FS_SIGWAKE SIGUSR2
-int fs_loop(struct fs *fs, struct fuse_session *se, unsigned nthreads);
+struct fs_loop;
+/*
+ * Start nthreads threads to serve se (at least one, else -errno; fewer
+ * than asked is logged) and the pool of writes that wait for room, before
+ * the mount: a daemon that cannot make its threads fails there, not after
+ * it has said it mounted. They wait for fs_loop_run, or fs_loop_cancel.
+ */
+int fs_loop_start(struct fs *fs, struct fuse_session *se, unsigned nthreads, struct fs_loop **l);
+/* After the mount: serve the session until it exits, then end the threads; 0 or -errno. */
+int fs_loop_run(struct fs_loop *l);
+/* The mount failed: end the threads of fs_loop_start. */
+void fs_loop_cancel(struct fs_loop *l);
 
 /* wjob.c: one write's progress, while it runs and while it is parked (defer.c) */
 struct fs_wjob {

@@ -17,9 +17,13 @@
  * parked (defer.c), and one received into the spare slot takes the slot
  * with it, leaving the thread another spare in its place.
  *
- * The threads read the session's descriptor, as a reply goes back on the
+ * The threads start before the mount (fs_loop_start), so that a daemon
+ * that cannot make them (a cgroup's pids.max, say) fails with an error
+ * before it mounts, rather than mounting, saying so, and then going away;
+ * they read nothing until fs_loop_run gives the word after the mount.
+ * They read the session's descriptor, as a reply goes back on the
  * descriptor its request came from. As in libfuse's loop, the signals its
- * handlers take go to the thread that waits in fs_loop. On the session's
+ * handlers take go to the thread that waits in fs_loop_run. On the session's
  * exit (such a signal, or the kernel's ENODEV at unmount) that thread
  * wakes the others out of readv with FS_SIGWAKE (fs.h), whose handler
  * does nothing, until each has seen the exit and ended: never in the
@@ -48,10 +52,10 @@
 __thread struct fs_landing *fs_landing;
 __thread uint32_t fs_write_flags;
 
-struct loop;
+struct fs_loop;
 
 struct worker {
-	struct loop *l;
+	struct fs_loop *l;
 	pthread_t tid;
 	bool started;
 	bool ended; /* atomic */
@@ -61,10 +65,14 @@ struct worker {
 	struct fs_landing land;
 };
 
-struct loop {
+struct fs_loop {
 	struct fs *fs;
 	struct fuse_session *se;
-	int fd;
+	int fd;		    /* the session's, set by fs_loop_run before go */
+	struct worker *w;   /* nthreads of them, started of them running */
+	unsigned nthreads, started;
+	sem_t go;	    /* posted once per thread: the mount is made, or cancelled */
+	bool cancelled;	    /* atomic: the mount failed, end without reading */
 	sem_t finish;
 	int error;
 };
@@ -125,16 +133,26 @@ static uint32_t write_flags(const struct worker *w, size_t len)
 	return in->opcode == FUSE_WRITE && len >= WRITE_HDR ? arg->write_flags : 0;
 }
 
+/* Wait for fs_loop_run's word; false: the loop was cancelled (the mount failed). */
+static bool await_go(struct fs_loop *l)
+{
+	while (sem_wait(&l->go) != 0)
+		; /* EINTR: FS_SIGWAKE */
+	return !__atomic_load_n(&l->cancelled, __ATOMIC_ACQUIRE);
+}
+
 static void *worker_main(void *arg)
 {
 	struct worker *w = arg;
-	struct loop *l = w->l;
+	struct fs_loop *l = w->l;
 	sigset_t wake;
 
 	pthread_setname_np(pthread_self(), "tfs-fuse");
 	sigemptyset(&wake);
 	sigaddset(&wake, FS_SIGWAKE);
 	pthread_sigmask(SIG_UNBLOCK, &wake, NULL);
+	if (!await_go(l))
+		goto out;
 	while (!fuse_session_exited(l->se)) {
 		ssize_t res = receive(w);
 		struct fuse_buf fbuf = {0};
@@ -160,6 +178,7 @@ static void *worker_main(void *arg)
 		fs_landing = NULL;
 		fs_write_flags = 0;
 	}
+out:
 	__atomic_store_n(&w->ended, true, __ATOMIC_RELEASE);
 	sem_post(&l->finish);
 	return NULL;
@@ -170,62 +189,12 @@ static void wake(int sig)
 	(void)sig; /* only to end a readv with EINTR */
 }
 
-/*
- * Serve the session with nthreads threads until it exits. Returns 0, or
- * -errno when reading the device failed.
- */
-int fs_loop(struct fs *fs, struct fuse_session *se, unsigned nthreads)
+/* End every started thread (woken out of its read until it has), then free l. */
+static void loop_end(struct fs_loop *l)
 {
-	struct loop l = {.fs = fs, .se = se, .fd = fuse_session_fd(se)};
-	struct worker *w = calloc(nthreads, sizeof(*w));
-	struct sigaction sa = {.sa_handler = wake}; /* no SA_RESTART: readv ends */
-	sigset_t block, old;
-	unsigned started = 0;
+	struct worker *w = l->w;
 
-	if (!w)
-		return -ENOMEM;
-	if (sem_init(&l.finish, 0, 0) != 0) {
-		free(w);
-		return -errno;
-	}
-	sigemptyset(&sa.sa_mask);
-	if (sigaction(FS_SIGWAKE, &sa, NULL) != 0) {
-		sem_destroy(&l.finish);
-		free(w);
-		return -errno;
-	}
-	/* The signals libfuse's handlers take go to this thread, not the workers. */
-	sigemptyset(&block);
-	sigaddset(&block, SIGTERM);
-	sigaddset(&block, SIGINT);
-	sigaddset(&block, SIGHUP);
-	sigaddset(&block, SIGQUIT);
-	pthread_sigmask(SIG_BLOCK, &block, &old);
-	/* Its threads take the writes that wait for room: they start first and end last. */
-	if (fs_defer_start(fs, nthreads) != 0)
-		log_warn("no threads for writes that wait for room: they wait in the ones that "
-			 "serve /dev/fuse");
-	for (unsigned i = 0; i < nthreads; i++) {
-		w[i].l = &l;
-		w[i].buf = malloc(REQ_BUF);
-		if (!w[i].buf)
-			break;
-		/* Spares exist for a block a single write can fill (spare_slots). */
-		w[i].has_spare = tb_spare_take(fs->tb, &w[i].spare) == 0;
-		if (pthread_create(&w[i].tid, NULL, worker_main, &w[i]) != 0)
-			break;
-		w[i].started = true;
-		started++;
-	}
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
-	if (!started) {
-		log_err("cannot start a thread to serve /dev/fuse");
-		l.error = -EAGAIN;
-	} else {
-		while (!fuse_session_exited(se))
-			sem_wait(&l.finish);
-	}
-	for (unsigned i = 0, waits = 0; i < nthreads; i++) {
+	for (unsigned i = 0, waits = 0; i < l->nthreads; i++) {
 		/* Woken again until it ends: the first may come before its readv. */
 		while (w[i].started && !__atomic_load_n(&w[i].ended, __ATOMIC_ACQUIRE)) {
 			struct timespec ts = {0, WAKE_NS};
@@ -239,15 +208,109 @@ int fs_loop(struct fs *fs, struct fuse_session *se, unsigned nthreads)
 					(int)(BUSY_LOG_WAKES * (WAKE_NS / 1000000L) / 1000));
 		}
 	}
-	for (unsigned i = 0; i < nthreads; i++) {
+	for (unsigned i = 0; i < l->nthreads; i++) {
 		if (w[i].started)
 			pthread_join(w[i].tid, NULL);
 		if (w[i].has_spare)
-			tb_spare_give(fs->tb, w[i].spare);
+			tb_spare_give(l->fs->tb, w[i].spare);
 		free(w[i].buf);
 	}
-	fs_defer_stop(fs); /* the writes they parked are answered */
-	sem_destroy(&l.finish);
+	fs_defer_stop(l->fs); /* the writes they parked are answered */
+	sem_destroy(&l->go);
+	sem_destroy(&l->finish);
 	free(w);
-	return l.error;
+	free(l);
+}
+
+int fs_loop_start(struct fs *fs, struct fuse_session *se, unsigned nthreads, struct fs_loop **out)
+{
+	struct fs_loop *l = calloc(1, sizeof(*l));
+	struct sigaction sa = {.sa_handler = wake}; /* no SA_RESTART: readv ends */
+	sigset_t block, old;
+	int ret = 0;
+
+	*out = NULL;
+	if (!l || !(l->w = calloc(nthreads, sizeof(*l->w)))) {
+		free(l);
+		return -ENOMEM;
+	}
+	l->fs = fs;
+	l->se = se;
+	l->fd = -1;
+	l->nthreads = nthreads;
+	if (sem_init(&l->finish, 0, 0) != 0 || sem_init(&l->go, 0, 0) != 0) {
+		free(l->w);
+		free(l);
+		return -ENOMEM;
+	}
+	sigemptyset(&sa.sa_mask);
+	if (sigaction(FS_SIGWAKE, &sa, NULL) != 0) {
+		ret = -errno;
+		loop_end(l);
+		return ret;
+	}
+	/* The signals libfuse's handlers take go to the thread in fs_loop_run, not the workers. */
+	sigemptyset(&block);
+	sigaddset(&block, SIGTERM);
+	sigaddset(&block, SIGINT);
+	sigaddset(&block, SIGHUP);
+	sigaddset(&block, SIGQUIT);
+	pthread_sigmask(SIG_BLOCK, &block, &old);
+	for (unsigned i = 0; i < nthreads; i++) {
+		struct worker *w = &l->w[i];
+
+		w->l = l;
+		w->buf = malloc(REQ_BUF);
+		if (!w->buf) {
+			ret = -ENOMEM;
+			break;
+		}
+		/* Spares exist for a block a single write can fill (spare_slots). */
+		w->has_spare = tb_spare_take(fs->tb, &w->spare) == 0;
+		ret = -pthread_create(&w->tid, NULL, worker_main, w);
+		if (ret)
+			break;
+		w->started = true;
+		l->started++;
+	}
+	if (!l->started) {
+		pthread_sigmask(SIG_SETMASK, &old, NULL);
+		__atomic_store_n(&l->cancelled, true, __ATOMIC_RELEASE);
+		loop_end(l);
+		return ret ? ret : -EAGAIN;
+	}
+	if (l->started < nthreads)
+		log_warn("started %u of %u threads that serve /dev/fuse: %s", l->started, nthreads,
+			 strerror(-ret));
+	/* The pool of writes that wait for room, after the serving threads: it may do without. */
+	if (fs_defer_start(fs, nthreads) != 0)
+		log_warn("no threads for writes that wait for room: they wait in the ones that "
+			 "serve /dev/fuse");
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	*out = l;
+	return 0;
+}
+
+void fs_loop_cancel(struct fs_loop *l)
+{
+	if (!l)
+		return;
+	__atomic_store_n(&l->cancelled, true, __ATOMIC_RELEASE);
+	for (unsigned i = 0; i < l->started; i++)
+		sem_post(&l->go);
+	loop_end(l);
+}
+
+int fs_loop_run(struct fs_loop *l)
+{
+	int ret;
+
+	l->fd = fuse_session_fd(l->se);
+	for (unsigned i = 0; i < l->started; i++)
+		sem_post(&l->go); /* after fd: sem_post orders it before their reads */
+	while (!fuse_session_exited(l->se))
+		sem_wait(&l->finish);
+	ret = __atomic_load_n(&l->error, __ATOMIC_RELAXED);
+	loop_end(l);
+	return ret;
 }

@@ -396,6 +396,14 @@ static void meta_committed(void *arg, bool urgent)
 	tb_meta_committed(arg, urgent);
 }
 
+/* What to add to a thread's start failing with ret: EAGAIN is mostly a limit on tasks. */
+static const char *task_limit_hint(int ret)
+{
+	return ret == -EAGAIN ? " (a limit on tasks: a cgroup's pids.max, systemd's TasksMax, "
+				"or ulimit -u?)"
+			      : "";
+}
+
 static int open_stores(struct fs *fs, unsigned nthreads, char *err, size_t errlen)
 {
 	struct fs_config *c = fs->cfg;
@@ -501,7 +509,8 @@ static int open_stores(struct fs *fs, unsigned nthreads, char *err, size_t errle
 			 (unsigned long long)orphans);
 	ret = tb_start(fs->tb);
 	if (ret) {
-		snprintf(err, errlen, "cannot start the I/O threads: %s", strerror(-ret));
+		snprintf(err, errlen, "cannot start the I/O threads: %s%s", strerror(-ret),
+			 task_limit_hint(ret));
 		return ret;
 	}
 	fs_release_locs(fs, &freed);
@@ -697,6 +706,7 @@ static int run(struct fs *fs, struct fuse_session *se, struct fuse_cmdline_opts 
 	       int logfd)
 {
 	struct fs_config *c = fs->cfg;
+	struct fs_loop *loop = NULL;
 	struct timespec t_stop;
 	uint64_t dirty;
 	char err[1024] = "";
@@ -710,8 +720,9 @@ static int run(struct fs *fs, struct fuse_session *se, struct fuse_cmdline_opts 
 		log_warn("allow_other with no_default_permissions: tensorfs checks no "
 			 "permissions itself, so every local user can read and write every file");
 	if (fs_prefetch_start(fs) < 0 || fs_ctl_start(fs) < 0 || fs_pins_start(fs) < 0) {
-		snprintf(err, sizeof(err), "cannot start the prefetch, rates or pins thread");
 		ret = -EAGAIN;
+		snprintf(err, sizeof(err), "cannot start the prefetch, rates or pins thread: %s%s",
+			 strerror(-ret), task_limit_hint(ret));
 		goto fail;
 	}
 	ret = fs_gpu_start(fs, se, err, sizeof(err));
@@ -722,10 +733,18 @@ static int run(struct fs *fs, struct fuse_session *se, struct fuse_cmdline_opts 
 		ret = -EIO;
 		goto fail;
 	}
+	ret = fs_loop_start(fs, se, fo->singlethread ? 1 : c->threads, &loop);
+	if (ret) {
+		snprintf(err, sizeof(err), "cannot start a thread to serve /dev/fuse: %s%s",
+			 strerror(-ret), task_limit_hint(ret));
+		fuse_remove_signal_handlers(se);
+		goto fail;
+	}
 	if (fuse_session_mount(se, c->mountpoint) != 0) {
 		snprintf(err, sizeof(err), "cannot mount on %s (see the message above)",
 			 c->mountpoint);
 		ret = -EIO;
+		fs_loop_cancel(loop);
 		fuse_remove_signal_handlers(se);
 		goto fail;
 	}
@@ -739,7 +758,7 @@ static int run(struct fs *fs, struct fuse_session *se, struct fuse_cmdline_opts 
 			log_mounted(fs);
 	}
 
-	ret = fs_loop(fs, se, fo->singlethread ? 1 : c->threads);
+	ret = fs_loop_run(loop);
 	fuse_session_unmount(se);
 	fuse_remove_signal_handlers(se);
 	clock_gettime(CLOCK_MONOTONIC, &t_stop);
