@@ -6,6 +6,7 @@
  * defaults live in one table at the top.
  */
 #include "opts.h"
+#include "memlimit.h"
 #include "meta.h"
 #include "storedir.h"
 
@@ -43,6 +44,9 @@
 #define MAX_STALL_WAIT_MS 600000
 #define DRAM_SHARE_OF_AVAILABLE 4 /* a quarter */
 #define DRAM_MAX_PERCENT_OF_TOTAL 90 /* dram= above this share of MemTotal is refused */
+#define DRAM_MAX_PERCENT_OF_LIMIT 90 /* dram= and DRAM_BASE, DRAM_PER_THREAD: of a cgroup's limit */
+#define DRAM_BASE (64ULL << 20)	     /* the daemon's memory beside the tier and its threads' */
+#define DRAM_PER_THREAD (3ULL << 20) /* a request buffer, up to two spare slots of the arena */
 #define DEF_LOG_LEVEL 2		  /* info */
 #define DEF_REGION "us-east-1"
 #define DEF_REMOTE_TIMEOUT_MS 30000
@@ -452,11 +456,17 @@ int fs_config_load_file(struct fs_config *c, const char *path, char *err, size_t
 	return 0;
 }
 
-static size_t default_dram(void)
+/*
+ * A quarter of what is available: of MemAvailable, and of what the cgroup's
+ * memory limit leaves beside what the cgroup holds now (a container's
+ * /proc/meminfo shows the host's memory).
+ */
+static size_t default_dram(const struct fs_memlimit *m)
 {
 	FILE *f = fopen("/proc/meminfo", "r");
 	char line[256];
 	unsigned long long kb = 0;
+	uint64_t avail;
 
 	while (f && fgets(line, sizeof(line), f))
 		if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1)
@@ -465,7 +475,13 @@ static size_t default_dram(void)
 		fclose(f);
 	if (!kb)
 		kb = 1ULL << 20; /* 1 GiB when /proc says nothing */
-	return (size_t)(kb * 1024 / DRAM_SHARE_OF_AVAILABLE);
+	avail = kb * 1024;
+	if (m) {
+		uint64_t left = m->limit > m->working_set ? m->limit - m->working_set : 0;
+
+		avail = left < avail ? left : avail;
+	}
+	return (size_t)(avail / DRAM_SHARE_OF_AVAILABLE);
 }
 
 /*
@@ -490,6 +506,52 @@ static int check_dram_bound(const struct fs_config *c, char *err, size_t errlen)
 		 "MiB, so dram= may be at most %llu MiB",
 		 c->dram_s, (unsigned long long)c->dram >> 20, DRAM_MAX_PERCENT_OF_TOTAL,
 		 total >> 20, most >> 20);
+	return -EINVAL;
+}
+
+/*
+ * Under a cgroup's memory limit (a container's, systemd's MemoryMax), the
+ * cgroup's OOM killer ends the daemon while it fills the tier, before it
+ * can say why. Its memory is the tier and, beside it, about
+ * DRAM_PER_THREAD for each serving thread and DRAM_BASE: together they
+ * may take DRAM_MAX_PERCENT_OF_LIMIT of the limit. The default tier is
+ * held to that too (c->dram 0: not given).
+ */
+static int check_dram_limit(struct fs_config *c, char *err, size_t errlen)
+{
+	struct fs_memlimit m;
+	bool limited = fs_memlimit_read("", &m) == 0;
+	uint64_t other = DRAM_BASE + (uint64_t)c->threads * DRAM_PER_THREAD, room = 0;
+
+	if (limited) {
+		uint64_t share = (uint64_t)((unsigned __int128)m.limit * DRAM_MAX_PERCENT_OF_LIMIT / 100);
+
+		room = share > other ? share - other : 0;
+	}
+	if (!c->dram_s) {
+		c->dram = default_dram(limited ? &m : NULL);
+		if (limited && c->dram > room)
+			c->dram = room;
+	}
+	if (!limited || (c->dram <= room && c->dram))
+		return 0;
+	if (!c->dram_s) {
+		snprintf(err, errlen,
+			 "the memory limit of this process's cgroup (%llu MiB, %s) leaves no room "
+			 "for a DRAM tier beside the daemon's other memory (about %llu MiB with "
+			 "threads=%u): raise the limit, or give fewer threads=",
+			 (unsigned long long)m.limit >> 20, m.file, (unsigned long long)other >> 20,
+			 c->threads);
+		return -EINVAL;
+	}
+	snprintf(err, errlen,
+		 "bad dram='%s': %llu MiB and the daemon's other memory (about %llu MiB with "
+		 "threads=%u) are more than %d%% of the memory limit of this process's cgroup "
+		 "(%llu MiB, %s), whose OOM killer would end the daemon while it fills the tier: "
+		 "dram= may be at most %llu MiB here",
+		 c->dram_s, (unsigned long long)c->dram >> 20, (unsigned long long)other >> 20,
+		 c->threads, DRAM_MAX_PERCENT_OF_LIMIT, (unsigned long long)m.limit >> 20, m.file,
+		 (unsigned long long)room >> 20);
 	return -EINVAL;
 }
 
@@ -960,8 +1022,6 @@ int fs_config_resolve(struct fs_config *c, char *err, size_t errlen)
 		ret = check_dram_bound(c, err, errlen);
 		if (ret)
 			return ret;
-	} else {
-		c->dram = default_dram();
 	}
 	c->dirty = 0;
 	if (c->dirty_s && (fs_parse_size(c->dirty_s, &c->dirty) < 0 || c->dirty == 0))
@@ -992,6 +1052,9 @@ int fs_config_resolve(struct fs_config *c, char *err, size_t errlen)
 		if (u->s && parse_uint(u->s, u->min, u->max, u->out) < 0)
 			return bad(err, errlen, u->name, u->s, u->why);
 	}
+	ret = check_dram_limit(c, err, errlen); /* and the default dram=, from threads= */
+	if (ret)
+		return ret;
 	c->log_level = DEF_LOG_LEVEL;
 	if (c->log_level_s) {
 		static const char *const levels[] = {"error", "warning", "info", "debug"};
