@@ -123,84 +123,74 @@ static void leaf_dir(char *out, size_t len, const char *base, const char *cg)
 		snprintf(out, len, "%s", base);
 }
 
-/* m->file: the nearest file of that name, from leaf up to base, that holds m->limit. */
-static void name_setter(struct fs_memlimit *m, const char *base, const char *leaf, const char *name)
+/* m->limit and m->file: the lowest of the files called name from leaf up to base. */
+static void lowest_up(struct fs_memlimit *m, const char *base, const char *leaf, const char *name)
 {
 	char dir[PATH_MAX], path[PATH_MAX + 32];
 	uint64_t v;
+	char *slash;
 
+	m->limit = UINT64_MAX;
 	snprintf(dir, sizeof(dir), "%s", leaf);
 	for (;;) {
-		char *slash;
-
 		snprintf(path, sizeof(path), "%s/%s", dir, name);
-		if (read_u64(path, &v) == 0 && v == m->limit) {
+		if (read_u64(path, &v) == 0 && v < m->limit) {
+			m->limit = v;
 			snprintf(m->file, sizeof(m->file), "%s", path);
-			return;
 		}
 		if (strcmp(dir, base) == 0 || !(slash = strrchr(dir, '/')) ||
 		    (size_t)(slash - dir) < strlen(base))
 			return;
 		*slash = 0;
 	}
+}
+
+/* m->working_set: leaf's usage file less the inactive file pages its memory.stat counts. */
+static void working_set(struct fs_memlimit *m, const char *leaf, const char *usage_name,
+			const char *inactive_key)
+{
+	char path[PATH_MAX + 32];
+	uint64_t usage, inactive;
+
+	snprintf(path, sizeof(path), "%s/%s", leaf, usage_name);
+	if (read_u64(path, &usage) != 0)
+		usage = 0;
+	snprintf(path, sizeof(path), "%s/memory.stat", leaf);
+	inactive = stat_field(path, inactive_key);
+	m->working_set = usage > inactive ? usage - inactive : 0;
 }
 
 static int read_v1(const char *root, const char *cg, struct fs_memlimit *m)
 {
 	char base[PATH_MAX], leaf[PATH_MAX], path[PATH_MAX + 32];
-	uint64_t limit, usage = 0;
+	uint64_t hier;
 
 	snprintf(base, sizeof(base), "%s/sys/fs/cgroup/memory", root);
 	leaf_dir(leaf, sizeof(leaf), base, cg);
+	lowest_up(m, base, leaf, "memory.limit_in_bytes");
+	/* The limit the kernel applies, where the view hides the folders above. */
 	snprintf(path, sizeof(path), "%s/memory.stat", leaf);
-	/* The lowest limit on the way up, as the kernel applies it. */
-	limit = stat_field(path, "hierarchical_memory_limit");
-	snprintf(m->file, sizeof(m->file), "%s/memory.limit_in_bytes", leaf);
-	if (!limit && read_u64(m->file, &limit) != 0)
+	hier = stat_field(path, "hierarchical_memory_limit");
+	if (hier && hier < m->limit) {
+		m->limit = hier;
+		snprintf(m->file, sizeof(m->file), "%s", path);
+	}
+	if (m->limit >= NO_LIMIT)
 		return -ENOENT;
-	if (limit >= NO_LIMIT)
-		return -ENOENT;
-	m->limit = limit;
-	name_setter(m, base, leaf, "memory.limit_in_bytes");
-	snprintf(path, sizeof(path), "%s/memory.usage_in_bytes", leaf);
-	if (read_u64(path, &usage) != 0)
-		usage = 0;
-	snprintf(path, sizeof(path), "%s/memory.stat", leaf);
-	uint64_t inactive = stat_field(path, "total_inactive_file");
-	m->working_set = usage > inactive ? usage - inactive : 0;
+	working_set(m, leaf, "memory.usage_in_bytes", "total_inactive_file");
 	return 0;
 }
 
 static int read_v2(const char *root, const char *cg, struct fs_memlimit *m)
 {
-	char base[PATH_MAX], leaf[PATH_MAX], dir[PATH_MAX], path[PATH_MAX + 32];
-	uint64_t limit = UINT64_MAX, usage = 0, v;
+	char base[PATH_MAX], leaf[PATH_MAX];
 
 	snprintf(base, sizeof(base), "%s/sys/fs/cgroup", root);
 	leaf_dir(leaf, sizeof(leaf), base, cg);
-	snprintf(dir, sizeof(dir), "%s", leaf);
-	for (;;) {
-		char *slash;
-
-		snprintf(path, sizeof(path), "%s/memory.max", dir);
-		if (read_u64(path, &v) == 0 && v < limit) {
-			limit = v;
-			snprintf(m->file, sizeof(m->file), "%s", path);
-		}
-		if (strcmp(dir, base) == 0 || !(slash = strrchr(dir, '/')) ||
-		    (size_t)(slash - dir) < strlen(base))
-			break;
-		*slash = 0;
-	}
-	if (limit >= NO_LIMIT)
+	lowest_up(m, base, leaf, "memory.max");
+	if (m->limit >= NO_LIMIT)
 		return -ENOENT;
-	m->limit = limit;
-	snprintf(path, sizeof(path), "%s/memory.current", leaf);
-	if (read_u64(path, &usage) != 0)
-		usage = 0;
-	snprintf(path, sizeof(path), "%s/memory.stat", leaf);
-	uint64_t inactive = stat_field(path, "inactive_file");
-	m->working_set = usage > inactive ? usage - inactive : 0;
+	working_set(m, leaf, "memory.current", "inactive_file");
 	return 0;
 }
 

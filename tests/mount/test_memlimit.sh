@@ -23,64 +23,23 @@
 command -v fio >/dev/null || skip "fio is not installed"
 LIMIT_MB=512
 
-CG=""
-if [ -f /sys/fs/cgroup/cgroup.controllers ]; then # cgroup v2
-	grep -qw memory /sys/fs/cgroup/cgroup.controllers || skip "no memory controller in cgroup v2"
-	grep -qw memory /sys/fs/cgroup/cgroup.subtree_control ||
-		echo +memory >/sys/fs/cgroup/cgroup.subtree_control 2>/dev/null ||
-		skip "cannot enable the memory controller for child cgroups"
-	CG=/sys/fs/cgroup/$(basename "$T")
-	LIMIT_FILE=memory.max
+. "$(dirname "$0")/lib_cgroup.sh"
+cg_make memory memory.max memory.limit_in_bytes
+echo $((LIMIT_MB << 20)) >"$CG/$LIMIT_FILE" || skip "cannot set $CG/$LIMIT_FILE"
+if [ "$LIMIT_FILE" = memory.max ]; then
 	oom_kills() { awk '$1 == "oom_kill" { print $2; f = 1 } END { if (!f) print 0 }' "$CG/memory.events"; }
-elif [ -d /sys/fs/cgroup/memory ]; then # cgroup v1
-	CG=/sys/fs/cgroup/memory/$(basename "$T")
-	LIMIT_FILE=memory.limit_in_bytes
-	# oom_kill in memory.oom_control (kernels from 4.13); else the times the limit was hit and not met
+else
+	# oom_kill in memory.oom_control, kernels from 4.13 on
 	oom_kills() {
 		awk '$1 == "oom_kill" { print $2; f = 1 } END { if (!f) exit 1 }' "$CG/memory.oom_control" 2>/dev/null ||
 			echo 0
 	}
-else
-	skip "no memory cgroup controller"
 fi
-mkdir "$CG" 2>/dev/null || { CG=""; skip "cannot make a memory cgroup (not root, or a read-only /sys/fs/cgroup)"; }
-echo $((LIMIT_MB << 20)) >"$CG/$LIMIT_FILE" || skip "cannot set $CG/$LIMIT_FILE"
-
-cg_procs() { cat "$CG/cgroup.procs" 2>/dev/null; }
-
-tfs_extra_cleanup() {
-	local p i
-	[ -n "$CG" ] && [ -d "$CG" ] || return 0
-	is_mounted "$MNT" && { fusermount3 -u -z "$MNT" 2>/dev/null || umount -l "$MNT"; }
-	for p in $(cg_procs); do kill "$p" 2>/dev/null; done
-	for i in $(seq 1 100); do
-		[ -z "$(cg_procs)" ] && break
-		sleep 0.1
-	done
-	for p in $(cg_procs); do kill -9 "$p" 2>/dev/null; done
-	sleep 0.2
-	rmdir "$CG" 2>/dev/null
-	true
-}
-
-# cg_empty SECS: wait until no process is left in the cgroup
-cg_empty() {
-	local i
-	for i in $(seq 1 $(($1 * 10))); do
-		[ -z "$(cg_procs)" ] && return 0
-		sleep 0.1
-	done
-	return 1
-}
 
 DLOG="$T/daemon-bg.log"
-# start_limited [-o extra]: the daemon in the background in the cgroup; its status in RC
+# start_limited [OPTS]: the daemon in the background in the cgroup, with these -o options more
 start_limited() {
-	: >"$T/stderr"
-	RC=0
-	timeout 60 sh -c 'echo $$ >"$1/cgroup.procs" && shift && exec "$@"' sh "$CG" \
-		"$TENSORFS" -o "nvme=$NVME,meta=$META,logfile=$DLOG${1:+,$1}" "$MNT" 2>"$T/stderr" || RC=$?
-	[ $RC -ne 124 ] || fail "the daemon neither mounted nor exited within 60 s"
+	cg_start "nvme=$NVME,meta=$META,logfile=$DLOG${1:+,$1}"
 }
 
 # 1. dram= over the limit

@@ -20,51 +20,10 @@
 # Bound on a hang: each start, I/O and unmount is under timeout.
 
 . "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/lib_cgroup.sh"
 
-CG=""
-if [ -f /sys/fs/cgroup/cgroup.controllers ]; then # cgroup v2
-	grep -qw pids /sys/fs/cgroup/cgroup.controllers || skip "no pids controller in cgroup v2"
-	grep -qw pids /sys/fs/cgroup/cgroup.subtree_control ||
-		echo +pids >/sys/fs/cgroup/cgroup.subtree_control 2>/dev/null ||
-		skip "cannot enable the pids controller for child cgroups"
-	CG=/sys/fs/cgroup/$(basename "$T")
-elif [ -d /sys/fs/cgroup/pids ]; then # cgroup v1
-	CG=/sys/fs/cgroup/pids/$(basename "$T")
-else
-	skip "no pids cgroup controller"
-fi
-mkdir "$CG" 2>/dev/null || { CG=""; skip "cannot make a cgroup (not root, or a read-only /sys/fs/cgroup)"; }
-[ -f "$CG/pids.max" ] || skip "$CG has no pids.max"
-
-cg_procs() { cat "$CG/cgroup.procs" 2>/dev/null; }
-# tasks the cgroup still counts: those of a process that exited go a moment after it
+cg_make pids pids.max pids.max
 cg_tasks() { cat "$CG/pids.current" 2>/dev/null || echo 0; }
-
-tfs_extra_cleanup() {
-	local p i
-	[ -n "$CG" ] && [ -d "$CG" ] || return 0
-	is_mounted "$MNT" && { fusermount3 -u -z "$MNT" 2>/dev/null || umount -l "$MNT"; }
-	echo max >"$CG/pids.max" 2>/dev/null
-	for p in $(cg_procs); do kill "$p" 2>/dev/null; done
-	for i in $(seq 1 100); do
-		[ -z "$(cg_procs)" ] && break
-		sleep 0.1
-	done
-	for p in $(cg_procs); do kill -9 "$p" 2>/dev/null; done
-	sleep 0.2
-	rmdir "$CG" 2>/dev/null
-	true
-}
-
-# cg_empty SECS: wait until the cgroup counts no task
-cg_empty() {
-	local i
-	for i in $(seq 1 $(($1 * 10))); do
-		[ "$(cg_tasks)" -eq 0 ] && return 0
-		sleep 0.1
-	done
-	return 1
-}
 
 OPTS="nvme=$NVME,meta=$META,dram=128M,threads=16"
 DLOG="$T/daemon-bg.log"
@@ -79,11 +38,7 @@ tfs_umount || fail "the first unmount exited $?"
 # start_limited K: the daemon in the background in the cgroup, limited to K tasks; its status in RC
 start_limited() {
 	echo "$1" >"$CG/pids.max" || fail "cannot set pids.max to $1"
-	: >"$T/stderr"
-	RC=0
-	timeout 60 sh -c 'echo $$ >"$1/cgroup.procs" && shift && exec "$@"' sh "$CG" \
-		"$TENSORFS" -o "$OPTS,logfile=$DLOG" "$MNT" 2>"$T/stderr" || RC=$?
-	[ $RC -ne 124 ] || fail "limit $1: the daemon neither mounted nor exited within 60 s"
+	cg_start "$OPTS,logfile=$DLOG"
 }
 
 k=2
