@@ -85,15 +85,21 @@ ahead() {
 	python3 -c 'import json,sys; p=json.load(open(sys.argv[1]))["prefetch"]; print(p["issued"]-p["used"]-p["wasted"])' \
 		"$MNT/.tensorfs/stats"
 }
+# settled WHEN: wait (30 s at most: an ASan build on a loaded machine took
+# over the 5 s this once allowed, and the reads after it then missed) until
+# DEPTH blocks are loaded ahead and none is in flight; else fail.
 settled() {
 	local i
-	for i in $(seq 1 100); do
+	for i in $(seq 1 600); do
+		SETTLED_POLLS=$i
 		[ "$(ahead)" -ge $DEPTH ] &&
 			[ "$(tfs_stat_json tiers nvme0 inflight_prefetch)" -eq 0 ] && return
 		sleep 0.05
 	done
+	fail "$1: $(ahead) blocks loaded ahead (want $DEPTH), $(tfs_stat_json tiers nvme0 inflight_prefetch) in flight, after 30 s"
 }
-settled
+settled "after f1"
+echo "   the prefetcher settled after f1 in $SETTLED_POLLS polls of 50 ms"
 h0=$(tfs_stat_json cache hits) && m0=$(tfs_stat_json cache misses) || fail "stats"
 dd if="$MNT/f2" of=/dev/null bs=1M count=$DEPTH iflag=direct status=none || fail "reading f2"
 h1=$(tfs_stat_json cache hits) && m1=$(tfs_stat_json cache misses) || fail "stats"
@@ -101,15 +107,20 @@ h1=$(tfs_stat_json cache hits) && m1=$(tfs_stat_json cache misses) || fail "stat
 # so f2's rest is resident or loaded. A wait, not a race with the reader:
 # how soon the loads come is a benchmark's question (swapbench: late
 # prefetches), and a loaded machine can delay them past a reader of hits.
-settled
+settled "after f2's first $DEPTH MiB"
 dd if="$MNT/f2" of=/dev/null bs=1M skip=$DEPTH iflag=direct status=none || fail "reading f2"
 m2=$(tfs_stat_json cache misses)
 used=$(tfs_stat_json prefetch used)
 echo "reading f2 after f1: $((h1 - h0)) hits, $((m1 - m0)) misses in its first $DEPTH MiB," \
 	"$((m2 - m1)) misses in the rest; prefetches used: $used"
+# What the prefetcher and the cache did, for a failure to show.
+pf_state() {
+	python3 -c 'import json,sys; s=json.load(open(sys.argv[1])); print("prefetch", json.dumps(s["prefetch"]), "cache kept_bytes", s["cache"].get("kept_bytes"))' \
+		"$MNT/.tensorfs/stats"
+}
 [ $((h1 - h0)) -eq $DEPTH ] && [ $((m1 - m0)) -eq 0 ] ||
-	fail "f2's first blocks were not prefetched while f1 was read"
-[ $((m2 - m1)) -eq 0 ] || fail "the rest of f2 was not prefetched ahead of its reader"
+	fail "f2's first blocks were not prefetched while f1 was read ($(pf_state))"
+[ $((m2 - m1)) -eq 0 ] || fail "the rest of f2 was not prefetched ahead of its reader ($(pf_state))"
 [ "$used" -gt 0 ] || fail "no prefetched block was used"
 tfs_umount || fail "unmount"
 
