@@ -109,6 +109,8 @@ struct fs {
 	uint32_t pf_last_uid; /* the user whose hint had the last turn */
 	bool pf_stop, pf_running;
 	bool pf_room_wait; /* atomic: the cycle's pass waits for readers to catch up */
+	uint64_t rd_blocks; /* atomic: the blocks of the reads in flight */
+	uint64_t rd_told;   /* atomic: the most of them told to the cache since its last pass */
 	struct fs_gpu *gpu; /* gpu.c: the shared-arena server, NULL unless cuda=on */
 	struct fs_defer *defer; /* defer.c: writes waiting for room, while fs_loop runs */
 	/* pins.c: the thread that pins the marked files again at mount */

@@ -409,7 +409,23 @@ out:
 		bo = 0;
 	}
 	free(iov);
+	__atomic_sub_fetch(&fs->rd_blocks, c->nblk, __ATOMIC_RELAXED);
 	free(c);
+}
+
+/* The readers' queue, in blocks: the prefetch window covers it (tb_pf_readers). */
+static void readers_queue(struct fs *fs, unsigned nblk)
+{
+	uint64_t n = __atomic_add_fetch(&fs->rd_blocks, nblk, __ATOMIC_RELAXED);
+	uint64_t told = __atomic_load_n(&fs->rd_told, __ATOMIC_RELAXED);
+
+	while (n > told) {
+		if (__atomic_compare_exchange_n(&fs->rd_told, &told, n, false, __ATOMIC_RELAXED,
+						__ATOMIC_RELAXED)) {
+			tb_pf_readers(fs->tb, n);
+			break;
+		}
+	}
 }
 
 static void read_blk_ready(struct tb_waiter *w, int err)
@@ -503,6 +519,7 @@ void fs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse
 	c->size = size;
 	c->nblk = nblk;
 	c->pending = 1; /* ours, dropped after submitting */
+	readers_queue(fs, nblk);
 
 	pthread_rwlock_rdlock(&in->io);
 	for (unsigned i = 0; i < nblk; i++) {

@@ -231,6 +231,7 @@ static void cycle_pass_check(struct fs *fs, uint64_t *from)
 		return;
 	*from = st.records;
 	tb_cycle_pass(fs->tb);
+	__atomic_store_n(&fs->rd_told, 0, __ATOMIC_RELAXED); /* the pass took the readers' queue */
 }
 
 static void *prefetch_main(void *arg)

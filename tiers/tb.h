@@ -390,6 +390,9 @@ void tb_cycle_pass(struct tb_store *s);
  */
 struct tb_pf_window {
 	uint64_t depth, min, max;
+	uint64_t floor; /* from the readers' queue (tb_pf_readers); at most floor_max, or 0 */
+	uint64_t floor_max;
+	uint64_t readers; /* the most blocks readers had in flight since the last pass */
 	uint64_t before_ns; /* the pass before the last growth, while it is judged; 0: none */
 	unsigned before_late; /* and its prefetches late, in % */
 	uint64_t best_ns;     /* the shortest pass since the growth */
@@ -400,6 +403,9 @@ struct tb_pf_window {
 /* A pass ended: took_ns long, with issued and late prefetches, pct busy. */
 void tb_pf_window_pass(struct tb_pf_window *w, uint64_t took_ns, uint64_t issued, uint64_t late,
 		       unsigned pct);
+/* Readers have this many blocks in flight: the window covers their queue (see prefetch.c). */
+void tb_pf_window_readers(struct tb_pf_window *w, uint64_t blocks);
+void tb_pf_readers(struct tb_store *s, uint64_t blocks);
 uint64_t tb_pf_depth_next(uint64_t depth, uint64_t min, uint64_t max, uint64_t issued,
 			  uint64_t late, unsigned pct);
 bool tb_pf_grow_undone(uint64_t before_ns, unsigned before_late, uint64_t took_ns, unsigned late);

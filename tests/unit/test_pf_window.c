@@ -15,6 +15,7 @@
  * that was mostly compute took a few percent longer by itself, and its
  * last passes were 18% late. A growth is judged by the shorter of the two
  * passes after it, the window holding meanwhile: one slow pass is noise.
+ * It never holds less than four of the readers' queues (tb_pf_window_readers).
  *
  * A device's active time counts the time with a request in flight, and
  * nothing while none is: the idle share above. Regression guard: counted
@@ -102,6 +103,46 @@ static void judged(void)
 	CHECK_EQ(w.depth, 8);
 }
 
+/*
+ * The readers' queue is a floor: a reader with 8 blocks in flight asks only
+ * 8 blocks ahead of the one it waits on, so a window of 4 loads nothing it
+ * has not asked for (regression: 18% of the read phases with the disk idle
+ * at 8x DRAM). The floor holds 4 queues, within its bound, follows the
+ * deepest queue of each pass, and the window's own rules move it above.
+ */
+static void readers(void)
+{
+	struct tb_pf_window w = {.depth = 4, .min = 4, .max = 100, .floor_max = 50};
+
+	tb_pf_window_readers(&w, 8);
+	CHECK_EQ(w.floor, 32);
+	CHECK_EQ(w.depth, 32);
+	tb_pf_window_readers(&w, 2); /* a shallower queue lowers nothing until the pass */
+	CHECK_EQ(w.floor, 32);
+	CHECK_EQ(w.depth, 32);
+	/* Busy: the window would halve, but not under the queue this pass saw. */
+	tb_pf_window_pass(&w, 1000, 100, 90, 95);
+	CHECK_EQ(w.depth, 32);
+	CHECK_EQ(w.floor, 32);
+	CHECK_EQ(w.readers, 0);
+	/* A pass with no reader in flight: the floor goes, the window halves to its min. */
+	tb_pf_window_pass(&w, 1000, 100, 90, 95);
+	CHECK_EQ(w.floor, 0);
+	CHECK_EQ(w.depth, 16);
+	tb_pf_window_pass(&w, 1000, 100, 90, 95);
+	tb_pf_window_pass(&w, 1000, 100, 90, 95);
+	CHECK_EQ(w.depth, 4);
+	/* A queue deeper than the floor's bound allows (what may be in flight): the bound. */
+	tb_pf_window_readers(&w, 40);
+	CHECK_EQ(w.floor, 50);
+	CHECK_EQ(w.depth, 50);
+	/* Late and idle above the floor: the window's own rule, up to its bound. */
+	w = (struct tb_pf_window){.depth = 4, .min = 4, .max = 256, .floor_max = 32};
+	tb_pf_window_readers(&w, 8);
+	tb_pf_window_pass(&w, 1000, 100, 50, 10);
+	CHECK_EQ(w.depth, 64);
+}
+
 /* As dev_measure.c does: the tick closes the time before a change of the counts. */
 static void change(struct tb_dev *d, uint64_t at, unsigned demand, unsigned wb)
 {
@@ -136,6 +177,7 @@ int main(void)
 	window();
 	undo();
 	judged();
+	readers();
 	active_time();
 	return 0;
 }
