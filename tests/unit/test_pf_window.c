@@ -141,6 +141,24 @@ static void readers(void)
 	tb_pf_window_readers(&w, 8);
 	tb_pf_window_pass(&w, 1000, 100, 50, 10);
 	CHECK_EQ(w.depth, 64);
+	/*
+	 * While an undone growth holds, the hold's bound is the depth, and a
+	 * floor raised in the pass lifts the depth first: the window never
+	 * falls under the floor, busy or held.
+	 */
+	w = (struct tb_pf_window){.depth = 8, .min = 8, .max = 256, .floor_max = 64};
+	tb_pf_window_pass(&w, 1000, 100, 20, 10); /* grows to 16 */
+	tb_pf_window_pass(&w, 1300, 100, 20, 10);
+	tb_pf_window_pass(&w, 1300, 100, 20, 10); /* undone: 8, holding */
+	CHECK_EQ(w.depth, 8);
+	CHECK(w.hold > 0);
+	tb_pf_window_readers(&w, 6); /* a queue of 6: floor 24 */
+	tb_pf_window_pass(&w, 1000, 100, 90, 95);
+	CHECK_EQ(w.floor, 24);
+	CHECK_EQ(w.depth, 24);
+	tb_pf_window_readers(&w, 16); /* a deeper queue, the hold still on */
+	tb_pf_window_pass(&w, 1000, 100, 90, 10);
+	CHECK_EQ(w.depth, 64);
 }
 
 /* As dev_measure.c does: the tick closes the time before a change of the counts. */
