@@ -99,7 +99,8 @@ def add_swapbench_options(p):
                    help="swap: processes swapping at once, one folder each, "
                         "swapbench's --ranks; --params is all of theirs; "
                         "the report adds each rank's own steady time, the "
-                        "fastest and slowest (default 1)")
+                        "fastest and slowest; give --iters 10 or more, the "
+                        "learner's warm-up spans iterations 2-3 (default 1)")
     p.add_argument("--swapbench",
                    default=os.path.join(REPO, "build", "tools", "swapbench",
                                         "swapbench"),
@@ -443,6 +444,11 @@ def run(bench, args, have_tfs):
     if args.iters < 3 and any(t.startswith("tfs") for t in targets):
         log("swap: --iters %d: no device bytes or late prefetches; %s"
             % (args.iters, STEADY_NOTE))
+    if args.ranks > 1 and args.iters < 10 and any(t.startswith("tfs") for t in targets):
+        log("swap: --ranks %d --iters %d: the steady median (iterations "
+            "2..%d) is mostly the learner's warm-up of the ranks' cycles, "
+            "up to twice the steady time; give --iters 10 or more"
+            % (args.ranks, args.iters, args.iters))
     results = bench.run_local("swap", targets, reps, need,
                               lambda t: swap_turn(bench, t), have_tfs,
                               skipped, lambda t: args.swap_dram)
