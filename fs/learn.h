@@ -32,6 +32,7 @@ struct fs_learner {
 	struct learn_file **files;
 	uint64_t nfiles;      /* files known (fs_learn_forget drops a deleted one) */
 	uint64_t generation; /* bumps at every record, for the prefetcher */
+	unsigned next_turn;  /* the stream first among equals at the next fs_learn_next */
 };
 
 struct fs_learn_stats {
@@ -69,7 +70,9 @@ void fs_learn_next_use(struct fs_learner *l, uint64_t ino, struct fs_learn_use *
 void fs_learn_stats(struct fs_learner *l, struct fs_learn_stats *st);
 /*
  * The files that come next in the cycle, soonest first, up to max files and
- * about budget bytes: what the prefetcher loads. Returns how many.
+ * about budget bytes: what the prefetcher loads. Returns how many. Files
+ * of several streams as soon as each other go in turns: each call starts
+ * the turn at the next stream.
  */
 unsigned fs_learn_next(struct fs_learner *l, uint64_t *inos, unsigned max, uint64_t budget,
 		       uint64_t *generation);

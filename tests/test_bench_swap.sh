@@ -76,6 +76,17 @@ assert bench.steady_device_share(rows, (100, 200)) is None
 assert bench.steady_device_share(rows_of("1 2 3\n4 5 6\n7 8 9\n"), (None, 200)) is None
 assert rows_of("not a number\n") == []
 print("   bytes share 0.5; late 10/80 over 3..5 and 5/60 over the last two")
+# The slowest rank of each steady iteration (2 on): rank 1 in 2 of 3, two
+# ranks ever; iteration 1 (rank 0 slowest) is not steady.
+its = [{"iter": 1, "rank_total_s": [3.0, 1.0, 1.0]},
+       {"iter": 2, "rank_total_s": [1.0, 2.0, 1.5]},
+       {"iter": 3, "rank_total_s": [1.0, 1.2, 1.9]},
+       {"iter": 4, "rank_total_s": [1.0, 1.3, 1.1]}]
+got = bench.slowest_ranks(its, 2)
+assert got == (2, 3, 2), got
+assert bench.slowest_ranks([{"iter": 2}], 2) is None  # an older swapbench
+assert bench.slowest_ranks(its[:1], 2) is None
+print("   the slowest rank of each steady iteration: 2 of 3, 2 ranks ever")
 for m in ("swap", "swap-dram", "swap-remote", "learner"):
     assert "fio" not in cli.tools_needed(m), (m, cli.tools_needed(m))
 for m in ("fio", "all", "tiers", "latency", "dedup"):

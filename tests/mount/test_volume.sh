@@ -346,7 +346,7 @@ cat >"$T/pf.sh" <<EOF
 python3 -c 'import json, time; s=json.load(open("$MNT/.tensorfs/stats")); p=s["prefetch"]; print(p["depth_blocks"], p["issued"], p["late"], max(t.get("active_ms", 0) for t in s["tiers"].values()), int(time.time() * 1000))' >>"$T/pf"
 EOF
 : >"$T/pf"
-"$SWAPBENCH" -d "$MNT" --params 3.2e7 --sub-group-size 8e6 --iters 14 --compute-ms 300 \
+"$SWAPBENCH" -d "$MNT" --params 3.2e7 --sub-group-size 8e6 --iters 9 --compute-ms 300 \
 	--between "sh $T/pf.sh" >"$T/sb.out" 2>&1 || { cat "$T/sb.out"; fail "swapbench with compute"; }
 tfs_umount || fail "unmount"
 out=$(python3 - "$T/pf" "$d0" <<'PY'

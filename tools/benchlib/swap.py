@@ -203,6 +203,8 @@ def swapbench(bench, directory, swapper, params=None,
         ranks = steady.get("rank_median_total_s")
         if a.ranks > 1 and ranks:
             res["ranks"] = [float(v) for v in ranks]
+            res["slowest"] = slowest_ranks(out.get("iterations", []),
+                                           int(steady.get("first_iter", 2)))
         if snaps:
             rows = read_snaps(snaps)
             res["dev"] = steady_device_share(rows, res["bytes"])
@@ -308,6 +310,25 @@ def steady_prefetch_late(rows):
             last[1] - tail[1], last[2] - tail[2])
 
 
+def slowest_ranks(iterations, first):
+    """Which rank was the slowest of each steady iteration (first on), from
+    swapbench's own clock per rank (rank_total_s): (how many iterations the
+    rank most often the slowest was, the steady iterations, how many ranks
+    were ever the slowest); None without per-rank times. A rank the mount
+    starved would be the slowest of most iterations."""
+    slow = []
+    for it in iterations:
+        rt = it.get("rank_total_s")
+        if it.get("iter", 0) < first:
+            continue
+        if not rt:
+            return None
+        slow.append(max(range(len(rt)), key=lambda i: rt[i]))
+    if not slow:
+        return None
+    return (max(slow.count(i) for i in set(slow)), len(slow), len(set(slow)))
+
+
 def swap_report(results, args, reps, descriptions, skipped):
     out = []
     out.append("## swap: swapbench --params %s --sub-group-size %s "
@@ -352,6 +373,16 @@ def swap_report(results, args, reps, descriptions, skipped):
                     "%.2f" % med([max(v) for v in vs]),
                     ", ".join("%.2f" % (max(v) / min(v)) if min(v) > 0
                               else "-" for v in vs)])
+    out += swapper_table(
+        results, "slowest", "The slowest rank of each steady iteration "
+        "(iterations 2..%d, swapbench's clock per rank): how many "
+        "iterations the rank most often the slowest was, and how many "
+        "ranks were ever the slowest, each repetition (a starved rank "
+        "would be the slowest of most)." % args.iters,
+        "most often the slowest, each repetition | ranks ever the slowest",
+        "--- | ---",
+        lambda vs: [", ".join("%d of %d" % (v[0], v[1]) for v in vs),
+                    ", ".join("%d" % v[2] for v in vs)])
     late = swapper_table(
         results, "late", "Prefetches late (a read came while the prefetch "
         "was in flight) over issued, in the steady iterations the snapshots "
@@ -441,10 +472,11 @@ def run(bench, args, have_tfs):
     set_swap_dir_flag(bench)
     if "passthrough_ll" in targets and bench.passthrough is None:
         bench.passthrough = build_passthrough(bench)
-    if args.iters < 3 and any(t.startswith("tfs") for t in targets):
+    on_tfs = any(t.startswith("tfs") for t in targets)
+    if args.iters < 3 and on_tfs:
         log("swap: --iters %d: no device bytes or late prefetches; %s"
             % (args.iters, STEADY_NOTE))
-    if args.ranks > 1 and args.iters < 10 and any(t.startswith("tfs") for t in targets):
+    if args.ranks > 1 and args.iters < 10 and on_tfs:
         log("swap: --ranks %d --iters %d: the steady median (iterations "
             "2..%d) is mostly the learner's warm-up of the ranks' cycles, "
             "up to twice the steady time; give --iters 10 or more"

@@ -365,8 +365,13 @@ static int summary_json(const struct sb_config *cfg, const struct sb_plan *plan,
 	}
 	for (int k = 1; k <= done; k++) {
 		struct rp_agg a = aggregate(cfg, ranks, k);
+		json_t *it = json_phase(&a, k), *rt = json_array();
 
-		json_array_append_new(iters, json_phase(&a, k));
+		/* each rank's own time, where the phase's is the slowest one's */
+		for (int i = 0; rt && i < cfg->ranks; i++)
+			json_array_append_new(rt, json_real(ranks[i].iters[k - 1].total_s));
+		json_object_set_new(it, "rank_total_s", rt);
+		json_array_append_new(iters, it);
 	}
 	json_object_set(root, "iterations", iters);
 	json_object_set_new(st, "first_iter", json_integer(s->first));

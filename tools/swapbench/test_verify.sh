@@ -41,6 +41,9 @@ assert len(r["iterations"]) == r["config"]["iters"], r["iterations"]
 c = r["config"]
 for it in r["iterations"]:
     assert it["read_gbps"] > 0 and it["write_gbps"] > 0, it
+    # each rank's own time; the iteration's is the slowest rank's
+    rt = it["rank_total_s"]
+    assert len(rt) == ranks and min(rt) > 0 and abs(max(rt) - it["total_s"]) < 1e-6, it
     assert it["write_bytes"] == c["write_bytes_per_iter"], (it, c)
     if kind == "zero" and it["iter"] == 1:
         # m and v are not read before they first exist
