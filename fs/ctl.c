@@ -496,7 +496,7 @@ void fs_ctl_open(struct fs *fs, fuse_req_t req, uint64_t ino, struct fuse_file_i
 		return;
 	}
 	if (ino == FS_CTL_CTL_INO) {
-		if ((fi->flags & O_ACCMODE) != O_WRONLY || !caller_may_steer(req)) {
+		if ((fi->flags & O_ACCMODE) != O_WRONLY || !fs_ctl_may_steer(req)) {
 			fuse_reply_err(req, EACCES);
 			return;
 		}
@@ -507,7 +507,7 @@ void fs_ctl_open(struct fs *fs, fuse_req_t req, uint64_t ino, struct fuse_file_i
 		return;
 	}
 	if ((fi->flags & O_ACCMODE) != O_RDONLY ||
-	    ((ino == FS_CTL_PINS_INO || ino == FS_CTL_SCRUB_INO) && !caller_may_steer(req))) {
+	    ((ino == FS_CTL_PINS_INO || ino == FS_CTL_SCRUB_INO) && !fs_ctl_may_steer(req))) {
 		fuse_reply_err(req, EACCES);
 		return;
 	}
@@ -517,7 +517,7 @@ void fs_ctl_open(struct fs *fs, fuse_req_t req, uint64_t ino, struct fuse_file_i
 		return;
 	}
 	if (ino == FS_CTL_METRICS_INO) {
-		b->data = metrics_text(fs, &b->len);
+		b->data = fs_ctl_metrics_text(fs, &b->len);
 	} else {
 		j = ino == FS_CTL_STATS_INO   ? stats_json(fs)
 		    : ino == FS_CTL_GPU_INO   ? fs_gpu_json(fs)

@@ -8,9 +8,9 @@
 #include "fs.h"
 
 /* ctl_names.c: only the mount's owner or root may open ctl, pins and scrub */
-bool caller_may_steer(fuse_req_t req);
+bool fs_ctl_may_steer(fuse_req_t req);
 
 /* ctl_metrics.c: the text of /.tensorfs/metrics, len bytes; NULL: no memory */
-char *metrics_text(struct fs *fs, size_t *len);
+char *fs_ctl_metrics_text(struct fs *fs, size_t *len);
 
 #endif

@@ -1,7 +1,7 @@
 /*
  * ctl_metrics.c - /.tensorfs/metrics: the counters of stats in Prometheus'
  * text exposition format (version 0.0.4), each sample labelled with the
- * mount point, generated whole at open (ctl.c calls metrics_text).
+ * mount point, generated whole at open (ctl.c calls fs_ctl_metrics_text).
  *
  * It may call the block store's and the learner's stats and the store's
  * counts; nothing of ops, ctl.c, ctl_run.c or gpu.
@@ -213,7 +213,7 @@ static void tier_rows(const struct tb_stats *st, struct tier_row *rows)
 	}
 }
 
-char *metrics_text(struct fs *fs, size_t *len)
+char *fs_ctl_metrics_text(struct fs *fs, size_t *len)
 {
 	struct tb_stats *st = calloc(1, sizeof(*st));
 	struct tier_row rows[TB_MAX_DEVS + 1];

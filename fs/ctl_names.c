@@ -2,7 +2,7 @@
  * ctl_names.c - the names of the hidden control folder /.tensorfs/: its
  * files and their inode numbers (fs_ctl_ino), their attributes, lookups
  * and the folder's listing; and who may open the files that only the
- * mount's owner or root may open (caller_may_steer).
+ * mount's owner or root may open (fs_ctl_may_steer).
  *
  * What each file holds is ctl.c's. This file calls nothing of ops, ctl or
  * gpu, so that each of them may ask it whether an inode is a control file
@@ -127,7 +127,7 @@ void fs_ctl_readdir(struct fs *fs, fuse_req_t req, uint64_t ino, size_t size, of
 }
 
 /* Only the mount's owner (the daemon's user) or root may steer it. */
-bool caller_may_steer(fuse_req_t req)
+bool fs_ctl_may_steer(fuse_req_t req)
 {
 	const struct fuse_ctx *ctx = fuse_req_ctx(req);
 

@@ -273,7 +273,7 @@ void fs_ctl_write(struct fs *fs, fuse_req_t req, uint64_t ino, const char *buf, 
 	const char *why = "";
 	int ret;
 
-	if (ino != FS_CTL_CTL_INO || !caller_may_steer(req)) {
+	if (ino != FS_CTL_CTL_INO || !fs_ctl_may_steer(req)) {
 		fuse_reply_err(req, EACCES);
 		return;
 	}

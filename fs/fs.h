@@ -25,7 +25,7 @@
  * copy_file_range) fails with ETXTBSY rather than wait for a GPU client's
  * write pins on the file once they have held it FS_PIN_WAIT_MS, or it has
  * waited that long for them; it looks every FS_PIN_WAIT_STEP_MS whether
- * the kernel has interrupted it (ops_data.c io_lock_excl). A pin lives as long
+ * the kernel has interrupted it (ops_data.c fs_io_lock_excl). A pin lives as long
  * as its client wants; a FUSE worker must not wait on it for long.
  */
 #define FS_PIN_WAIT_MS 2000

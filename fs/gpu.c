@@ -14,14 +14,14 @@
  * One thread (tfs-gpu) accepts connections; only the mount owner's uid is
  * served, and a client refused is told why before the hang-up. The socket
  * lies in a 0700 folder that the daemon makes where no other user can
- * rename or replace it (make_sock_dir). Each
+ * rename or replace it (fs_gpu_sock_dir). Each
  * connection has its own thread (tfs-gpu-conn), owned and joined by the
  * accept thread or by fs_gpu_stop. A connection thread alone touches its
  * pins; when the client closes or dies the thread releases them all. Pins
  * of all clients together stay below tb_client_pins, so that clients can
  * never starve the daemon's own readers and writers. A write pin holds
  * the file's io lock shared; a truncate waits for it only a bounded time
- * (ops_data.c io_lock_excl). Every fd a client sends is closed once used.
+ * (ops_data.c fs_io_lock_excl). Every fd a client sends is closed once used.
  *
  * With cuda=on the daemon also registers the arena with CUDA when a GPU
  * is there (cuMemHostRegister, through libcuda loaded at run time, so the
@@ -201,13 +201,13 @@ int fs_gpu_start(struct fs *fs, struct fuse_session *se, char *err, size_t errle
 			 "will read and write through FUSE");
 		return 0;
 	}
-	ret = make_sock_dir(g, err, errlen);
+	ret = fs_gpu_sock_dir(g, err, errlen);
 	if (ret == 0)
-		ret = listen_sock(g);
+		ret = fs_gpu_listen(g);
 	if (ret == 0 && pipe2(g->wake_pipe, O_CLOEXEC | O_NONBLOCK) < 0)
 		ret = -errno;
 	if (ret == 0)
-		ret = -pthread_create(&g->thread, NULL, accept_main, g);
+		ret = -pthread_create(&g->thread, NULL, fs_gpu_accept_main, g);
 	if (ret) {
 		if (g->dir[0] && g->path[0])
 			snprintf(err, errlen, "cuda=on: cannot serve the GPU socket in %s: %s",
@@ -243,7 +243,7 @@ void fs_gpu_stop(struct fs *fs)
 	for (struct gpu_conn *cn = g->conns; cn; cn = cn->next)
 		shutdown(cn->fd, SHUT_RDWR);
 	pthread_mutex_unlock(&g->lock);
-	reap(g, true);
+	fs_gpu_reap(g, true);
 	fs->gpu = NULL;
 	gpu_free(g);
 }

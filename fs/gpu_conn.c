@@ -1,7 +1,7 @@
 /*
  * gpu_conn.c - the GPU server's socket and protocol: the socket's 0700
  * folder, made where no other user can rename or replace it
- * (make_sock_dir, which first removes the folders that killed daemons
+ * (fs_gpu_sock_dir, which first removes the folders that killed daemons
  * left: reap_sock_dirs), the accept thread (tfs-gpu) that serves only the
  * mount owner's uid and tells a refused client why before the hang-up, and one
  * thread per connection (tfs-gpu-conn) that reads each request
@@ -99,17 +99,17 @@ static int serve(struct gpu_conn *c, const struct tfs_gpu_req *req, int fd)
 	rep_init(c->rep, req->op, 0);
 	switch (req->op) {
 	case TFS_GPU_GRANT:
-		c->rep->status = do_grant(c, req, fd);
+		c->rep->status = fs_gpu_grant(c, req, fd);
 		break;
 	case TFS_GPU_PIN_READ:
 	case TFS_GPU_PIN_WRITE:
-		c->rep->status = do_pin(c, req, req->op == TFS_GPU_PIN_WRITE);
+		c->rep->status = fs_gpu_pin(c, req, req->op == TFS_GPU_PIN_WRITE);
 		break;
 	case TFS_GPU_RELEASE:
-		c->rep->status = do_release(c, req);
+		c->rep->status = fs_gpu_release(c, req);
 		break;
 	case TFS_GPU_PREFETCH:
-		c->rep->status = do_prefetch(c, req);
+		c->rep->status = fs_gpu_prefetch(c, req);
 		break;
 	default:
 		c->rep->status = -EOPNOTSUPP;
@@ -145,7 +145,7 @@ static void *conn_main(void *arg)
 		struct gpu_pin *p = c->pins;
 
 		c->pins = p->next;
-		pin_release(c, p, !p->write);
+		fs_gpu_pin_release(c, p, !p->write);
 	}
 	shutdown(c->fd, SHUT_RDWR);
 	pthread_mutex_lock(&g->lock);
@@ -161,7 +161,7 @@ static void *conn_main(void *arg)
 }
 
 /* Join the threads of finished connections. Called by the accept thread. */
-void reap(struct fs_gpu *g, bool all)
+void fs_gpu_reap(struct fs_gpu *g, bool all)
 {
 	struct gpu_conn **cp = &g->conns, *c;
 
@@ -281,7 +281,7 @@ static void accept_one(struct fs_gpu *g)
 	pthread_mutex_unlock(&g->lock);
 }
 
-void *accept_main(void *arg)
+void *fs_gpu_accept_main(void *arg)
 {
 	struct fs_gpu *g = arg;
 	struct pollfd pf[2 + GPU_REFUSED_MAX];
@@ -314,7 +314,7 @@ void *accept_main(void *arg)
 		if (n > 0 && pf[1].revents) {
 			if (read(g->wake_pipe[0], &wake, 1) == 1 && wake == WAKE_STOP)
 				break;
-			reap(g, false);
+			fs_gpu_reap(g, false);
 		}
 		if (n > 0 && (pf[0].revents & POLLIN))
 			accept_one(g);
@@ -453,7 +453,7 @@ static void reap_sock_dirs(const char *parent)
  * without - or sudo -E leaves a root daemon: it is passed over, with a
  * warning.
  */
-int make_sock_dir(struct fs_gpu *g, char *err, size_t errlen)
+int fs_gpu_sock_dir(struct fs_gpu *g, char *err, size_t errlen)
 {
 	const char *xdg = getenv("XDG_RUNTIME_DIR");
 	char run[64], real[PATH_MAX], why[PATH_MAX + 64];
@@ -518,7 +518,7 @@ int make_sock_dir(struct fs_gpu *g, char *err, size_t errlen)
 	return 0;
 }
 
-int listen_sock(struct fs_gpu *g)
+int fs_gpu_listen(struct fs_gpu *g)
 {
 	struct sockaddr_un sa = {.sun_family = AF_UNIX};
 

@@ -118,16 +118,16 @@ struct fs_gpu {
 };
 
 /* gpu_conn.c: the socket, and the threads that accept and serve connections */
-void reap(struct fs_gpu *g, bool all);
-void *accept_main(void *arg);
-int make_sock_dir(struct fs_gpu *g, char *err, size_t errlen);
-int listen_sock(struct fs_gpu *g);
+void fs_gpu_reap(struct fs_gpu *g, bool all);
+void *fs_gpu_accept_main(void *arg);
+int fs_gpu_sock_dir(struct fs_gpu *g, char *err, size_t errlen);
+int fs_gpu_listen(struct fs_gpu *g);
 
 /* gpu_pin.c: what a connection asks for: grants, pins, their release, prefetches */
-int do_grant(struct gpu_conn *c, const struct tfs_gpu_req *req, int fd);
-int do_pin(struct gpu_conn *c, const struct tfs_gpu_req *req, bool write);
-void pin_release(struct gpu_conn *c, struct gpu_pin *p, bool ok);
-int do_prefetch(struct gpu_conn *c, const struct tfs_gpu_req *req);
-int do_release(struct gpu_conn *c, const struct tfs_gpu_req *req);
+int fs_gpu_grant(struct gpu_conn *c, const struct tfs_gpu_req *req, int fd);
+int fs_gpu_pin(struct gpu_conn *c, const struct tfs_gpu_req *req, bool write);
+void fs_gpu_pin_release(struct gpu_conn *c, struct gpu_pin *p, bool ok);
+int fs_gpu_prefetch(struct gpu_conn *c, const struct tfs_gpu_req *req);
+int fs_gpu_release(struct gpu_conn *c, const struct tfs_gpu_req *req);
 
 #endif

@@ -100,7 +100,7 @@ static int fd_rights(int fd, bool *read, bool *write)
  * must be a regular file of this mount with the inode it names; its open
  * mode says what the connection may do.
  */
-int do_grant(struct gpu_conn *c, const struct tfs_gpu_req *req, int fd)
+int fs_gpu_grant(struct gpu_conn *c, const struct tfs_gpu_req *req, int fd)
 {
 	struct gpu_grant *gr;
 	struct stat st;
@@ -322,7 +322,7 @@ static void inval(struct fs_gpu *g, uint64_t ino, uint64_t off, uint64_t len)
 
 /*
  * A write pin holds in->io shared from PIN to RELEASE, and says so in
- * in->gpu_wpins: a truncate waits only so long for it (ops_data.c io_lock_excl).
+ * in->gpu_wpins: a truncate waits only so long for it (ops_data.c fs_io_lock_excl).
  */
 static void wpin_lock(struct fs_inode *in)
 {
@@ -434,7 +434,7 @@ static uint64_t pf_pump(struct gpu_conn *c, struct fs_inode *in)
 	return b - from;
 }
 
-int do_pin(struct gpu_conn *c, const struct tfs_gpu_req *req, bool write)
+int fs_gpu_pin(struct gpu_conn *c, const struct tfs_gpu_req *req, bool write)
 {
 	struct fs_gpu *g = c->g;
 	struct fs *fs = g->fs;
@@ -516,7 +516,7 @@ out:
 }
 
 /* Unpin p; for a write, commit it when ok, else zero its range. */
-void pin_release(struct gpu_conn *c, struct gpu_pin *p, bool ok)
+void fs_gpu_pin_release(struct gpu_conn *c, struct gpu_pin *p, bool ok)
 {
 	struct fs_gpu *g = c->g;
 	struct fs *fs = g->fs;
@@ -567,7 +567,7 @@ void pin_release(struct gpu_conn *c, struct gpu_pin *p, bool ok)
  * for each range once. A PREFETCH that does not continue the last one
  * replaces it.
  */
-int do_prefetch(struct gpu_conn *c, const struct tfs_gpu_req *req)
+int fs_gpu_prefetch(struct gpu_conn *c, const struct tfs_gpu_req *req)
 {
 	struct fs_gpu *g = c->g;
 	struct fs *fs = g->fs;
@@ -609,7 +609,7 @@ out:
 	return ret;
 }
 
-int do_release(struct gpu_conn *c, const struct tfs_gpu_req *req)
+int fs_gpu_release(struct gpu_conn *c, const struct tfs_gpu_req *req)
 {
 	struct gpu_pin **pp;
 
@@ -619,7 +619,7 @@ int do_release(struct gpu_conn *c, const struct tfs_gpu_req *req)
 		if (p->id != req->pin)
 			continue;
 		*pp = p->next;
-		pin_release(c, p, req->status == 0);
+		fs_gpu_pin_release(c, p, req->status == 0);
 		return 0;
 	}
 	return -ENOENT;

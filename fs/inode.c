@@ -174,7 +174,7 @@ int fs_release_locs(struct fs *fs, struct locvec *freed)
 {
 	for (size_t i = 0; i < freed->n; i++)
 		tb_release(fs->tb, freed->v[i]);
-	locvec_free(freed);
+	meta_locvec_free(freed);
 	return 0;
 }
 
@@ -255,7 +255,7 @@ static void purge(struct fs *fs, struct fs_inode *in)
 		/* Left for the orphan scan at the next mount. */
 		log_err("cannot purge deleted inode %llu: %s", (unsigned long long)in->ino,
 			strerror(-ret));
-		locvec_free(&freed);
+		meta_locvec_free(&freed);
 		return;
 	}
 	fs_release_locs(fs, &freed);

@@ -242,14 +242,14 @@ static int owner_commit(void *ctx, const struct tb_commit *c, size_t n)
 					      c[i].hashed && c[i].index, &freed);
 	if (ret) {
 		meta_abort(txn);
-		locvec_free(&freed);
+		meta_locvec_free(&freed);
 		if (ret != -ESTALE)
 			commit_failed(n, ret);
 		return ret;
 	}
 	ret = meta_commit(txn);
 	if (ret) {
-		locvec_free(&freed);
+		meta_locvec_free(&freed);
 		commit_failed(n, ret);
 		return ret;
 	}

@@ -288,8 +288,8 @@ struct meta_space {
 };
 void meta_space(struct fs_meta *m, struct meta_space *sp);
 
-int locvec_push(struct locvec *v, uint64_t loc);
-void locvec_free(struct locvec *v);
+int meta_locvec_push(struct locvec *v, uint64_t loc);
+void meta_locvec_free(struct locvec *v);
 
 /*
  * Raw access for the offline checker (tfsctl fsck), which must see and

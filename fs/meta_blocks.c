@@ -18,12 +18,12 @@
 #include <string.h>
 #include <sys/stat.h>
 
-int locvec_push(struct locvec *v, uint64_t loc)
+int meta_locvec_push(struct locvec *v, uint64_t loc)
 {
 	return u64vec_push(&v->v, &v->n, &v->cap, 16, loc);
 }
 
-void locvec_free(struct locvec *v)
+void meta_locvec_free(struct locvec *v)
 {
 	free(v->v);
 	v->v = NULL;
@@ -145,7 +145,7 @@ static int block_ref(struct fs_meta *m, MDB_txn *txn, uint64_t id, int delta, st
 		if (!ret && (b.flags & META_BLOCK_HASHED))
 			ret = dedup_forget(m, txn, b.hash, id);
 		if (!ret)
-			ret = locvec_push(freed, b.loc);
+			ret = meta_locvec_push(freed, b.loc);
 		return ret;
 	}
 	b.refs = (uint32_t)((int64_t)b.refs + delta);

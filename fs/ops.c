@@ -8,7 +8,7 @@
  * read is answered straight from the slots with an iovec, and a read that
  * misses is answered from the I/O completion, so no worker thread waits on
  * a device; nor long on a GPU client's write pin: a change of size gives up
- * with ETXTBSY (io_lock_excl). Every op replies exactly once on every
+ * with ETXTBSY (fs_io_lock_excl). Every op replies exactly once on every
  * path.
  *
  * This file holds the connection's start (fs_init) and the table of ops at

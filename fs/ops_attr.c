@@ -1,6 +1,6 @@
 /*
  * ops_attr.c - the FUSE ops on attributes: getattr, setattr (a change of
- * size through ops_data.c's truncate_to), and the extended attributes,
+ * size through ops_data.c's fs_truncate_to), and the extended attributes,
  * among them user.tensorfs.prefetch (a hint to load the file ahead) and
  * user.tensorfs.tiers (its bytes per tier, from ctl_run.c).
  *
@@ -27,7 +27,7 @@
 
 void fs_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-	struct fs *fs = req_fs(req);
+	struct fs *fs = fs_of_req(req);
 	struct fs_inode *in;
 	struct stat st;
 	uint64_t nblocks;
@@ -41,7 +41,7 @@ void fs_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	}
 	ret = fs_iget(fs, ino, &in);
 	if (ret) {
-		reply_err(fs, req, ret);
+		fs_reply_err(fs, req, ret);
 		return;
 	}
 	nblocks = fs_inode_blocks(fs, ino, in->rec.mode);
@@ -64,7 +64,7 @@ static void set_time(int64_t *sec, uint32_t *nsec, const struct timespec *t)
 void fs_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
 		struct fuse_file_info *fi)
 {
-	struct fs *fs = req_fs(req);
+	struct fs *fs = fs_of_req(req);
 	struct fs_inode *in;
 	struct meta_inode rec;
 	MDB_txn *txn;
@@ -76,7 +76,7 @@ void fs_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
 
 	(void)fi;
 	FS_COUNT(fs, setattrs, 1);
-	ret = iget_changeable(fs, ino, &in);
+	ret = fs_iget_changeable(fs, ino, &in);
 	if (ret)
 		goto err;
 	if (to_set & FUSE_SET_ATTR_SIZE) {
@@ -84,11 +84,11 @@ void fs_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
 			ret = -EISDIR;
 			goto put;
 		}
-		ret = io_lock_excl(req, in);
+		ret = fs_io_lock_excl(req, in);
 		if (ret)
 			goto put;
 		fs_watch(req);
-		ret = truncate_to(fs, in, (uint64_t)attr->st_size, fuse_req_ctx(req)->uid);
+		ret = fs_truncate_to(fs, in, (uint64_t)attr->st_size, fuse_req_ctx(req)->uid);
 		fs_unwatch();
 		pthread_rwlock_unlock(&in->io);
 		if (ret)
@@ -131,7 +131,7 @@ void fs_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
 put:
 	fs_iput(fs, in);
 err:
-	reply_err(fs, req, ret);
+	fs_reply_err(fs, req, ret);
 }
 
 /* ---- xattrs ---- */
@@ -158,25 +158,25 @@ static void caps_changed(struct fs *fs, fuse_ino_t ino, const char *name)
 void fs_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *value, size_t size,
 		 int flags)
 {
-	struct fs *fs = req_fs(req);
+	struct fs *fs = fs_of_req(req);
 	MDB_txn *txn;
 	int ret;
 
 	if (fs_ctl_ino(ino) || xattr_refused(name)) {
-		reply_err(fs, req, EOPNOTSUPP);
+		fs_reply_err(fs, req, EOPNOTSUPP);
 		return;
 	}
 	if (strcmp(name, FS_XATTR_TIERS) == 0) {
-		reply_err(fs, req, EPERM); /* computed, read-only */
+		fs_reply_err(fs, req, EPERM); /* computed, read-only */
 		return;
 	}
 	if (strcmp(name, FS_XATTR_PREFETCH) == 0) {
 		/* A hint, not stored: load this file into the DRAM tier now. */
 		(void)value;
 		(void)size;
-		reply_err(fs, req,
-			  fs->pf_running ? fs_prefetch_hint(fs, ino, fuse_req_ctx(req)->uid)
-					 : -EOPNOTSUPP);
+		fs_reply_err(fs, req,
+			     fs->pf_running ? fs_prefetch_hint(fs, ino, fuse_req_ctx(req)->uid)
+					    : -EOPNOTSUPP);
 		return;
 	}
 	ret = meta_begin(fs->meta, true, &txn);
@@ -187,7 +187,7 @@ void fs_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *v
 	if (ret == 0)
 		caps_changed(fs, ino, name);
 out:
-	reply_err(fs, req, ret);
+	fs_reply_err(fs, req, ret);
 }
 
 /* Answer a getxattr or listxattr: the size asked for with size 0, else buf. */
@@ -197,7 +197,7 @@ static void reply_xattr(struct fs *fs, fuse_req_t req, int ret, const char *buf,
 	if (ret == 0 && size && len > size)
 		ret = -ERANGE;
 	if (ret)
-		reply_err(fs, req, ret);
+		fs_reply_err(fs, req, ret);
 	else if (size == 0)
 		fuse_reply_xattr(req, len);
 	else
@@ -214,7 +214,7 @@ static void reply_stored_xattr(struct fs *fs, fuse_req_t req, fuse_ino_t ino, co
 	int ret;
 
 	if (size && !(buf = malloc(size))) {
-		reply_err(fs, req, ENOMEM);
+		fs_reply_err(fs, req, ENOMEM);
 		return;
 	}
 	ret = meta_begin(fs->meta, false, &txn);
@@ -229,13 +229,13 @@ static void reply_stored_xattr(struct fs *fs, fuse_req_t req, fuse_ino_t ino, co
 
 void fs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
 {
-	struct fs *fs = req_fs(req);
+	struct fs *fs = fs_of_req(req);
 	char *buf = NULL;
 	size_t len = 0;
 	int ret;
 
 	if (fs_ctl_ino(ino)) {
-		reply_err(fs, req, ENODATA);
+		fs_reply_err(fs, req, ENODATA);
 		return;
 	}
 	if (strcmp(name, FS_XATTR_TIERS) == 0) {
@@ -250,7 +250,7 @@ void fs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
 
 void fs_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 {
-	struct fs *fs = req_fs(req);
+	struct fs *fs = fs_of_req(req);
 
 	if (fs_ctl_ino(ino)) {
 		if (size == 0)
@@ -264,12 +264,12 @@ void fs_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 
 void fs_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 {
-	struct fs *fs = req_fs(req);
+	struct fs *fs = fs_of_req(req);
 	MDB_txn *txn;
 	int ret;
 
 	if (fs_ctl_ino(ino)) {
-		reply_err(fs, req, EOPNOTSUPP);
+		fs_reply_err(fs, req, EOPNOTSUPP);
 		return;
 	}
 	ret = meta_begin(fs->meta, true, &txn);
@@ -280,5 +280,5 @@ void fs_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 	if (ret == 0)
 		caps_changed(fs, ino, name);
 out:
-	reply_err(fs, req, ret);
+	fs_reply_err(fs, req, ret);
 }

@@ -1,7 +1,7 @@
 /*
  * ops_data.c - the FUSE ops on file data: open, release, flush, fsync,
  * read, write, fallocate and copy_file_range, and the helpers that a
- * change of size shares with setattr (io_lock_excl, truncate_to).
+ * change of size shares with setattr (fs_io_lock_excl, fs_truncate_to).
  *
  * A write copies into DRAM slots and is answered at once, or, where it
  * would wait for dirty room, from defer.c's threads, as an fsync is (the
@@ -9,7 +9,7 @@
  * read is answered straight from the slots with an iovec, and a read that
  * misses is answered from the I/O completion, so no worker thread waits on
  * a device; nor long on a GPU client's write pin: a change of size gives
- * up with ETXTBSY (io_lock_excl).
+ * up with ETXTBSY (fs_io_lock_excl).
  *
  * It may call the control files (ctl*.c: their open, read and write),
  * req.c, wjob.c, defer.c, loop.c (where the serving thread landed a
@@ -52,7 +52,7 @@
  * its client may still be copying into the slots. Without GPU pins this
  * waits as a plain wrlock would.
  */
-int io_lock_excl(fuse_req_t req, struct fs_inode *in)
+int fs_io_lock_excl(fuse_req_t req, struct fs_inode *in)
 {
 	uint64_t t0 = fs_monotonic_ms(), now, since;
 	struct timespec until;
@@ -108,7 +108,7 @@ static int write_data(struct fs *fs, struct fs_inode *in, const char *buf, size_
 	ret = tb_reserve(fs->tb, j.resv);
 	if (ret)
 		return ret;
-	ret = write_run(fs, &j);
+	ret = fs_write_run(fs, &j);
 	tb_unreserve(fs->tb, j.resv);
 	return ret;
 }
@@ -148,12 +148,12 @@ static int commit_release(struct fs *fs, MDB_txn *txn, int ret, struct locvec *f
 {
 	if (ret) {
 		meta_abort(txn);
-		locvec_free(freed);
+		meta_locvec_free(freed);
 		return ret;
 	}
 	ret = meta_commit(txn);
 	if (ret) {
-		locvec_free(freed);
+		meta_locvec_free(freed);
 		return ret;
 	}
 	return fs_release_locs(fs, freed);
@@ -203,7 +203,7 @@ static int zero_partial(struct fs *fs, struct fs_inode *in, uint64_t off, uint64
 }
 
 /* Change the size, for uid; caller holds in->io exclusively. */
-int truncate_to(struct fs *fs, struct fs_inode *in, uint64_t size, uint32_t uid)
+int fs_truncate_to(struct fs *fs, struct fs_inode *in, uint64_t size, uint32_t uid)
 {
 	struct meta_inode rec;
 	uint64_t old;
@@ -223,7 +223,7 @@ int truncate_to(struct fs *fs, struct fs_inode *in, uint64_t size, uint32_t uid)
 	}
 	pthread_mutex_lock(&in->lock);
 	in->rec.size = size;
-	touch(&in->rec, true);
+	fs_rec_touch(&in->rec, true);
 	in->attr_dirty = false;
 	rec = in->rec;
 	pthread_mutex_unlock(&in->lock);
@@ -250,7 +250,7 @@ int truncate_to(struct fs *fs, struct fs_inode *in, uint64_t size, uint32_t uid)
  * and at 7.1-11.9 GB/s this way (e290580). Every open keeps
  * its page cache across opens.
  */
-void open_io(struct fuse_file_info *fi)
+void fs_open_io(struct fuse_file_info *fi)
 {
 	fi->direct_io = (fi->flags & O_DIRECT) && (fi->flags & O_ACCMODE) != O_RDONLY;
 	fi->keep_cache = 1;
@@ -260,7 +260,7 @@ void open_io(struct fuse_file_info *fi)
 
 void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-	struct fs *fs = req_fs(req);
+	struct fs *fs = fs_of_req(req);
 	struct fs_inode *in;
 	int ret;
 
@@ -271,28 +271,28 @@ void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	}
 	ret = fs_iget(fs, ino, &in);
 	if (ret) {
-		reply_err(fs, req, ret);
+		fs_reply_err(fs, req, ret);
 		return;
 	}
 	if (S_ISDIR(in->rec.mode)) {
 		fs_iput(fs, in);
-		reply_err(fs, req, EISDIR);
+		fs_reply_err(fs, req, EISDIR);
 		return;
 	}
 	if ((fi->flags & O_TRUNC) && (fi->flags & O_ACCMODE) != O_RDONLY) {
 		/* The kernel hands O_TRUNC to us (atomic_o_trunc). */
-		ret = io_lock_excl(req, in);
+		ret = fs_io_lock_excl(req, in);
 		if (ret == 0) {
-			ret = truncate_to(fs, in, 0, fuse_req_ctx(req)->uid);
+			ret = fs_truncate_to(fs, in, 0, fuse_req_ctx(req)->uid);
 			pthread_rwlock_unlock(&in->io);
 		}
 		if (ret) {
 			fs_iput(fs, in);
-			reply_err(fs, req, ret);
+			fs_reply_err(fs, req, ret);
 			return;
 		}
 	}
-	open_io(fi);
+	fs_open_io(fi);
 	/* The reference is the open's; release drops it. */
 	if (fuse_reply_open(req, fi) != 0)
 		fs_iput(fs, in);
@@ -300,7 +300,7 @@ void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 
 void fs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-	struct fs *fs = req_fs(req);
+	struct fs *fs = fs_of_req(req);
 	struct fs_inode *in;
 
 	if (fs_ctl_ino(ino)) {
@@ -325,7 +325,7 @@ void fs_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 
 void fs_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
 {
-	struct fs *fs = req_fs(req);
+	struct fs *fs = fs_of_req(req);
 	struct fs_inode *in;
 	int ret;
 
@@ -338,7 +338,7 @@ void fs_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_inf
 	}
 	ret = fs_iget(fs, ino, &in);
 	if (ret) {
-		reply_err(fs, req, ret);
+		fs_reply_err(fs, req, ret);
 		return;
 	}
 	/* It waits for the devices: in defer.c's threads, not in this one. */
@@ -348,12 +348,12 @@ void fs_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_inf
 
 void fs_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
 {
-	struct fs *fs = req_fs(req);
+	struct fs *fs = fs_of_req(req);
 
 	(void)ino;
 	(void)datasync;
 	(void)fi;
-	reply_err(fs, req, tb_durable(fs->tb));
+	fs_reply_err(fs, req, tb_durable(fs->tb));
 }
 
 /* ---- read: answered from the slots, or from the load's completion ---- */
@@ -383,7 +383,7 @@ static void read_finish(struct read_ctx *c)
 	size_t left = c->size, bo = c->off % fs->bs;
 
 	if (c->err || !iov) {
-		reply_err(fs, c->req, c->err ? c->err : -ENOMEM);
+		fs_reply_err(fs, c->req, c->err ? c->err : -ENOMEM);
 		goto out;
 	}
 	for (unsigned i = 0; i < c->nblk; i++) {
@@ -475,7 +475,7 @@ static void fs_readahead(struct fs *fs, struct fs_inode *in, uint64_t off, size_
 
 void fs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi)
 {
-	struct fs *fs = req_fs(req);
+	struct fs *fs = fs_of_req(req);
 	struct fs_inode *in;
 	struct read_ctx *c;
 	uint64_t fsize;
@@ -488,7 +488,7 @@ void fs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse
 	FS_COUNT(fs, reads, 1);
 	ret = fs_iget(fs, ino, &in);
 	if (ret) {
-		reply_err(fs, req, ret);
+		fs_reply_err(fs, req, ret);
 		return;
 	}
 	pthread_mutex_lock(&in->lock);
@@ -510,7 +510,7 @@ void fs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse
 	c = calloc(1, sizeof(*c) + nblk * sizeof(c->blk[0]));
 	if (!c) {
 		fs_iput(fs, in);
-		reply_err(fs, req, ENOMEM);
+		fs_reply_err(fs, req, ENOMEM);
 		return;
 	}
 	c->req = req;
@@ -600,7 +600,7 @@ static int drop_privs(struct fs *fs, struct fs_inode *in, uint32_t write_flags)
 	caps = in->caps != FS_CAPS_NONE; /* unknown again if a setxattr came meanwhile */
 	in->caps = FS_CAPS_NONE; /* before the commit: a setxattr's forgetting comes after */
 	in->rec.mode &= ~kill;
-	touch(&in->rec, false);
+	fs_rec_touch(&in->rec, false);
 	in->attr_dirty = false;
 	rec = in->rec;
 	pthread_mutex_unlock(&in->lock);
@@ -624,7 +624,7 @@ static int drop_privs(struct fs *fs, struct fs_inode *in, uint32_t write_flags)
 void fs_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
 	      struct fuse_file_info *fi)
 {
-	struct fs *fs = req_fs(req);
+	struct fs *fs = fs_of_req(req);
 	struct fs_landing *land = fs_landing;
 	struct fs_inode *in;
 	uint64_t fsize;
@@ -643,12 +643,12 @@ void fs_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_
 		return;
 	}
 	if (off < 0) {
-		reply_err(fs, req, EINVAL);
+		fs_reply_err(fs, req, EINVAL);
 		return;
 	}
 	ret = fs_iget(fs, ino, &in);
 	if (ret) {
-		reply_err(fs, req, ret);
+		fs_reply_err(fs, req, ret);
 		return;
 	}
 	pthread_mutex_lock(&in->lock);
@@ -662,7 +662,7 @@ void fs_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_
 	ret = privs ? drop_privs(fs, in, fs_write_flags) : 0;
 	if (ret) {
 		fs_iput(fs, in);
-		reply_err(fs, req, ret);
+		fs_reply_err(fs, req, ret);
 		return;
 	}
 	struct fs_wjob j = {.req = req,
@@ -678,11 +678,11 @@ void fs_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_
 	ret = tb_reserve(fs->tb, j.resv);
 	if (ret) {
 		fs_iput(fs, in);
-		reply_err(fs, req, ret);
+		fs_reply_err(fs, req, ret);
 		return;
 	}
 	pthread_rwlock_rdlock(&in->io);
-	ret = write_run(fs, &j);
+	ret = fs_write_run(fs, &j);
 	pthread_rwlock_unlock(&in->io);
 	/*
 	 * Where it would wait (for dirty room, mostly), the rest waits in
@@ -729,28 +729,28 @@ static int punch(struct fs *fs, struct fs_inode *in, uint64_t off, uint64_t len,
 void fs_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, off_t len,
 		  struct fuse_file_info *fi)
 {
-	struct fs *fs = req_fs(req);
+	struct fs *fs = fs_of_req(req);
 	struct fs_inode *in;
 	int ret;
 
 	(void)fi;
 	FS_COUNT(fs, fallocates, 1);
 	if (off < 0 || len <= 0) {
-		reply_err(fs, req, EINVAL);
+		fs_reply_err(fs, req, EINVAL);
 		return;
 	}
 	if (mode & ~(FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE)) {
-		reply_err(fs, req, EOPNOTSUPP);
+		fs_reply_err(fs, req, EOPNOTSUPP);
 		return;
 	}
 	if ((mode & FALLOC_FL_PUNCH_HOLE) && !(mode & FALLOC_FL_KEEP_SIZE)) {
-		reply_err(fs, req, EINVAL);
+		fs_reply_err(fs, req, EINVAL);
 		return;
 	}
 	ret = fs_iget(fs, ino, &in);
 	if (ret)
 		goto err;
-	ret = io_lock_excl(req, in);
+	ret = fs_io_lock_excl(req, in);
 	if (ret) {
 		fs_iput(fs, in);
 		goto err;
@@ -766,7 +766,7 @@ void fs_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, off_t len
 		if (!ret && !(mode & FALLOC_FL_KEEP_SIZE) &&
 		    (uint64_t)off + (uint64_t)len > in->rec.size) {
 			in->rec.size = (uint64_t)off + (uint64_t)len;
-			touch(&in->rec, false);
+			fs_rec_touch(&in->rec, false);
 			in->attr_dirty = true;
 		}
 		pthread_mutex_unlock(&in->lock);
@@ -776,7 +776,7 @@ void fs_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, off_t len
 	pthread_rwlock_unlock(&in->io);
 	fs_iput(fs, in);
 err:
-	reply_err(fs, req, ret);
+	fs_reply_err(fs, req, ret);
 }
 
 /*
@@ -805,7 +805,7 @@ static int copy_bytes(struct fs *fs, struct fs_inode *src, uint64_t soff, struct
 			ret = tb_reserve(fs->tb, j.resv);
 		if (ret)
 			break;
-		ret = write_run(fs, &j);
+		ret = fs_write_run(fs, &j);
 		tb_unreserve(fs->tb, j.resv);
 		*done += j.done;
 		soff += chunk;
@@ -832,7 +832,7 @@ static int share_blocks(struct fs *fs, struct fs_inode *src, uint64_t sidx, stru
 	pthread_mutex_lock(&dst->lock);
 	if (new_end > dst->rec.size)
 		dst->rec.size = new_end;
-	touch(&dst->rec, true);
+	fs_rec_touch(&dst->rec, true);
 	dst->attr_dirty = false;
 	rec = dst->rec;
 	pthread_mutex_unlock(&dst->lock);
@@ -852,7 +852,7 @@ void fs_copy_file_range(fuse_req_t req, fuse_ino_t ino_in, off_t off_in,
 			struct fuse_file_info *fi_in, fuse_ino_t ino_out, off_t off_out,
 			struct fuse_file_info *fi_out, size_t len, int flags)
 {
-	struct fs *fs = req_fs(req);
+	struct fs *fs = fs_of_req(req);
 	struct fs_inode *src = NULL, *dst = NULL;
 	uint64_t size_in, so = (uint64_t)off_in, dof = (uint64_t)off_out, n = 0, done = 0;
 	uint32_t uid;
@@ -862,11 +862,11 @@ void fs_copy_file_range(fuse_req_t req, fuse_ino_t ino_in, off_t off_in,
 	(void)fi_out;
 	FS_COUNT(fs, copies, 1);
 	if (flags || off_in < 0 || off_out < 0) {
-		reply_err(fs, req, EINVAL);
+		fs_reply_err(fs, req, EINVAL);
 		return;
 	}
 	if (fs_ctl_ino(ino_in) || fs_ctl_ino(ino_out)) {
-		reply_err(fs, req, EOPNOTSUPP);
+		fs_reply_err(fs, req, EOPNOTSUPP);
 		return;
 	}
 	ret = fs_iget(fs, ino_in, &src);
@@ -892,7 +892,7 @@ void fs_copy_file_range(fuse_req_t req, fuse_ino_t ino_in, off_t off_in,
 		n -= (so + n) % fs->bs < n ? (so + n) % fs->bs : 0;
 	}
 
-	ret = io_lock_excl(req, dst);
+	ret = fs_io_lock_excl(req, dst);
 	if (ret)
 		goto out;
 	fs_watch(req);
@@ -930,7 +930,7 @@ out:
 	if (src)
 		fs_iput(fs, src);
 	if (ret)
-		reply_err(fs, req, ret);
+		fs_reply_err(fs, req, ret);
 	else
 		fuse_reply_write(req, n);
 }

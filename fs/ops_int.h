@@ -13,10 +13,10 @@
  * req.c: the fs of a request; an error reply, counted; a record's times set
  * to now; the inode of a file an op changes (-EPERM for a control file).
  */
-struct fs *req_fs(fuse_req_t req);
-void reply_err(struct fs *fs, fuse_req_t req, int err);
-void touch(struct meta_inode *rec, bool mtime);
-int iget_changeable(struct fs *fs, fuse_ino_t ino, struct fs_inode **in);
+struct fs *fs_of_req(fuse_req_t req);
+void fs_reply_err(struct fs *fs, fuse_req_t req, int err);
+void fs_rec_touch(struct meta_inode *rec, bool mtime);
+int fs_iget_changeable(struct fs *fs, fuse_ino_t ino, struct fs_inode **in);
 
 /* ops_names.c: names and folders */
 void fs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name);
@@ -41,12 +41,12 @@ void fs_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
 void fs_statfs(fuse_req_t req, fuse_ino_t ino);
 
 /*
- * ops_data.c: file data. io_lock_excl and truncate_to: a change of size,
- * for setattr; open_io: how an open's I/O goes, for create.
+ * ops_data.c: file data. fs_io_lock_excl and fs_truncate_to: a change of size,
+ * for setattr; fs_open_io: how an open's I/O goes, for create.
  */
-int io_lock_excl(fuse_req_t req, struct fs_inode *in);
-int truncate_to(struct fs *fs, struct fs_inode *in, uint64_t size, uint32_t uid);
-void open_io(struct fuse_file_info *fi);
+int fs_io_lock_excl(fuse_req_t req, struct fs_inode *in);
+int fs_truncate_to(struct fs *fs, struct fs_inode *in, uint64_t size, uint32_t uid);
+void fs_open_io(struct fuse_file_info *fi);
 void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
 void fs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
 void fs_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
@@ -62,7 +62,7 @@ void fs_copy_file_range(fuse_req_t req, fuse_ino_t ino_in, off_t off_in,
 			struct fuse_file_info *fi_out, size_t len, int flags);
 
 /* wjob.c: a write job stored, for write, fallocate and copy_file_range */
-int write_run(struct fs *fs, struct fs_wjob *j);
+int fs_write_run(struct fs *fs, struct fs_wjob *j);
 
 /* ops_attr.c: attributes and extended attributes */
 void fs_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);

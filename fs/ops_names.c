@@ -5,7 +5,7 @@
  * namespace is one write transaction of the store; the kernel's lookups
  * are counted on the in-memory inode (reply_entry_of).
  *
- * It may call ops_data.c (open_io, for create), req.c, ctl_names.c (the
+ * It may call ops_data.c (fs_open_io, for create), req.c, ctl_names.c (the
  * control folder's names), the inode table and the store (meta*.c).
  */
 #include "ops_int.h"
@@ -51,7 +51,7 @@ static void reply_entry_of(struct fs *fs, fuse_req_t req, struct fs_inode *in)
 
 void fs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
-	struct fs *fs = req_fs(req);
+	struct fs *fs = fs_of_req(req);
 	struct fs_inode *in;
 	MDB_txn *txn;
 	uint64_t ino;
@@ -85,12 +85,12 @@ void fs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	fs_iput(fs, in);
 	return;
 err:
-	reply_err(fs, req, ret);
+	fs_reply_err(fs, req, ret);
 }
 
 void fs_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
 {
-	struct fs *fs = req_fs(req);
+	struct fs *fs = fs_of_req(req);
 
 	if (!fs_ctl_ino(ino))
 		fs_iforget(fs, ino, nlookup);
@@ -99,7 +99,7 @@ void fs_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
 
 void fs_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_data *forgets)
 {
-	struct fs *fs = req_fs(req);
+	struct fs *fs = fs_of_req(req);
 
 	for (size_t i = 0; i < count; i++)
 		if (!fs_ctl_ino(forgets[i].ino))
@@ -147,7 +147,7 @@ static int make_node(struct fs *fs, fuse_req_t req, uint64_t parent, const char 
 	rec.nlink = S_ISDIR(mode) ? 2 : 1;
 	rec.rdev = rdev;
 	rec.size = target ? strlen(target) : 0;
-	touch(&rec, true);
+	fs_rec_touch(&rec, true);
 	rec.atime = rec.mtime;
 	rec.atime_ns = rec.mtime_ns;
 
@@ -172,7 +172,7 @@ static int make_node(struct fs *fs, fuse_req_t req, uint64_t parent, const char 
 	pthread_mutex_lock(&dir->lock);
 	if (S_ISDIR(mode))
 		dir->rec.nlink++;
-	touch(&dir->rec, true);
+	fs_rec_touch(&dir->rec, true);
 	struct meta_inode drec = dir->rec;
 	dir->attr_dirty = false;
 	pthread_mutex_unlock(&dir->lock);
@@ -197,7 +197,7 @@ out:
 static void reply_new_node(struct fs *fs, fuse_req_t req, int ret, struct fs_inode *in)
 {
 	if (ret) {
-		reply_err(fs, req, ret);
+		fs_reply_err(fs, req, ret);
 		return;
 	}
 	reply_entry_of(fs, req, in);
@@ -206,7 +206,7 @@ static void reply_new_node(struct fs *fs, fuse_req_t req, int ret, struct fs_ino
 
 void fs_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
 {
-	struct fs *fs = req_fs(req);
+	struct fs *fs = fs_of_req(req);
 	struct fs_inode *in = NULL;
 	int ret = make_node(fs, req, parent, name, S_IFDIR | (mode & 07777), 0, NULL, &in);
 
@@ -215,13 +215,13 @@ void fs_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
 
 void fs_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev)
 {
-	struct fs *fs = req_fs(req);
+	struct fs *fs = fs_of_req(req);
 	struct fs_inode *in = NULL;
 	int ret;
 
 	if (!S_ISREG(mode) && !S_ISFIFO(mode) && !S_ISSOCK(mode) && !S_ISCHR(mode) &&
 	    !S_ISBLK(mode)) {
-		reply_err(fs, req, EINVAL);
+		fs_reply_err(fs, req, EINVAL);
 		return;
 	}
 	ret = make_node(fs, req, parent, name, mode, rdev, NULL, &in);
@@ -230,12 +230,12 @@ void fs_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, 
 
 void fs_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const char *name)
 {
-	struct fs *fs = req_fs(req);
+	struct fs *fs = fs_of_req(req);
 	struct fs_inode *in = NULL;
 	int ret;
 
 	if (strlen(link) >= 4096) {
-		reply_err(fs, req, ENAMETOOLONG);
+		fs_reply_err(fs, req, ENAMETOOLONG);
 		return;
 	}
 	ret = make_node(fs, req, parent, name, S_IFLNK | 0777, 0, link, &in);
@@ -244,7 +244,7 @@ void fs_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const char 
 
 void fs_readlink(fuse_req_t req, fuse_ino_t ino)
 {
-	struct fs *fs = req_fs(req);
+	struct fs *fs = fs_of_req(req);
 	char buf[4097];
 	MDB_txn *txn;
 	int ret = meta_begin(fs->meta, false, &txn);
@@ -254,7 +254,7 @@ void fs_readlink(fuse_req_t req, fuse_ino_t ino)
 		meta_abort(txn);
 	}
 	if (ret)
-		reply_err(fs, req, ret);
+		fs_reply_err(fs, req, ret);
 	else
 		fuse_reply_readlink(req, buf);
 }
@@ -262,7 +262,7 @@ void fs_readlink(fuse_req_t req, fuse_ino_t ino)
 void fs_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
 	       struct fuse_file_info *fi)
 {
-	struct fs *fs = req_fs(req);
+	struct fs *fs = fs_of_req(req);
 	struct fs_inode *in = NULL;
 	struct fuse_entry_param e;
 	int ret;
@@ -270,10 +270,10 @@ void fs_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
 	FS_COUNT(fs, creates, 1);
 	ret = make_node(fs, req, parent, name, S_IFREG | (mode & 07777), 0, NULL, &in);
 	if (ret) {
-		reply_err(fs, req, ret);
+		fs_reply_err(fs, req, ret);
 		return;
 	}
-	open_io(fi);
+	fs_open_io(fi);
 	fill_entry(fs, in, &e);
 	fs_ilookup_add(fs, in, 1);
 	/* The open's reference on in is dropped at release. */
@@ -285,13 +285,13 @@ void fs_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
 
 void fs_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char *newname)
 {
-	struct fs *fs = req_fs(req);
+	struct fs *fs = fs_of_req(req);
 	struct fs_inode *in, *dir;
 	MDB_txn *txn;
 	uint64_t existing;
 	int ret;
 
-	ret = iget_changeable(fs, ino, &in);
+	ret = fs_iget_changeable(fs, ino, &in);
 	if (ret)
 		goto err;
 	ret = fs_iget(fs, newparent, &dir);
@@ -311,11 +311,11 @@ void fs_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char *n
 	}
 	pthread_mutex_lock(&in->lock);
 	in->rec.nlink++;
-	touch(&in->rec, false);
+	fs_rec_touch(&in->rec, false);
 	struct meta_inode rec = in->rec;
 	pthread_mutex_unlock(&in->lock);
 	pthread_mutex_lock(&dir->lock);
-	touch(&dir->rec, true);
+	fs_rec_touch(&dir->rec, true);
 	struct meta_inode drec = dir->rec;
 	pthread_mutex_unlock(&dir->lock);
 	ret = meta_inode_put(fs->meta, txn, ino, &rec);
@@ -337,7 +337,7 @@ put_dir:
 put_in:
 	fs_iput(fs, in);
 err:
-	reply_err(fs, req, ret);
+	fs_reply_err(fs, req, ret);
 }
 
 /*
@@ -381,7 +381,7 @@ static int remove_name(struct fs *fs, MDB_txn *txn, struct fs_inode *dir, const 
 		in->rec.nlink = 0;
 	else if (in->rec.nlink)
 		in->rec.nlink--;
-	touch(&in->rec, false);
+	fs_rec_touch(&in->rec, false);
 	struct meta_inode rec = in->rec;
 	pthread_mutex_unlock(&in->lock);
 	ret = meta_inode_put(fs->meta, txn, ino, &rec);
@@ -390,7 +390,7 @@ static int remove_name(struct fs *fs, MDB_txn *txn, struct fs_inode *dir, const 
 	pthread_mutex_lock(&dir->lock);
 	if (S_ISDIR(rec.mode) && dir->rec.nlink > 2)
 		dir->rec.nlink--;
-	touch(&dir->rec, true);
+	fs_rec_touch(&dir->rec, true);
 	struct meta_inode drec = dir->rec;
 	pthread_mutex_unlock(&dir->lock);
 	ret = meta_inode_put(fs->meta, txn, dir->ino, &drec);
@@ -421,7 +421,7 @@ static void reload_attrs(struct fs *fs, struct fs_inode *in)
 
 static void do_remove(fuse_req_t req, fuse_ino_t parent, const char *name, int want_dir)
 {
-	struct fs *fs = req_fs(req);
+	struct fs *fs = fs_of_req(req);
 	struct fs_inode *dir, *child = NULL;
 	MDB_txn *txn;
 	int ret;
@@ -444,7 +444,7 @@ static void do_remove(fuse_req_t req, fuse_ino_t parent, const char *name, int w
 put:
 	fs_iput(fs, dir);
 err:
-	reply_err(fs, req, ret);
+	fs_reply_err(fs, req, ret);
 }
 
 void fs_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
@@ -497,7 +497,7 @@ static int exchange(struct fs *fs, MDB_txn *txn, struct fs_inode *dir, const cha
 void fs_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent,
 	       const char *newname, unsigned int flags)
 {
-	struct fs *fs = req_fs(req);
+	struct fs *fs = fs_of_req(req);
 	struct fs_inode *dir = NULL, *ndir = NULL, *src = NULL, *victim = NULL;
 	uint64_t sino, dino;
 	bool have_dst;
@@ -507,12 +507,12 @@ void fs_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t n
 	FS_COUNT(fs, renames, 1);
 	if (flags & ~(RENAME_NOREPLACE | RENAME_EXCHANGE) ||
 	    (flags & RENAME_NOREPLACE && flags & RENAME_EXCHANGE)) {
-		reply_err(fs, req, EINVAL);
+		fs_reply_err(fs, req, EINVAL);
 		return;
 	}
 	if ((newparent == FUSE_ROOT_ID && strcmp(newname, FS_CTL_NAME) == 0) ||
 	    fs_ctl_ino(parent) || fs_ctl_ino(newparent)) {
-		reply_err(fs, req, EPERM);
+		fs_reply_err(fs, req, EPERM);
 		return;
 	}
 	ret = fs_iget(fs, parent, &dir);
@@ -567,7 +567,7 @@ void fs_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t n
 	if (ret)
 		goto abort;
 	pthread_mutex_lock(&src->lock);
-	touch(&src->rec, false);
+	fs_rec_touch(&src->rec, false);
 	struct meta_inode srec = src->rec;
 	pthread_mutex_unlock(&src->lock);
 	ret = meta_inode_put(fs->meta, txn, sino, &srec);
@@ -585,13 +585,13 @@ store_dirs:
 	if (ret)
 		goto abort;
 	pthread_mutex_lock(&dir->lock);
-	touch(&dir->rec, true);
+	fs_rec_touch(&dir->rec, true);
 	struct meta_inode drec = dir->rec;
 	pthread_mutex_unlock(&dir->lock);
 	ret = meta_inode_put(fs->meta, txn, dir->ino, &drec);
 	if (!ret && ndir != dir) {
 		pthread_mutex_lock(&ndir->lock);
-		touch(&ndir->rec, true);
+		fs_rec_touch(&ndir->rec, true);
 		struct meta_inode nrec = ndir->rec;
 		pthread_mutex_unlock(&ndir->lock);
 		ret = meta_inode_put(fs->meta, txn, ndir->ino, &nrec);
@@ -623,14 +623,14 @@ out:
 		fs_iput(fs, ndir);
 	if (dir)
 		fs_iput(fs, dir);
-	reply_err(fs, req, ret);
+	fs_reply_err(fs, req, ret);
 }
 
 /* ---- folders ---- */
 
 void fs_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-	struct fs *fs = req_fs(req);
+	struct fs *fs = fs_of_req(req);
 	struct fs_inode *in;
 	int ret;
 
@@ -641,13 +641,13 @@ void fs_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	}
 	ret = fs_iget(fs, ino, &in);
 	if (ret) {
-		reply_err(fs, req, ret);
+		fs_reply_err(fs, req, ret);
 		return;
 	}
 	bool dir = S_ISDIR(in->rec.mode);
 	fs_iput(fs, in);
 	if (!dir)
-		reply_err(fs, req, ENOTDIR);
+		fs_reply_err(fs, req, ENOTDIR);
 	else
 		fuse_reply_open(req, fi);
 }
@@ -727,7 +727,7 @@ static bool add_dot(struct dir_buf *d, const char *name, uint64_t ino, off_t nex
 
 static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, bool plus)
 {
-	struct fs *fs = req_fs(req);
+	struct fs *fs = fs_of_req(req);
 	struct dir_buf d = {fs, req, NULL, size, 0, plus, 0, ino};
 	MDB_txn *txn;
 	int ret;
@@ -738,7 +738,7 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, b
 	}
 	d.buf = malloc(size);
 	if (!d.buf) {
-		reply_err(fs, req, ENOMEM);
+		fs_reply_err(fs, req, ENOMEM);
 		return;
 	}
 	if (off == 0 && !add_dot(&d, ".", ino, 1))
@@ -748,14 +748,14 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, b
 	ret = meta_begin(fs->meta, false, &txn);
 	if (ret) {
 		free(d.buf);
-		reply_err(fs, req, ret);
+		fs_reply_err(fs, req, ret);
 		return;
 	}
 	ret = meta_readdir(fs->meta, txn, ino, off >= 2 ? (uint64_t)off - 2 : 0, add_dirent, &d);
 	meta_abort(txn);
 	if (ret && d.len == 0) {
 		free(d.buf);
-		reply_err(fs, req, ret);
+		fs_reply_err(fs, req, ret);
 		return;
 	}
 reply:
@@ -785,7 +785,7 @@ void fs_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 
 void fs_statfs(fuse_req_t req, fuse_ino_t ino)
 {
-	struct fs *fs = req_fs(req);
+	struct fs *fs = fs_of_req(req);
 	struct statvfs sv = {0};
 	uint64_t total, avail, inodes, blocks, mapped;
 	const unsigned long frag = 4096;

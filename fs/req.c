@@ -7,7 +7,7 @@
  * A request's waits in the block store end with EINTR once the kernel
  * interrupts it (fs_watch); a read or write that reached a file, through
  * FUSE or from a GPU client, is told to the learner (fs_touch). The ops'
- * own helpers (req_fs, reply_err, touch, iget_changeable) are here too,
+ * own helpers (fs_of_req, fs_reply_err, fs_rec_touch, fs_iget_changeable) are here too,
  * declared in ops_int.h.
  *
  * It may call the inode table (fs_now, fs_iget), ctl_names.c (whether an
@@ -48,12 +48,12 @@ bool fs_touch(struct fs *fs, struct fs_inode *in, uint64_t size, uint64_t off, u
 	       __atomic_load_n(&fs->learn.period, __ATOMIC_RELAXED);
 }
 
-struct fs *req_fs(fuse_req_t req)
+struct fs *fs_of_req(fuse_req_t req)
 {
 	return fuse_req_userdata(req);
 }
 
-void reply_err(struct fs *fs, fuse_req_t req, int err)
+void fs_reply_err(struct fs *fs, fuse_req_t req, int err)
 {
 	if (err < 0)
 		err = -err;
@@ -62,7 +62,7 @@ void reply_err(struct fs *fs, fuse_req_t req, int err)
 	fuse_reply_err(req, err);
 }
 
-void touch(struct meta_inode *rec, bool mtime)
+void fs_rec_touch(struct meta_inode *rec, bool mtime)
 {
 	int64_t s;
 	uint32_t ns;
@@ -76,7 +76,7 @@ void touch(struct meta_inode *rec, bool mtime)
 	}
 }
 
-int iget_changeable(struct fs *fs, fuse_ino_t ino, struct fs_inode **in)
+int fs_iget_changeable(struct fs *fs, fuse_ino_t ino, struct fs_inode **in)
 {
 	if (fs_ctl_ino(ino))
 		return -EPERM;

@@ -1,7 +1,7 @@
 /*
  * wjob.c - a write job carried out, and the ends of a write and of an
  * fsync: the code that both the FUSE thread (ops_data.c) and defer.c's
- * threads run. A write is stored by write_run; one that would wait for
+ * threads run. A write is stored by fs_write_run; one that would wait for
  * dirty room is parked in defer.c, whose thread goes on with it
  * (fs_write_resume) and answers it (fs_write_end), as it runs an fsync
  * parked there (fs_fsync_run).
@@ -21,7 +21,7 @@
  * over it and does not read it back (tb_get_write). -EAGAIN where a nowait
  * job would wait (struct tb_writer), with j->done telling how far it came.
  */
-int write_run(struct fs *fs, struct fs_wjob *j)
+int fs_write_run(struct fs *fs, struct fs_wjob *j)
 {
 	struct fs_inode *in = j->in;
 	size_t done0 = j->done;
@@ -75,7 +75,7 @@ void fs_fsync_run(struct fs *fs, fuse_req_t req, struct fs_inode *in, int err)
 			ret = r;
 	}
 	fs_iput(fs, in);
-	reply_err(fs, req, ret);
+	fs_reply_err(fs, req, ret);
 }
 
 void fs_write_resume(struct fs *fs, struct fs_wjob *j)
@@ -85,7 +85,7 @@ void fs_write_resume(struct fs *fs, struct fs_wjob *j)
 	j->who.nowait = false;
 	pthread_rwlock_rdlock(&j->in->io);
 	fs_watch(j->req); /* the waits end with EINTR if its writer goes */
-	ret = write_run(fs, j);
+	ret = fs_write_run(fs, j);
 	fs_unwatch();
 	pthread_rwlock_unlock(&j->in->io);
 	fs_write_end(fs, j, ret);
@@ -99,7 +99,7 @@ void fs_write_end(struct fs *fs, struct fs_wjob *j, int ret)
 	j->in = NULL;
 	if (ret) {
 		/* Never a short count: the writer learns the whole request failed. */
-		reply_err(fs, j->req, ret);
+		fs_reply_err(fs, j->req, ret);
 		return;
 	}
 	FS_COUNT(fs, write_bytes, j->reply);

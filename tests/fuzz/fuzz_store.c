@@ -153,7 +153,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		}
 		meta_close(m);
 	}
-	locvec_free(&freed);
+	meta_locvec_free(&freed);
 	remove_store(dir);
 	return 0;
 }

@@ -146,7 +146,7 @@ static void check_sparse_maps(struct fs_meta *m)
 	CHECK_EQ(list[0], far);
 	CHECK_EQ(meta_bmap_list(m, f3, far + 1, UINT64_MAX, list, 2, &n), 0);
 	CHECK_EQ(n, 0);
-	locvec_free(&freed);
+	meta_locvec_free(&freed);
 	alarm(0);
 }
 
@@ -301,7 +301,7 @@ static void check_lengths(void)
 	CHECK_EQ(blk.len, 0); /* the whole block */
 	meta_abort(txn);
 	meta_close(m);
-	locvec_free(&freed);
+	meta_locvec_free(&freed);
 	upgraded_once(dir);
 }
 
@@ -367,7 +367,7 @@ static void check_counts(void)
 	CHECK_EQ(nblocks(m, txn, b), 0);
 	meta_abort(txn);
 	meta_close(m);
-	locvec_free(&freed);
+	meta_locvec_free(&freed);
 	upgraded_once(dir);
 }
 
@@ -729,7 +729,7 @@ int main(void)
 	check_sync_power(m);
 	check_sparse_maps(m);
 	meta_close(m);
-	locvec_free(&freed);
+	meta_locvec_free(&freed);
 	check_counts();
 	check_lengths();
 	check_holder();

@@ -168,7 +168,7 @@ static void damaged_store(void)
 	CHECK_EQ(meta_foreach_block(m, count_block, &n), -EIO);
 	meta_close(m);
 
-	locvec_free(&freed);
+	meta_locvec_free(&freed);
 	char cmd[128];
 	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
 	CHECK_EQ(system(cmd), 0);
