@@ -236,7 +236,12 @@ bool dev_finish(struct tb_dev *d, struct tb_io *r, long res)
 	} else {
 		if (d->health == DEV_DOWN)
 			log_info("%s (%s): up again", d->name, d->where);
-		if (d->full && r->op == IO_WRITE) {
+		/*
+		 * Room again, where a write sent after the ENOSPC succeeds. One
+		 * sent before says nothing of now: into space the slab already
+		 * had, it succeeds while a write into new space fails.
+		 */
+		if (d->full && r->op == IO_WRITE && r->start_ns >= d->full_ns) {
 			d->full = false;
 			dev_full_note(d, false, NULL);
 		}

@@ -129,7 +129,7 @@ struct tb_dev {
 	unsigned backlog; /* requests the engine took and cannot start yet (s3) */
 	bool stopping;
 	struct slot_alloc alloc;
-	bool full;	  /* a write said ENOSPC, and none has succeeded since */
+	bool full;	  /* a write said ENOSPC, and none sent after it has succeeded */
 	uint64_t full_ns; /* when one last did: no new blocks for a while (usable) */
 	/*
 	 * nvme: slots it can still take without its filesystem running out,
@@ -209,6 +209,8 @@ void dev_describe(const struct tb_dev *d, char *buf, size_t len);
 
 int dev_alloc(struct tb_dev *d, uint64_t *slot);
 void dev_free(struct tb_dev *d, uint64_t slot);
+/* Take back a slot whose write failed: dev_free, but no sign of room. */
+void dev_unplace(struct tb_dev *d, uint64_t slot);
 int dev_mark(struct tb_dev *d, uint64_t slot);
 /*
  * Free slots it can take now: none while full or down, and no more than

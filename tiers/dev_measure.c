@@ -270,20 +270,47 @@ int dev_alloc(struct tb_dev *d, uint64_t *slot)
 	return ret;
 }
 
-void dev_free(struct tb_dev *d, uint64_t slot)
+/* Lock held. */
+static void put_locked(struct tb_dev *d, uint64_t slot)
 {
-	pthread_mutex_lock(&d->lock);
 	if (d->eng && d->eng->free)
 		d->eng->free(d, slot);
 	else if (slot_alloc_put(&d->alloc, slot) < 0)
 		log_err("%s: freeing slot %llu that is not in use", d->name,
 			(unsigned long long)slot);
-	/*
-	 * A full device may take the slot again at once: one whose room is
-	 * followed sees it in its room (usable); any other, here.
-	 */
-	if (d->full && !d->track_room)
-		d->full_ns = 0;
+}
+
+/*
+ * A slot freed is room where the device's room is followed (room_locked
+ * sees it). Where it is not (pfs), a full device waits for RETRY_FULL_NS
+ * all the same: a slot freed on a parallel filesystem is given back to
+ * it (giveback.c), where another writer may take the space first, and a
+ * device that took blocks at every free said ENOSPC to them each time.
+ */
+void dev_free(struct tb_dev *d, uint64_t slot)
+{
+	pthread_mutex_lock(&d->lock);
+	put_locked(d, slot);
+	pthread_mutex_unlock(&d->lock);
+}
+
+/*
+ * A slot whose write failed goes back, and is no sign of room: its write
+ * may be what said ENOSPC. Where the room is followed, the room seen
+ * stays what it was (room_used goes down with alloc.used), until the
+ * filesystem is looked at again. Freed as room, it made a full device
+ * usable at once, for the block to fail there again, and an fsync saw
+ * ENOSPC while another device had room.
+ */
+void dev_unplace(struct tb_dev *d, uint64_t slot)
+{
+	uint64_t used;
+
+	pthread_mutex_lock(&d->lock);
+	used = d->alloc.used;
+	put_locked(d, slot);
+	if (d->track_room && d->alloc.used < used && d->room_used >= used - d->alloc.used)
+		d->room_used -= used - d->alloc.used;
 	pthread_mutex_unlock(&d->lock);
 }
 

@@ -242,7 +242,7 @@ void *flush_main(void *arg)
 			done = e->done_next;
 			if (e->err) {
 				pthread_mutex_lock(&s->lock);
-				dev_free(s->dev[tb_loc_dev(e->new_loc)], tb_loc_slot(e->new_loc));
+				dev_unplace(s->dev[tb_loc_dev(e->new_loc)], tb_loc_slot(e->new_loc));
 				/* ENOSPC: the device is full now (dev.c) */
 				flush_wb_failed(s, e, e->err, e->err == -ENOSPC);
 				pthread_mutex_unlock(&s->lock);

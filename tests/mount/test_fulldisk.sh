@@ -25,6 +25,14 @@
 #   4. As 3, with stall_wait_ms=600000 and a longer dd: once the writer
 #      waits at the dirty mark, SIGKILL must end it within 10 s (the
 #      request is interrupted).
+#   5. A pfs folder (remote=) on a small filesystem that another process
+#      fills, the nvme folder with room: new files written with fsync,
+#      and the older ones removed, for 12 s (past two of a full device's
+#      5 s pauses): every fsync succeeds, as the blocks go to nvme0; the
+#      files read back after a remount; fsck is clean. (Regression: the slot of a write that said ENOSPC, taken
+#      back, and any slot freed on pfs, counted as room: the next blocks
+#      went there and failed again, until dd's fsync said ENOSPC with
+#      nvme0 nearly empty.)
 
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/lib_fullfs.sh"
@@ -170,5 +178,59 @@ rm -f "$T/metafs/filler"
 flush_ok
 tfs_umount || fail "tensorfs exited with an error at unmount"
 "$TFSCTL" fsck "$META" >"$T/fsck.out" 2>&1 || fail "fsck: $(cat "$T/fsck.out")"
+
+echo "5. a pfs folder on a small filesystem that another process fills, nvme with room"
+# pfs_at P F: where in $SRC file F of pass P starts: no two files' blocks
+# alike (each offset apart in its KiB), or dedup would store them once.
+pfs_at() {
+	echo $(($2 * 48 * MiB + ($1 * 4 + $2) * 4096))
+}
+# pfs_pass P: write q$P-1 to q$P-4, 64 MiB each, each with an fsync that
+# must succeed within BOUND s; then remove the files of pass P-2. New
+# files take new space; the removals free slots on both devices.
+pfs_pass() {
+	local f
+	for f in 1 2 3 4; do
+		within "$BOUND" dd if="$SRC" of="$MNT/q$1-$f" bs=1M skip="$(pfs_at "$1" $f)" \
+			iflag=skip_bytes count=64 conv=fsync status=none 2>"$T/dd.err" ||
+			fail "pass $1: dd of q$1-$f with pfs full and nvme0 with room: $(cat "$T/dd.err")"
+	done
+	rm -f "$MNT/q$(($1 - 2))-"*
+}
+# pfs_check P: the files of pass P read back.
+pfs_check() {
+	local f
+	for f in 1 2 3 4; do
+		cmp -n $((64 * MiB)) "$MNT/q$1-$f" <(tail -c +$(($(pfs_at "$1" $f) + 1)) "$SRC") ||
+			fail "q$1-$f does not read back what pass $1 wrote"
+	done
+}
+small_fs "$T/pfsfs" 200
+NVME="$T/nvme5"
+META="$T/meta5"
+mkdir -m 700 "$NVME" "$T/pfsfs/pfs"
+tfs_mount "remote=$T/pfsfs/pfs"
+pfs_pass 0
+[ "$(tfs_stat_json tiers pfs used)" -gt 0 ] || fail "pfs took no block before the fill"
+fill "$T/pfsfs" filler
+# Longer than two of a full device's 5 s pauses, so that it is tried again.
+pass=1
+end=$((SECONDS + 12))
+while [ $SECONDS -lt $end ]; do
+	pfs_pass $pass
+	pass=$((pass + 1))
+done
+last=$((pass - 1))
+grep -q "pfs ($T/pfsfs/pfs): full" "$LOG" || fail "pfs never said it is full"
+echo "   $pass passes of 4 new files with fsync, all succeeded; write-back errors: $(tfs_stat_json cache writeback_errors)"
+tfs_umount || fail "tensorfs exited with an error at unmount"
+"$TFSCTL" fsck "$META" >"$T/fsck.out" 2>&1 || fail "fsck: $(cat "$T/fsck.out")"
+tail -n 1 "$T/fsck.out" | grep -qx 'fsck: clean' || fail "fsck: $(cat "$T/fsck.out")"
+rm -f "$T/pfsfs/filler"
+tfs_mount "remote=$T/pfsfs/pfs"
+pfs_check $((last - 1))
+pfs_check $last
+tfs_umount || fail "tensorfs exited with an error at unmount"
+
 echo "PASS: writers to a disk filled by another process end with ENOSPC ($SMALL_KIND)"
 exit 0
