@@ -187,17 +187,23 @@ static const char *dev_state(const struct tb_dev_stats *d)
 }
 
 /*
- * Health now, from what is wrong now: "ok", or a list of the devices down
- * or full, those with errors in the last health window, and write-back
- * failures in it. It recovers as the faults end (a write that succeeds
+ * Health now, from what is wrong now: "ok", or a list of the metadata's
+ * failing write transactions (a read-only or full filesystem under meta=),
+ * the devices down or full, those with errors in the last health window,
+ * and write-back failures in it. It recovers as the faults end (a write that succeeds
  * ends "full"; errors age out of the window). The lifetime counts
  * ("errors", "writeback_errors") are reported apart.
  */
-static void health_text(const struct tb_stats *st, char *buf, size_t len)
+static void health_text(const struct tb_stats *st, struct fs_meta *meta, char *buf, size_t len)
 {
+	uint64_t meta_ms;
+	int meta_err = meta_failing(meta, &meta_ms);
 	size_t n = 0;
 
 	buf[0] = 0;
+	if (meta_err)
+		n += (size_t)snprintf(buf, len, "metadata commits failing for %llu s (%s)",
+				      (unsigned long long)(meta_ms / 1000), strerror(-meta_err));
 	for (unsigned i = 0; i < st->n_devs; i++) {
 		const struct tb_dev_stats *d = &st->dev[i];
 
@@ -331,7 +337,7 @@ static json_t *stats_json(struct fs *fs)
 	json_object_set_new(cj, "policy", json_string(policy_names[fs->cfg->policy]));
 	json_object_set_new(root, "cache", cj);
 	char health[1024];
-	health_text(st, health, sizeof(health));
+	health_text(st, fs->meta, health, sizeof(health));
 	json_object_set_new(root, "health", json_string(health));
 	json_object_set_new(root, "health_window_s", json_integer(st->health_window_s));
 	json_object_set_new(

@@ -956,11 +956,51 @@ uint64_t meta_last_commit(struct fs_meta *m)
 	return mdb_env_info(m->env, &info) == 0 ? info.me_last_txnid : 0;
 }
 
+static uint64_t mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/*
+ * A write transaction's end: ret 0 (it committed) or -errno (it could not
+ * begin, or commit), for meta_failing. Kept without a lock: the health it
+ * feeds may read an error and a time of two failures in a row.
+ */
+static int note_write(struct fs_meta *m, int ret)
+{
+	if (!m)
+		return ret;
+	if (ret == 0) {
+		if (__atomic_load_n(&m->fail_err, __ATOMIC_RELAXED))
+			__atomic_store_n(&m->fail_err, 0, __ATOMIC_RELAXED);
+		return 0;
+	}
+	if (!__atomic_load_n(&m->fail_err, __ATOMIC_RELAXED))
+		__atomic_store_n(&m->fail_ms, mono_ms(), __ATOMIC_RELAXED);
+	__atomic_store_n(&m->fail_err, ret, __ATOMIC_RELAXED);
+	return ret;
+}
+
+int meta_failing(struct fs_meta *m, uint64_t *for_ms)
+{
+	int err = __atomic_load_n(&m->fail_err, __ATOMIC_RELAXED);
+	uint64_t since = __atomic_load_n(&m->fail_ms, __ATOMIC_RELAXED), now = mono_ms();
+
+	*for_ms = err && now > since ? now - since : 0;
+	return err;
+}
+
 int meta_begin(struct fs_meta *m, bool write, MDB_txn **txn)
 {
+	int ret;
+
 	if (__atomic_load_n(&m->damaged, __ATOMIC_ACQUIRE))
 		return -EUCLEAN; /* a faulted transaction may hold LMDB's writer lock */
-	return mdb_err(mdb_txn_begin(m->env, NULL, write ? 0 : MDB_RDONLY, txn));
+	ret = mdb_err(mdb_txn_begin(m->env, NULL, write ? 0 : MDB_RDONLY, txn));
+	return write && ret ? note_write(m, ret) : ret;
 }
 
 void meta_on_commit(struct fs_meta *m, void (*fn)(void *arg, bool urgent), void *arg)
@@ -999,7 +1039,7 @@ int meta_commit(MDB_txn *txn)
 	}
 	if (rc == EIO && env_fs_full(env))
 		rc = ENOSPC; /* the writer learns the disk is full, not failing */
-	return mdb_err(rc);
+	return note_write(m, mdb_err(rc));
 }
 
 void meta_abort(MDB_txn *txn)

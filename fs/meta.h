@@ -150,6 +150,13 @@ uint64_t meta_last_commit(struct fs_meta *m);
 
 int meta_begin(struct fs_meta *m, bool write, MDB_txn **txn);
 /*
+ * Why write transactions fail now (-errno: the last one that could not
+ * begin or commit, a read-only or full filesystem, a failing disk), with
+ * *for_ms since the first failure after the last commit; 0 once one
+ * commits again.
+ */
+int meta_failing(struct fs_meta *m, uint64_t *for_ms);
+/*
  * Commit a write transaction (read ones are aborted). fn, when set by
  * meta_on_commit, is called after each that succeeded, so that a sync
  * point follows (tb_meta_committed): it must be cheap and take no lock

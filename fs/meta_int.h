@@ -110,6 +110,8 @@ struct fs_meta {
 	void *on_commit_arg;
 	uint64_t next_ino;   /* atomic */
 	uint64_t next_block; /* atomic */
+	int fail_err;	     /* atomic: why the last write transaction failed (-errno); 0 once one commits */
+	uint64_t fail_ms;    /* atomic: the first failure since a commit went through (CLOCK_MONOTONIC) */
 };
 
 static inline void put_be64(unsigned char *p, uint64_t v)

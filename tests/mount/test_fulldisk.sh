@@ -33,6 +33,11 @@
 #      back, and any slot freed on pfs, counted as room: the next blocks
 #      went there and failed again, until dd's fsync said ENOSPC with
 #      nvme0 nearly empty.)
+#   6. meta= on a filesystem that turns read-only (ext4 errors=remount-ro,
+#      an error raised through sysfs, as a failing disk would): a create
+#      fails with EROFS within BOUND s, what was written reads back,
+#      health names the metadata's failing commits, and a new mount is
+#      refused with the reason. Skipped without ext4 on a loop device.
 
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/lib_fullfs.sh"
@@ -231,6 +236,39 @@ tfs_mount "remote=$T/pfsfs/pfs"
 pfs_check $((last - 1))
 pfs_check $last
 tfs_umount || fail "tensorfs exited with an error at unmount"
+
+echo "6. the metadata's filesystem turns read-only (ext4 errors=remount-ro)"
+small_fs "$T/rofs" 64
+knob=/sys/fs/ext4/$(basename "${SMALL_LOOPS[${#SMALL_LOOPS[@]} - 1]:-none}")/trigger_fs_error
+if [ "$SMALL_KIND" != ext4 ] || [ ! -w "$knob" ]; then
+	echo "   skipped: needs ext4 on a loop device and $knob"
+else
+	mount -o remount,errors=remount-ro "$T/rofs" || fail "cannot set errors=remount-ro"
+	NVME="$T/nvme6"
+	META="$T/rofs/meta"
+	mkdir -m 700 "$NVME"
+	tfs_mount
+	dd if="$SRC" of="$MNT/r" bs=1M count=32 conv=fsync status=none || fail "dd before the error"
+	echo "a test's error" >"$knob"
+	for i in $(seq 1 50); do
+		awk -v d="$T/rofs" '$2 == d { split($4, o, ","); exit o[1] == "ro" ? 0 : 1 }' /proc/mounts && break
+		sleep 0.1
+	done
+	within "$BOUND" touch "$MNT/new" 2>"$T/touch.err" && fail "a create succeeded with the metadata read-only"
+	grep -q "Read-only file system" "$T/touch.err" || fail "a create said: $(cat "$T/touch.err")"
+	cmp -n $((32 * MiB)) "$SRC" "$MNT/r" || fail "r does not read back with the metadata read-only"
+	health=$(tfs_stat_json health) || fail "stats unreadable"
+	case "$health" in
+	"metadata commits failing for "*"(Read-only file system)"*) ;;
+	*) fail "health with the metadata read-only: $health" ;;
+	esac
+	echo "   health: $health"
+	tfs_umount || echo "   the daemon's exit status: $?"
+	rc=0
+	tfs_start "nvme=$NVME,meta=$META,dram=$TFS_DRAM" || rc=$?
+	[ $rc -ne 0 ] && [ $rc -lt 128 ] || fail "a mount on the read-only metadata: status $rc"
+	tail -n 1 "$LOG" | grep -q "Read-only file system" || fail "the refused mount says: $(tail -n 1 "$LOG")"
+fi
 
 echo "PASS: writers to a disk filled by another process end with ENOSPC ($SMALL_KIND)"
 exit 0
