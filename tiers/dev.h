@@ -138,6 +138,12 @@ struct tb_dev {
 	 * pass to count as having space again before RETRY_FULL_NS.
 	 */
 	bool track_room;
+	/*
+	 * pfs: the room is looked at by a pool thread (dev_room_look), never
+	 * on the placement path: a parallel filesystem's statfs may ask every
+	 * server. room_busy: one is looking, the lock dropped.
+	 */
+	bool room_async, room_busy;
 	uint64_t room_slots, room_used, room_ns, full_room;
 	uint64_t room_fs_slots; /* of room_slots, its filesystem's free space */
 	uint64_t fs_dev;	/* st_dev of the slab's filesystem (track_room) */

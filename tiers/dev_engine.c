@@ -448,6 +448,9 @@ static void *pool_thread(void *arg)
 		struct tb_io *r;
 		uint64_t throttle;
 
+		pthread_mutex_lock(&d->lock);
+		dev_room_look(d);
+		pthread_mutex_unlock(&d->lock);
 		if (dev_take(d, &r, 1) == 0) {
 			pthread_mutex_lock(&d->lock);
 			if (d->stopping && dev_idle_locked(d)) {

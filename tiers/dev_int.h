@@ -35,10 +35,19 @@
 #define RETRY_DOWN_NS 5000000000ULL  /* a down device is tried again after 5 s */
 #define RETRY_FULL_NS 5000000000ULL  /* and one that said ENOSPC, too */
 #define ROOM_REFRESH_NS 100000000ULL /* an nvme folder's free space is looked at this often */
+#define ROOM_ASYNC_NS 1000000000ULL  /* a pfs folder's, by its pool, this often at most */
 
 /* dev_measure.c */
 /* The free bytes of d's filesystem past the reserve, and its slab's bytes on disk. */
 int dev_fs_room(struct tb_dev *d, uint64_t *free_bytes, uint64_t *slab_bytes);
+/* A folder's room as its filesystem gives it now, at mount. 0 or -errno. */
+int dev_room_first(struct tb_dev *d);
+/*
+ * A pfs folder: look at its filesystem's room, where it is due
+ * (ROOM_ASYNC_NS) and no other thread is looking, the lock dropped while
+ * statfs asks the servers. A pool thread calls it, never placement. Lock held.
+ */
+void dev_room_look(struct tb_dev *d);
 /* Say once that d is full (why), and once that it has room again. Lock held. */
 void dev_full_note(struct tb_dev *d, bool full, const char *why);
 /* A write said ENOSPC: no new blocks for a while. Lock held. */

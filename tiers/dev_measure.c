@@ -185,28 +185,65 @@ void dev_full_note(struct tb_dev *d, bool full, const char *why)
  * since. The capacity set at mount holds where the filesystem's space is
  * not followed (pfs, s3: UINT64_MAX). Lock held.
  */
+/* What the filesystem said, when alloc.used was used. Lock held. */
+static void room_store(struct tb_dev *d, uint64_t free_bytes, uint64_t slab_bytes, uint64_t used)
+{
+	uint64_t slab_slots = slab_bytes / d->block_size;
+
+	d->room_fs_slots = free_bytes / d->block_size;
+	d->room_slots = d->room_fs_slots + (slab_slots > used ? slab_slots - used : 0);
+	d->room_used = used;
+	dev_full_note(d, d->full || !d->room_slots, "its filesystem has no room left");
+}
+
 static uint64_t room_locked(struct tb_dev *d, uint64_t now)
 {
-	uint64_t free_bytes, slab_bytes, slab_slots, taken;
+	uint64_t free_bytes, slab_bytes, taken;
 
 	if (!d->track_room)
 		return UINT64_MAX;
-	if (!d->room_ns || now - d->room_ns >= ROOM_REFRESH_NS) {
+	if (!d->room_async && (!d->room_ns || now - d->room_ns >= ROOM_REFRESH_NS)) {
 		d->room_ns = now;
-		if (dev_fs_room(d, &free_bytes, &slab_bytes) == 0) {
-			slab_slots = slab_bytes / d->block_size;
-			d->room_fs_slots = free_bytes / d->block_size;
-			d->room_slots =
-			    d->room_fs_slots +
-			    (slab_slots > d->alloc.used ? slab_slots - d->alloc.used : 0);
-			d->room_used = d->alloc.used;
-			dev_full_note(d, d->full || !d->room_slots, "its filesystem has no room left");
-		}
+		if (dev_fs_room(d, &free_bytes, &slab_bytes) == 0)
+			room_store(d, free_bytes, slab_bytes, d->alloc.used);
 	}
 	taken = d->alloc.used > d->room_used ? d->alloc.used - d->room_used : 0;
 	if (d->alloc.used < d->room_used)
 		return d->room_slots + (d->room_used - d->alloc.used); /* slots freed since */
 	return d->room_slots > taken ? d->room_slots - taken : 0;
+}
+
+int dev_room_first(struct tb_dev *d)
+{
+	uint64_t free_bytes, slab_bytes;
+	int ret = dev_fs_room(d, &free_bytes, &slab_bytes);
+
+	pthread_mutex_lock(&d->lock);
+	if (ret == 0) {
+		room_store(d, free_bytes, slab_bytes, d->alloc.used);
+		d->room_ns = dev_now_ns();
+	}
+	pthread_mutex_unlock(&d->lock);
+	return ret;
+}
+
+void dev_room_look(struct tb_dev *d)
+{
+	uint64_t free_bytes, slab_bytes, used = d->alloc.used;
+	int ret;
+
+	if (!d->room_async || d->room_busy ||
+	    (d->room_ns && dev_now_ns() - d->room_ns < ROOM_ASYNC_NS))
+		return;
+	d->room_busy = true;
+	pthread_mutex_unlock(&d->lock);
+	ret = dev_fs_room(d, &free_bytes, &slab_bytes);
+	pthread_mutex_lock(&d->lock);
+	d->room_busy = false;
+	d->room_ns = dev_now_ns();
+	/* Slots taken while it looked count as taken since: the room seen is never more than there is. */
+	if (ret == 0)
+		room_store(d, free_bytes, slab_bytes, used);
 }
 
 /*
@@ -282,10 +319,11 @@ static void put_locked(struct tb_dev *d, uint64_t slot)
 
 /*
  * A slot freed is room where the device's room is followed (room_locked
- * sees it). Where it is not (pfs), a full device waits for RETRY_FULL_NS
- * all the same: a slot freed on a parallel filesystem is given back to
- * it (giveback.c), where another writer may take the space first, and a
- * device that took blocks at every free said ENOSPC to them each time.
+ * sees it). Where it is not (s3), a full device waits for RETRY_FULL_NS
+ * all the same: freed, a slot may still find no room (a pfs folder's did,
+ * given back to its filesystem and taken there by another writer, when
+ * its room was not followed), and a device that took blocks at every free
+ * said ENOSPC to them each time.
  */
 void dev_free(struct tb_dev *d, uint64_t slot)
 {
@@ -356,6 +394,14 @@ int dev_room_parts(struct tb_dev *d, uint64_t *fs_id, uint64_t *fs_free, uint64_
 	if (!d->track_room || d->fd < 0 || fstat(d->fd, &st) < 0) {
 		pthread_mutex_unlock(&d->lock);
 		return -ENOTSUP;
+	}
+	if (d->room_async) {
+		/* What the pool last saw: statfs is not asked here (dev_room_look). */
+		*fs_free = d->room_fs_slots * d->block_size;
+		*slab_free = (d->room_slots - d->room_fs_slots) * d->block_size;
+		*fs_id = (uint64_t)st.st_dev;
+		pthread_mutex_unlock(&d->lock);
+		return 0;
 	}
 	ret = dev_fs_room(d, fs_free, &slab_bytes);
 	if (ret == 0) {

@@ -446,11 +446,18 @@ int dev_open_slab(struct tb_dev **out, const char *kind, unsigned index, const c
 	d->prealloc = !pfs; /* a parallel filesystem may not have fallocate, or make it slow */
 	d->give_back = true;
 	/*
-	 * An nvme folder's filesystem is local and may be shared: its free
-	 * space is looked at (room_locked). A parallel filesystem's statfs
-	 * can take long, asking every server: its capacity is the mount's.
+	 * A folder's filesystem may be shared, and filled by others: its free
+	 * space is followed (room_locked). A parallel filesystem's statfs can
+	 * take long, asking every server: its pool threads look, at most once
+	 * a second, and placement uses what they saw (dev_room_look).
 	 */
-	d->track_room = !pfs;
+	d->track_room = true;
+	d->room_async = pfs;
+	ret = dev_room_first(d);
+	if (ret < 0) {
+		dev_err(err, errlen, "folder %s: cannot see its filesystem's free space", dir, -ret);
+		goto fail;
+	}
 	if (pfs) {
 		ret = dev_pool_setup(d);
 	} else {

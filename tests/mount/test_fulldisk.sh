@@ -26,7 +26,8 @@
 #      waits at the dirty mark, SIGKILL must end it within 10 s (the
 #      request is interrupted).
 #   5. A pfs folder (remote=) on a small filesystem that another process
-#      fills, the nvme folder with room: new files written with fsync,
+#      fills, the nvme folder with room: within 3 s pfs's avail says its
+#      filesystem is full (its room is followed); new files written with fsync,
 #      and the older ones removed, for 12 s (past two of a full device's
 #      5 s pauses): every fsync succeeds, as the blocks go to nvme0; the
 #      files read back after a remount; fsck is clean. (Regression: the slot of a write that said ENOSPC, taken
@@ -218,6 +219,14 @@ tfs_mount "remote=$T/pfsfs/pfs"
 pfs_pass 0
 [ "$(tfs_stat_json tiers pfs used)" -gt 0 ] || fail "pfs took no block before the fill"
 fill "$T/pfsfs" filler
+# Its room is followed, off the placement path (a pool thread's statfs,
+# once a second): the stats say it can take next to nothing within 3 s.
+for i in $(seq 1 30); do
+	pfs_avail=$(tfs_stat_json tiers pfs avail) || fail "stats unreadable"
+	[ "$pfs_avail" -le $((8 * MiB)) ] && break
+	sleep 0.1
+done
+[ "$pfs_avail" -le $((8 * MiB)) ] || fail "pfs's filesystem is full, and pfs says it can take $pfs_avail bytes"
 # Longer than two of a full device's 5 s pauses, so that it is tried again.
 pass=1
 end=$((SECONDS + 12))
