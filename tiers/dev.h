@@ -132,7 +132,7 @@ struct tb_dev {
 	bool full;	  /* a write said ENOSPC, and none sent after it has succeeded */
 	uint64_t full_ns; /* when one last did: no new blocks for a while (usable) */
 	/*
-	 * nvme: slots it can still take without its filesystem running out,
+	 * nvme, pfs: slots it can still take without its filesystem running out,
 	 * from fstatvfs at room_ns (room_locked), when alloc.used was
 	 * room_used; and the room it had when it said ENOSPC, which it must
 	 * pass to count as having space again before RETRY_FULL_NS.

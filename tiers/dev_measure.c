@@ -178,13 +178,6 @@ void dev_full_note(struct tb_dev *d, bool full, const char *why)
 		log_info("%s (%s): has room again; new blocks go there", d->name, d->where);
 }
 
-/*
- * The slots d can take without its filesystem running out: the free
- * space (dev_fs_room) and the slab's own space that no slot uses. Looked at
- * every ROOM_REFRESH_NS at most, and counted down by the slots taken
- * since. The capacity set at mount holds where the filesystem's space is
- * not followed (pfs, s3: UINT64_MAX). Lock held.
- */
 /* What the filesystem said, when alloc.used was used. Lock held. */
 static void room_store(struct tb_dev *d, uint64_t free_bytes, uint64_t slab_bytes, uint64_t used)
 {
@@ -196,6 +189,14 @@ static void room_store(struct tb_dev *d, uint64_t free_bytes, uint64_t slab_byte
 	dev_full_note(d, d->full || !d->room_slots, "its filesystem has no room left");
 }
 
+/*
+ * The slots d can take without its filesystem running out: the free
+ * space (dev_fs_room) and the slab's own space that no slot uses. Looked at
+ * every ROOM_REFRESH_NS at most, and counted down by the slots taken
+ * since; a pfs folder's by its pool (dev_room_look), not here. The
+ * capacity set at mount holds where there is no filesystem (s3:
+ * UINT64_MAX). Lock held.
+ */
 static uint64_t room_locked(struct tb_dev *d, uint64_t now)
 {
 	uint64_t free_bytes, slab_bytes, taken;
@@ -241,7 +242,7 @@ void dev_room_look(struct tb_dev *d)
 	pthread_mutex_lock(&d->lock);
 	d->room_busy = false;
 	d->room_ns = dev_now_ns();
-	/* Slots taken while it looked count as taken since: the room seen is never more than there is. */
+	/* Slots taken while it looked count as taken since: never more room than there is. */
 	if (ret == 0)
 		room_store(d, free_bytes, slab_bytes, used);
 }
@@ -391,17 +392,17 @@ int dev_room_parts(struct tb_dev *d, uint64_t *fs_id, uint64_t *fs_free, uint64_
 	int ret;
 
 	pthread_mutex_lock(&d->lock);
+	if (d->room_async && d->fd >= 0) {
+		/* What the pool last saw: its filesystem is not asked here (dev_room_look). */
+		*fs_free = d->room_fs_slots * d->block_size;
+		*slab_free = (d->room_slots - d->room_fs_slots) * d->block_size;
+		*fs_id = d->fs_dev;
+		pthread_mutex_unlock(&d->lock);
+		return 0;
+	}
 	if (!d->track_room || d->fd < 0 || fstat(d->fd, &st) < 0) {
 		pthread_mutex_unlock(&d->lock);
 		return -ENOTSUP;
-	}
-	if (d->room_async) {
-		/* What the pool last saw: statfs is not asked here (dev_room_look). */
-		*fs_free = d->room_fs_slots * d->block_size;
-		*slab_free = (d->room_slots - d->room_fs_slots) * d->block_size;
-		*fs_id = (uint64_t)st.st_dev;
-		pthread_mutex_unlock(&d->lock);
-		return 0;
 	}
 	ret = dev_fs_room(d, fs_free, &slab_bytes);
 	if (ret == 0) {
