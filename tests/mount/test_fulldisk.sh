@@ -27,13 +27,14 @@
 #      request is interrupted).
 #   5. A pfs folder (remote=) on a small filesystem that another process
 #      fills, the nvme folder with room: within 3 s pfs's avail says its
-#      filesystem is full (its room is followed); new files written with fsync,
-#      and the older ones removed, for 12 s (past two of a full device's
-#      5 s pauses): every fsync succeeds, as the blocks go to nvme0; the
-#      files read back after a remount; fsck is clean. (Regression: the slot of a write that said ENOSPC, taken
-#      back, and any slot freed on pfs, counted as room: the next blocks
-#      went there and failed again, until dd's fsync said ENOSPC with
-#      nvme0 nearly empty.)
+#      filesystem is full (its room is followed); new files written with
+#      fsync, and the older ones removed, for 8 s (past a full device's
+#      5 s pause): every fsync succeeds, as the blocks go to nvme0; the
+#      files read back after a remount; fsck is clean. (Regressions: pfs's
+#      room was not followed, and the slot of a write that said ENOSPC,
+#      taken back, and any slot freed on pfs, counted as room: the next
+#      blocks went there and failed again, until dd's fsync said ENOSPC
+#      with nvme0 nearly empty.)
 #   6. meta= on a filesystem that turns read-only (ext4 errors=remount-ro,
 #      an error raised through sysfs, as a failing disk would): a create
 #      fails with EROFS within BOUND s, what was written reads back,
@@ -227,9 +228,9 @@ for i in $(seq 1 30); do
 	sleep 0.1
 done
 [ "$pfs_avail" -le $((8 * MiB)) ] || fail "pfs's filesystem is full, and pfs says it can take $pfs_avail bytes"
-# Longer than two of a full device's 5 s pauses, so that it is tried again.
+# Longer than a full device's 5 s pause, so that it is tried again.
 pass=1
-end=$((SECONDS + 12))
+end=$((SECONDS + 8))
 while [ $SECONDS -lt $end ]; do
 	pfs_pass $pass
 	pass=$((pass + 1))
