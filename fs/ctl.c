@@ -180,6 +180,15 @@ static void set_rates(struct fs *fs, json_t *t, unsigned i)
 
 static const char *const policy_names[] = {"auto", "clock", "lru", "2q"};
 
+/*
+ * A device with requests in flight and none finished for this long is
+ * named in health: a parallel filesystem that stalls (its requests wait,
+ * and so do the fsyncs behind them, until it answers). An s3 object put
+ * at a low bandwidth cap may take as long, and is named as well: what it
+ * says is only what is so.
+ */
+#define HEALTH_UNANSWERED_MS 10000
+
 /* A device's state: down after errors, full (no room, or a write said ENOSPC), or up. */
 static const char *dev_state(const struct tb_dev_stats *d)
 {
@@ -189,8 +198,9 @@ static const char *dev_state(const struct tb_dev_stats *d)
 /*
  * Health now, from what is wrong now: "ok", or a list of the metadata's
  * failing write transactions (a read-only or full filesystem under meta=),
- * the devices down or full, those with errors in the last health window,
- * and write-back failures in it. It recovers as the faults end (a write that succeeds
+ * the devices down or full, those with errors in the last health window
+ * or no request finished for HEALTH_UNANSWERED_MS, and write-back
+ * failures in the window. It recovers as the faults end (a write that succeeds
  * ends "full"; errors age out of the window). The lifetime counts
  * ("errors", "writeback_errors") are reported apart.
  */
@@ -215,6 +225,12 @@ static void health_text(const struct tb_stats *st, struct fs_meta *meta, char *b
 					      "%s%s: %llu errors in the last %u s", n ? ", " : "",
 					      d->name, (unsigned long long)d->recent_errors,
 					      st->health_window_s);
+		if (d->unanswered_ms >= HEALTH_UNANSWERED_MS)
+			n += (size_t)snprintf(
+			    buf + n, n < len ? len - n : 0,
+			    "%s%s: no request finished for %llu s (%u in flight)", n ? ", " : "",
+			    d->name, (unsigned long long)(d->unanswered_ms / 1000),
+			    d->inflight_demand + d->inflight_prefetch + d->inflight_wb);
 	}
 	if (st->recent_wb_errors)
 		n += (size_t)snprintf(
@@ -273,6 +289,7 @@ static json_t *stats_json(struct fs *fs)
 		    (json_int_t)d->weight, "read_latency_us", (json_int_t)d->read_latency_us,
 		    "active_ms", (json_int_t)(d->active_ns / 1000000), "readahead_bytes",
 		    (json_int_t)d->readahead_bytes, "requests", (json_int_t)d->requests);
+		json_object_set_new(v, "unanswered_ms", json_integer((json_int_t)d->unanswered_ms));
 		json_object_update(t, v);
 		json_decref(v);
 		if (strcmp(d->kind, "s3") != 0) {

@@ -112,6 +112,8 @@ static unsigned take_requests(struct tb_dev *d, struct tb_io **out, unsigned max
 		refill(d, now);
 	for (int c = 0; c < IO_NCLASS; c++)
 		total += d->inflight[c];
+	if (!total)
+		d->answer_ns = now; /* idle until now: the wait for an answer starts here */
 	for (int c = 0; c < IO_NCLASS && total < d->qd && n < max; c++) {
 		unsigned limit = d->qd;
 
@@ -210,6 +212,7 @@ bool dev_finish(struct tb_dev *d, struct tb_io *r, long res)
 	pthread_mutex_lock(&d->lock);
 	dev_load_tick(d, now);
 	d->inflight[r->cls]--;
+	d->answer_ns = now;
 	if (err) {
 		d->errors++;
 		err_recent_add(&d->recent, now);

@@ -148,6 +148,12 @@ struct tb_dev {
 	uint64_t room_fs_slots; /* of room_slots, its filesystem's free space */
 	uint64_t fs_dev;	/* st_dev of the slab's filesystem (track_room) */
 	bool said_full; /* the log said it is full, and not yet that it has room again */
+	/*
+	 * The last request finished, or requests went in flight on an idle
+	 * device: with requests in flight, how long it has not answered
+	 * (a parallel filesystem that stalls; tb_dev_stats.unanswered_ms).
+	 */
+	uint64_t answer_ns;
 	long full_log_sec, room_log_sec;
 	struct err_recent recent; /* errors of the last HEALTH_WINDOW_S */
 	enum dev_health health;

@@ -228,6 +228,7 @@ struct tb_dev_stats {
 	uint64_t avail;		/* bytes it can still take: its room, 0 while full */
 	uint64_t recent_errors; /* errors of the last HEALTH_WINDOW_S seconds (dev.h) */
 	uint64_t checksum_errors; /* blocks read from it that did not match their hash */
+	uint64_t unanswered_ms;	  /* requests in flight, and none finished for this long; else 0 */
 	bool up;
 	bool full; /* no room left, or a write said ENOSPC and none has succeeded since */
 };
