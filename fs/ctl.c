@@ -207,7 +207,7 @@ static const char *dev_state(const struct tb_dev_stats *d)
 static void health_text(const struct tb_stats *st, struct fs_meta *meta, char *buf, size_t len)
 {
 	uint64_t meta_ms;
-	int meta_err = meta_failing(meta, &meta_ms);
+	int meta_err = meta_failing(meta, (uint64_t)st->health_window_s * 1000, &meta_ms);
 	size_t n = 0;
 
 	buf[0] = 0;

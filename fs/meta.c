@@ -978,17 +978,23 @@ static int note_write(struct fs_meta *m, int ret)
 			__atomic_store_n(&m->fail_err, 0, __ATOMIC_RELAXED);
 		return 0;
 	}
+	uint64_t now = mono_ms();
+
 	if (!__atomic_load_n(&m->fail_err, __ATOMIC_RELAXED))
-		__atomic_store_n(&m->fail_ms, mono_ms(), __ATOMIC_RELAXED);
+		__atomic_store_n(&m->fail_ms, now, __ATOMIC_RELAXED);
+	__atomic_store_n(&m->fail_last_ms, now, __ATOMIC_RELAXED);
 	__atomic_store_n(&m->fail_err, ret, __ATOMIC_RELAXED);
 	return ret;
 }
 
-int meta_failing(struct fs_meta *m, uint64_t *for_ms)
+int meta_failing(struct fs_meta *m, uint64_t within_ms, uint64_t *for_ms)
 {
 	int err = __atomic_load_n(&m->fail_err, __ATOMIC_RELAXED);
-	uint64_t since = __atomic_load_n(&m->fail_ms, __ATOMIC_RELAXED), now = mono_ms();
+	uint64_t since = __atomic_load_n(&m->fail_ms, __ATOMIC_RELAXED);
+	uint64_t last = __atomic_load_n(&m->fail_last_ms, __ATOMIC_RELAXED), now = mono_ms();
 
+	if (!err || now - last > within_ms)
+		err = 0;
 	*for_ms = err && now > since ? now - since : 0;
 	return err;
 }

@@ -153,9 +153,10 @@ int meta_begin(struct fs_meta *m, bool write, MDB_txn **txn);
  * Why write transactions fail now (-errno: the last one that could not
  * begin or commit, a read-only or full filesystem, a failing disk), with
  * *for_ms since the first failure after the last commit; 0 once one
- * commits again.
+ * commits again, or when none has failed for within_ms (an idle mount
+ * whose filesystem came back commits nothing to say so).
  */
-int meta_failing(struct fs_meta *m, uint64_t *for_ms);
+int meta_failing(struct fs_meta *m, uint64_t within_ms, uint64_t *for_ms);
 /*
  * Commit a write transaction (read ones are aborted). fn, when set by
  * meta_on_commit, is called after each that succeeded, so that a sync

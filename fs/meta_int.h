@@ -112,6 +112,7 @@ struct fs_meta {
 	uint64_t next_block; /* atomic */
 	int fail_err;	     /* atomic: why the last write transaction failed (-errno); 0 once one commits */
 	uint64_t fail_ms;    /* atomic: the first failure since a commit went through (CLOCK_MONOTONIC) */
+	uint64_t fail_last_ms; /* atomic: the latest failure */
 };
 
 static inline void put_be64(unsigned char *p, uint64_t v)
