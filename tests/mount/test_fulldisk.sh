@@ -25,21 +25,6 @@
 #   4. As 3, with stall_wait_ms=600000 and a longer dd: once the writer
 #      waits at the dirty mark, SIGKILL must end it within 10 s (the
 #      request is interrupted).
-#   5. A pfs folder (remote=) on a small filesystem that another process
-#      fills, the nvme folder with room: within 3 s pfs's avail says its
-#      filesystem is full (its room is followed); new files written with
-#      fsync, and the older ones removed, for 8 s (past a full device's
-#      5 s pause): every fsync succeeds, as the blocks go to nvme0; the
-#      files read back after a remount; fsck is clean. (Regressions: pfs's
-#      room was not followed, and the slot of a write that said ENOSPC,
-#      taken back, and any slot freed on pfs, counted as room: the next
-#      blocks went there and failed again, until dd's fsync said ENOSPC
-#      with nvme0 nearly empty.)
-#   6. meta= on a filesystem that turns read-only (ext4 errors=remount-ro,
-#      an error raised through sysfs, as a failing disk would): a create
-#      fails with EROFS within BOUND s, what was written reads back,
-#      health names the metadata's failing commits, and a new mount is
-#      refused with the reason. Skipped without ext4 on a loop device.
 
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/lib_fullfs.sh"
@@ -185,100 +170,5 @@ rm -f "$T/metafs/filler"
 flush_ok
 tfs_umount || fail "tensorfs exited with an error at unmount"
 "$TFSCTL" fsck "$META" >"$T/fsck.out" 2>&1 || fail "fsck: $(cat "$T/fsck.out")"
-
-echo "5. a pfs folder on a small filesystem that another process fills, nvme with room"
-# pfs_at P F: where in $SRC file F of pass P starts: no two files' blocks
-# alike (each offset apart in its KiB), or dedup would store them once.
-pfs_at() {
-	echo $(($2 * 48 * MiB + ($1 * 4 + $2) * 4096))
-}
-# pfs_pass P: write q$P-1 to q$P-4, 64 MiB each, each with an fsync that
-# must succeed within BOUND s; then remove the files of pass P-2. New
-# files take new space; the removals free slots on both devices.
-pfs_pass() {
-	local f
-	for f in 1 2 3 4; do
-		within "$BOUND" dd if="$SRC" of="$MNT/q$1-$f" bs=1M skip="$(pfs_at "$1" $f)" \
-			iflag=skip_bytes count=64 conv=fsync status=none 2>"$T/dd.err" ||
-			fail "pass $1: dd of q$1-$f with pfs full and nvme0 with room: $(cat "$T/dd.err")"
-	done
-	rm -f "$MNT/q$(($1 - 2))-"*
-}
-# pfs_check P: the files of pass P read back.
-pfs_check() {
-	local f
-	for f in 1 2 3 4; do
-		cmp -n $((64 * MiB)) "$MNT/q$1-$f" <(tail -c +$(($(pfs_at "$1" $f) + 1)) "$SRC") ||
-			fail "q$1-$f does not read back what pass $1 wrote"
-	done
-}
-small_fs "$T/pfsfs" 200
-NVME="$T/nvme5"
-META="$T/meta5"
-mkdir -m 700 "$NVME" "$T/pfsfs/pfs"
-tfs_mount "remote=$T/pfsfs/pfs"
-pfs_pass 0
-[ "$(tfs_stat_json tiers pfs used)" -gt 0 ] || fail "pfs took no block before the fill"
-fill "$T/pfsfs" filler
-# Its room is followed, off the placement path (a pool thread's statfs,
-# once a second): the stats say it can take next to nothing within 3 s.
-for i in $(seq 1 30); do
-	pfs_avail=$(tfs_stat_json tiers pfs avail) || fail "stats unreadable"
-	[ "$pfs_avail" -le $((8 * MiB)) ] && break
-	sleep 0.1
-done
-[ "$pfs_avail" -le $((8 * MiB)) ] || fail "pfs's filesystem is full, and pfs says it can take $pfs_avail bytes"
-# Longer than a full device's 5 s pause, so that it is tried again.
-pass=1
-end=$((SECONDS + 8))
-while [ $SECONDS -lt $end ]; do
-	pfs_pass $pass
-	pass=$((pass + 1))
-done
-last=$((pass - 1))
-grep -q "pfs ($T/pfsfs/pfs): full" "$LOG" || fail "pfs never said it is full"
-echo "   $pass passes of 4 new files with fsync, all succeeded; write-back errors: $(tfs_stat_json cache writeback_errors)"
-tfs_umount || fail "tensorfs exited with an error at unmount"
-"$TFSCTL" fsck "$META" >"$T/fsck.out" 2>&1 || fail "fsck: $(cat "$T/fsck.out")"
-tail -n 1 "$T/fsck.out" | grep -qx 'fsck: clean' || fail "fsck: $(cat "$T/fsck.out")"
-rm -f "$T/pfsfs/filler"
-tfs_mount "remote=$T/pfsfs/pfs"
-pfs_check $((last - 1))
-pfs_check $last
-tfs_umount || fail "tensorfs exited with an error at unmount"
-
-echo "6. the metadata's filesystem turns read-only (ext4 errors=remount-ro)"
-small_fs "$T/rofs" 64
-knob=/sys/fs/ext4/$(basename "${SMALL_LOOPS[${#SMALL_LOOPS[@]} - 1]:-none}")/trigger_fs_error
-if [ "$SMALL_KIND" != ext4 ] || [ ! -w "$knob" ]; then
-	echo "   skipped: needs ext4 on a loop device and $knob"
-else
-	mount -o remount,errors=remount-ro "$T/rofs" || fail "cannot set errors=remount-ro"
-	NVME="$T/nvme6"
-	META="$T/rofs/meta"
-	mkdir -m 700 "$NVME"
-	tfs_mount
-	dd if="$SRC" of="$MNT/r" bs=1M count=32 conv=fsync status=none || fail "dd before the error"
-	echo "a test's error" >"$knob"
-	for i in $(seq 1 50); do
-		awk -v d="$T/rofs" '$2 == d { split($4, o, ","); exit o[1] == "ro" ? 0 : 1 }' /proc/mounts && break
-		sleep 0.1
-	done
-	within "$BOUND" touch "$MNT/new" 2>"$T/touch.err" && fail "a create succeeded with the metadata read-only"
-	grep -q "Read-only file system" "$T/touch.err" || fail "a create said: $(cat "$T/touch.err")"
-	cmp -n $((32 * MiB)) "$SRC" "$MNT/r" || fail "r does not read back with the metadata read-only"
-	health=$(tfs_stat_json health) || fail "stats unreadable"
-	case "$health" in
-	"metadata commits failing for "*"(Read-only file system)"*) ;;
-	*) fail "health with the metadata read-only: $health" ;;
-	esac
-	echo "   health: $health"
-	tfs_umount || echo "   the daemon's exit status: $?"
-	rc=0
-	tfs_start "nvme=$NVME,meta=$META,dram=$TFS_DRAM" || rc=$?
-	[ $rc -ne 0 ] && [ $rc -lt 128 ] || fail "a mount on the read-only metadata: status $rc"
-	tail -n 1 "$LOG" | grep -q "Read-only file system" || fail "the refused mount says: $(tail -n 1 "$LOG")"
-fi
-
 echo "PASS: writers to a disk filled by another process end with ENOSPC ($SMALL_KIND)"
 exit 0
