@@ -17,7 +17,6 @@
 #      fails with EROFS within BOUND s, what was written reads back,
 #      health names the metadata's failing commits, and a new mount is
 #      refused with the reason. Skipped without ext4 on a loop device.
-
 #   3. A pfs folder whose filesystem stops answering (a parallel
 #      filesystem's servers stall; fsfreeze of its ext4), then answers
 #      again: blocks go to pfs (it takes some of a 64 MiB write with
