@@ -81,21 +81,13 @@ static json_t *tier_json(uint64_t cap, uint64_t used, uint64_t rb, uint64_t wb, 
 			 (json_int_t)ro, "write_ops", (json_int_t)wo, "errors", (json_int_t)errors);
 }
 
-static uint64_t mono_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 /*
  * Current bytes per second of each tier (0: dram, i + 1: device i): the
  * change over the last second, sampled by the tfs-rates thread.
  */
 static void update_rates(struct fs *fs, const struct tb_stats *st)
 {
-	uint64_t now = mono_ms(), rb[TB_MAX_DEVS + 1], wb[TB_MAX_DEVS + 1];
+	uint64_t now = fs_monotonic_ms(), rb[TB_MAX_DEVS + 1], wb[TB_MAX_DEVS + 1];
 	unsigned n = st->n_devs + 1;
 
 	rb[0] = st->n.dram_read_bytes;

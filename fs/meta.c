@@ -956,6 +956,7 @@ uint64_t meta_last_commit(struct fs_meta *m)
 	return mdb_env_info(m->env, &info) == 0 ? info.me_last_txnid : 0;
 }
 
+/* fs_monotonic_ms's clock; the metadata part keeps to itself (fsck, tfsctl). */
 static uint64_t mono_ms(void)
 {
 	struct timespec ts;

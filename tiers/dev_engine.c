@@ -443,14 +443,20 @@ static void *pool_thread(void *arg)
 {
 	struct tb_dev *d = arg;
 	struct pool_priv *p = d->priv;
+	uint64_t next_look = 0;
+
 	dev_name_thread(d);
 	for (;;) {
 		struct tb_io *r;
-		uint64_t throttle;
+		uint64_t throttle, now = dev_now_ns();
 
-		pthread_mutex_lock(&d->lock);
-		dev_room_look(d);
-		pthread_mutex_unlock(&d->lock);
+		/* Not the lock for each request: a look is due once a second. */
+		if (now >= next_look) {
+			next_look = now + POOL_LOOK_NS;
+			pthread_mutex_lock(&d->lock);
+			dev_room_look(d);
+			pthread_mutex_unlock(&d->lock);
+		}
 		if (dev_take(d, &r, 1) == 0) {
 			pthread_mutex_lock(&d->lock);
 			if (d->stopping && dev_idle_locked(d)) {

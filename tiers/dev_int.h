@@ -36,6 +36,7 @@
 #define RETRY_FULL_NS 5000000000ULL  /* and one that said ENOSPC, too */
 #define ROOM_REFRESH_NS 100000000ULL /* an nvme folder's free space is looked at this often */
 #define ROOM_ASYNC_NS 1000000000ULL  /* a pfs folder's, by its pool, this often at most */
+#define POOL_LOOK_NS 100000000ULL    /* each pool thread asks whether a look is due this often */
 
 /* dev_measure.c */
 /* The free bytes of d's filesystem past the reserve, and its slab's bytes on disk. */

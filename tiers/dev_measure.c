@@ -559,9 +559,11 @@ void dev_get_stats(struct tb_dev *d, struct tb_dev_stats *st)
 	st->full = d->full || !st->avail;
 	st->recent_errors = err_recent_count(&d->recent, dev_now_ns());
 	st->unanswered_ms = 0;
-	for (int c = 0; c < IO_NCLASS; c++)
-		if (d->inflight[c] && dev_now_ns() > d->answer_ns)
-			st->unanswered_ms = (dev_now_ns() - d->answer_ns) / 1000000;
+	if (st->inflight_demand + st->inflight_prefetch + st->inflight_wb) {
+		uint64_t now = dev_now_ns();
+
+		st->unanswered_ms = now > d->answer_ns ? (now - d->answer_ns) / 1000000 : 0;
+	}
 	pthread_mutex_unlock(&d->lock);
 	if (d->fd >= 0 && !d->eng->alloc && fstat(d->fd, &sb) == 0)
 		st->slab_bytes = (uint64_t)sb.st_blocks * 512;
